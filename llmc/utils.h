@@ -1,0 +1,105 @@
+/*
+ * utils.h: checked wrappers around the C library calls that can fail on bad
+ * input (fopen, fread, fseek, malloc), so that every failure prints the file,
+ * the line, what failed and a hint, then exits non-zero.
+ *
+ * Reads and writes nothing but what the wrapped call does. Plain C99; also
+ * compiles as CUDA/C++.
+ */
+#ifndef LLMC_UTILS_H
+#define LLMC_UTILS_H
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Print "error: <message>" plus the source location, then exit(1). */
+static void fail_at(const char *file, int line, const char *fmt, ...)
+{
+    va_list args;
+    fflush(stdout);
+    fprintf(stderr, "error: ");
+    va_start(args, fmt);
+    vfprintf(stderr, fmt, args);
+    va_end(args);
+    fprintf(stderr, "\n  (at %s:%d)\n", file, line);
+    exit(1);
+}
+#define FAIL(...) fail_at(__FILE__, __LINE__, __VA_ARGS__)
+
+static FILE *fopen_check_at(const char *path, const char *mode, const char *file, int line)
+{
+    FILE *f = fopen(path, mode);
+    if (f == NULL) {
+        fail_at(file, line, "cannot open '%s' (mode %s): %s\n  hint: check the path and the permissions",
+                path, mode, strerror(errno));
+    }
+    return f;
+}
+#define fopen_check(path, mode) fopen_check_at(path, mode, __FILE__, __LINE__)
+
+static void fread_check_at(void *dst, size_t size, size_t count, FILE *f, const char *what,
+                           const char *file, int line)
+{
+    size_t got = fread(dst, size, count, f);
+    if (got != count) {
+        fail_at(file, line, "short read of %s: wanted %zu items of %zu bytes, got %zu (%s)\n"
+                "  hint: the file is truncated or corrupt; regenerate it",
+                what, count, size, got, feof(f) ? "end of file" : strerror(errno));
+    }
+}
+#define fread_check(dst, size, count, f, what) fread_check_at(dst, size, count, f, what, __FILE__, __LINE__)
+
+static void fwrite_check_at(const void *src, size_t size, size_t count, FILE *f, const char *what,
+                            const char *file, int line)
+{
+    if (fwrite(src, size, count, f) != count) {
+        fail_at(file, line, "short write of %s: %s\n  hint: is the disk full?", what, strerror(errno));
+    }
+}
+#define fwrite_check(src, size, count, f, what) fwrite_check_at(src, size, count, f, what, __FILE__, __LINE__)
+
+static void fseek_check_at(FILE *f, int64_t offset, int whence, const char *file, int line)
+{
+    if (fseeko(f, (off_t)offset, whence) != 0) {
+        fail_at(file, line, "fseek to %lld failed: %s", (long long)offset, strerror(errno));
+    }
+}
+#define fseek_check(f, offset, whence) fseek_check_at(f, offset, whence, __FILE__, __LINE__)
+
+/* Size of an open file in bytes; leaves the position at the start. */
+static int64_t file_size_check_at(FILE *f, const char *file, int line)
+{
+    fseek_check_at(f, 0, SEEK_END, file, line);
+    int64_t size = (int64_t)ftello(f);
+    fseek_check_at(f, 0, SEEK_SET, file, line);
+    return size;
+}
+#define file_size_check(f) file_size_check_at(f, __FILE__, __LINE__)
+
+static void *malloc_check_at(size_t bytes, const char *what, const char *file, int line)
+{
+    void *p = malloc(bytes);
+    if (p == NULL && bytes > 0) {
+        fail_at(file, line, "out of host memory allocating %zu bytes for %s\n"
+                "  hint: reduce the batch size, sequence length or model size", bytes, what);
+    }
+    return p;
+}
+#define malloc_check(bytes, what) malloc_check_at(bytes, what, __FILE__, __LINE__)
+
+static void *calloc_check_at(size_t count, size_t size, const char *what, const char *file, int line)
+{
+    void *p = calloc(count, size);
+    if (p == NULL && count > 0 && size > 0) {
+        fail_at(file, line, "out of host memory allocating %zu x %zu bytes for %s\n"
+                "  hint: reduce the batch size, sequence length or model size", count, size, what);
+    }
+    return p;
+}
+#define calloc_check(count, size, what) calloc_check_at(count, size, what, __FILE__, __LINE__)
+
+#endif /* LLMC_UTILS_H */

@@ -1,0 +1,202 @@
+"""Build a HuggingFace LlamaForCausalLM from a config and a seed, and write the
+ground truth that the C reference and the CUDA trainer are checked against:
+
+  <out>/<name>.weights.llmt   the weights, HF names and layouts, float32
+  <out>/<name>.dump.llmt      logits, loss, every gradient, every block output,
+                              and the losses and grad norms of N AdamW steps
+
+Format: docs/tensor_file_format.md. Everything runs in float32 on the CPU with
+eager attention, so the dump does not depend on a GPU or its kernels.
+
+  python3 reference/make_reference.py                  # every test config
+  python3 reference/make_reference.py --config tiny_gqa_tied --out-dir /tmp/x
+
+Needs torch and transformers (the lent GPU machine has both; CPU mode is fine).
+"""
+import argparse
+import datetime
+import os
+import platform
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import transformers
+from transformers import LlamaConfig, LlamaForCausalLM
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tensorfile  # noqa: E402
+
+IGNORE_INDEX = -100
+
+# The committed test configs. Between them they cover tied and untied
+# embeddings, grouped-query (n_kv_head < n_head) and plain multi-head attention,
+# RoPE with and without Llama 3.1 scaling (original_max_pos is small so that all
+# three frequency bands of the scaling occur at head_dim 24), sequence lengths
+# that are not powers of two and vocabularies that are not multiples of 64.
+CONFIGS = {
+    "tiny_gqa_tied": dict(
+        vocab_size=1000, d_model=64, n_layer=2, n_head=4, n_kv_head=2, ffn_dim=176,
+        max_seq_len=64, rope_theta=10000.0, rope_scaling="none", norm_eps=1e-5,
+        tie_embeddings=1, init_std=0.08, B=3, T=13),
+    "small_mha_untied_rope31": dict(
+        vocab_size=777, d_model=96, n_layer=3, n_head=4, n_kv_head=4, ffn_dim=256,
+        max_seq_len=256, rope_theta=500000.0, rope_scaling="llama3", rope_factor=8.0,
+        rope_low_freq_factor=1.0, rope_high_freq_factor=4.0, rope_original_max_pos=64,
+        norm_eps=1e-6, tie_embeddings=0, init_std=0.06, B=2, T=40),
+}
+
+OPTIM = dict(lr=3e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, grad_clip=1.0)
+
+
+def hf_config(cfg):
+    rope = {"rope_type": "default", "rope_theta": cfg["rope_theta"]}
+    if cfg["rope_scaling"] == "llama3":
+        rope = {"rope_type": "llama3", "rope_theta": cfg["rope_theta"], "factor": cfg["rope_factor"],
+                "low_freq_factor": cfg["rope_low_freq_factor"], "high_freq_factor": cfg["rope_high_freq_factor"],
+                "original_max_position_embeddings": cfg["rope_original_max_pos"]}
+    return LlamaConfig(
+        vocab_size=cfg["vocab_size"], hidden_size=cfg["d_model"], intermediate_size=cfg["ffn_dim"],
+        num_hidden_layers=cfg["n_layer"], num_attention_heads=cfg["n_head"],
+        num_key_value_heads=cfg["n_kv_head"], head_dim=cfg["d_model"] // cfg["n_head"],
+        max_position_embeddings=cfg["max_seq_len"], rms_norm_eps=cfg["norm_eps"],
+        initializer_range=cfg["init_std"], tie_word_embeddings=bool(cfg["tie_embeddings"]),
+        rope_parameters=rope, attention_bias=False, mlp_bias=False, hidden_act="silu",
+        bos_token_id=None, eos_token_id=None, pad_token_id=None)
+
+
+def init_weights(model, std, generator):
+    # HF's init (normal(0, std) for matrices) but with RMSNorm weights drawn
+    # around 1 instead of exactly 1, so that a kernel that ignores them fails.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.ndim == 2:
+                p.copy_(torch.randn(p.shape, generator=generator) * std)
+            else:
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=generator))
+
+
+def make_batch(cfg, generator):
+    B, T, V = cfg["B"], cfg["T"], cfg["vocab_size"]
+    seq = torch.randint(0, V, (B, T + 1), generator=generator)
+    inputs, targets = seq[:, :T].clone(), seq[:, 1:].clone()
+    ignored = torch.rand((B, T), generator=generator) < 0.15
+    ignored[:, 0] = True  # every row has an ignored position, also at the row start
+    ignored[:, -1] = False  # and a counted one
+    targets[ignored] = IGNORE_INDEX
+    return inputs, targets
+
+
+def loss_fn(logits, targets):
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX)
+
+
+def meta_common(kind, cfg):
+    meta = {"kind": kind, "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "generator": "reference/make_reference.py", "torch_version": torch.__version__,
+            "transformers_version": transformers.__version__, "python_version": platform.python_version()}
+    keys = ["vocab_size", "d_model", "n_layer", "n_head", "n_kv_head", "ffn_dim", "max_seq_len", "rope_theta",
+            "rope_scaling", "norm_eps", "tie_embeddings", "init_std"]
+    for k in keys:
+        meta[f"config.{k}"] = repr(cfg[k]) if not isinstance(cfg[k], str) else cfg[k]
+    meta["config.head_dim"] = repr(cfg["d_model"] // cfg["n_head"])
+    for k in ["rope_factor", "rope_low_freq_factor", "rope_high_freq_factor", "rope_original_max_pos"]:
+        meta[f"config.{k}"] = repr(cfg.get(k, 0))
+    return meta
+
+
+def param_tensors(model):
+    # named_parameters() lists a tied lm_head once, under the embedding's name.
+    return [(name, p) for name, p in model.named_parameters()]
+
+
+def generate(name, cfg, seed, n_steps, out_dir):
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    config = hf_config(cfg)
+    config._attn_implementation = "eager"
+    model = LlamaForCausalLM(config).float()
+    assert model.config._attn_implementation == "eager"
+    init_weights(model, cfg["init_std"], generator)
+    inputs, targets = make_batch(cfg, generator)
+    params = param_tensors(model)
+    names = [n for n, _ in params]
+    assert ("lm_head.weight" in names) == (not cfg["tie_embeddings"]), names
+
+    weights_meta = meta_common("weights", cfg)
+    weights_meta["dump.seed"] = repr(seed)
+    tensorfile.write(os.path.join(out_dir, f"{name}.weights.llmt"), weights_meta,
+                     [(n, p.detach().numpy().copy()) for n, p in params])
+
+    block_outs = {}
+
+    def hook(index):
+        def save(module, args, output):
+            block_outs[index] = (output[0] if isinstance(output, tuple) else output).detach().clone()
+        return save
+
+    handles = [layer.register_forward_hook(hook(i)) for i, layer in enumerate(model.model.layers)]
+    final_norm = {}
+    handles.append(model.model.norm.register_forward_hook(
+        lambda m, a, out: final_norm.__setitem__("out", out.detach().clone())))
+    model.zero_grad(set_to_none=True)
+    logits = model(input_ids=inputs).logits
+    loss = loss_fn(logits, targets)
+    loss.backward()
+    for h in handles:
+        h.remove()
+
+    dump = [("input_tokens", inputs.numpy().astype(np.int32)), ("targets", targets.numpy().astype(np.int32)),
+            ("logits", logits.detach().numpy()), ("loss", np.array([loss.item()], dtype=np.float32))]
+    dump += [(f"block_out.{i}", block_outs[i].numpy()) for i in range(cfg["n_layer"])]
+    dump.append(("final_norm_out", final_norm["out"].numpy()))
+    dump += [(f"grad.{n}", p.grad.numpy().copy()) for n, p in params]
+
+    # N AdamW steps on the same batch, weight decay on matrices only.
+    decay = [p for _, p in params if p.ndim == 2]
+    no_decay = [p for _, p in params if p.ndim != 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": OPTIM["weight_decay"]},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=OPTIM["lr"], betas=(OPTIM["beta1"], OPTIM["beta2"]), eps=OPTIM["eps"],
+                            foreach=False, fused=False)
+    losses, norms = [], []
+    for _ in range(n_steps):
+        opt.zero_grad(set_to_none=True)
+        step_loss = loss_fn(model(input_ids=inputs).logits, targets)
+        step_loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_([p for _, p in params], OPTIM["grad_clip"])
+        opt.step()
+        losses.append(step_loss.item())
+        norms.append(norm.item())
+    dump += [("train.losses", np.array(losses, dtype=np.float32)),
+             ("train.grad_norms", np.array(norms, dtype=np.float32))]
+
+    meta = meta_common("reference_dump", cfg)
+    meta.update({"dump.seed": repr(seed), "dump.B": repr(cfg["B"]), "dump.T": repr(cfg["T"]),
+                 "dump.ignore_index": repr(IGNORE_INDEX), "dump.n_steps": repr(n_steps)})
+    meta.update({f"optim.{k}": repr(v) for k, v in OPTIM.items()})
+    tensorfile.write(os.path.join(out_dir, f"{name}.dump.llmt"), meta, dump)
+    counted = int((targets != IGNORE_INDEX).sum())
+    print(f"{name}: loss {loss.item():.6f} over {counted}/{targets.numel()} targets, "
+          f"step losses {[round(x, 5) for x in losses]}, grad norms {[round(x, 4) for x in norms]}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", choices=sorted(CONFIGS), action="append",
+                        help="config to generate (repeatable; default: all)")
+    parser.add_argument("--seed", type=int, default=1337)
+    parser.add_argument("--steps", type=int, default=5, help="AdamW steps recorded in the dump")
+    parser.add_argument("--out-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testdata"))
+    args = parser.parse_args()
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(max(1, min(8, os.cpu_count() or 1)))
+    os.makedirs(args.out_dir, exist_ok=True)
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}, python {platform.python_version()}")
+    for name in args.config or sorted(CONFIGS):
+        generate(name, CONFIGS[name], args.seed, args.steps, args.out_dir)
+
+
+if __name__ == "__main__":
+    main()

@@ -17,7 +17,7 @@
 #include <string.h>
 
 /* Print "error: <message>" plus the source location, then exit(1). */
-static void fail_at(const char *file, int line, const char *fmt, ...)
+static inline void fail_at(const char *file, int line, const char *fmt, ...)
 {
     va_list args;
     fflush(stdout);
@@ -30,7 +30,7 @@ static void fail_at(const char *file, int line, const char *fmt, ...)
 }
 #define FAIL(...) fail_at(__FILE__, __LINE__, __VA_ARGS__)
 
-static FILE *fopen_check_at(const char *path, const char *mode, const char *file, int line)
+static inline FILE *fopen_check_at(const char *path, const char *mode, const char *file, int line)
 {
     FILE *f = fopen(path, mode);
     if (f == NULL) {
@@ -41,7 +41,7 @@ static FILE *fopen_check_at(const char *path, const char *mode, const char *file
 }
 #define fopen_check(path, mode) fopen_check_at(path, mode, __FILE__, __LINE__)
 
-static void fread_check_at(void *dst, size_t size, size_t count, FILE *f, const char *what,
+static inline void fread_check_at(void *dst, size_t size, size_t count, FILE *f, const char *what,
                            const char *file, int line)
 {
     size_t got = fread(dst, size, count, f);
@@ -53,7 +53,7 @@ static void fread_check_at(void *dst, size_t size, size_t count, FILE *f, const 
 }
 #define fread_check(dst, size, count, f, what) fread_check_at(dst, size, count, f, what, __FILE__, __LINE__)
 
-static void fwrite_check_at(const void *src, size_t size, size_t count, FILE *f, const char *what,
+static inline void fwrite_check_at(const void *src, size_t size, size_t count, FILE *f, const char *what,
                             const char *file, int line)
 {
     if (fwrite(src, size, count, f) != count) {
@@ -62,7 +62,7 @@ static void fwrite_check_at(const void *src, size_t size, size_t count, FILE *f,
 }
 #define fwrite_check(src, size, count, f, what) fwrite_check_at(src, size, count, f, what, __FILE__, __LINE__)
 
-static void fseek_check_at(FILE *f, int64_t offset, int whence, const char *file, int line)
+static inline void fseek_check_at(FILE *f, int64_t offset, int whence, const char *file, int line)
 {
     if (fseeko(f, (off_t)offset, whence) != 0) {
         fail_at(file, line, "fseek to %lld failed: %s", (long long)offset, strerror(errno));
@@ -71,7 +71,7 @@ static void fseek_check_at(FILE *f, int64_t offset, int whence, const char *file
 #define fseek_check(f, offset, whence) fseek_check_at(f, offset, whence, __FILE__, __LINE__)
 
 /* Size of an open file in bytes; leaves the position at the start. */
-static int64_t file_size_check_at(FILE *f, const char *file, int line)
+static inline int64_t file_size_check_at(FILE *f, const char *file, int line)
 {
     fseek_check_at(f, 0, SEEK_END, file, line);
     int64_t size = (int64_t)ftello(f);
@@ -80,7 +80,7 @@ static int64_t file_size_check_at(FILE *f, const char *file, int line)
 }
 #define file_size_check(f) file_size_check_at(f, __FILE__, __LINE__)
 
-static void *malloc_check_at(size_t bytes, const char *what, const char *file, int line)
+static inline void *malloc_check_at(size_t bytes, const char *what, const char *file, int line)
 {
     void *p = malloc(bytes);
     if (p == NULL && bytes > 0) {
@@ -91,7 +91,7 @@ static void *malloc_check_at(size_t bytes, const char *what, const char *file, i
 }
 #define malloc_check(bytes, what) malloc_check_at(bytes, what, __FILE__, __LINE__)
 
-static void *calloc_check_at(size_t count, size_t size, const char *what, const char *file, int line)
+static inline void *calloc_check_at(size_t count, size_t size, const char *what, const char *file, int line)
 {
     void *p = calloc(count, size);
     if (p == NULL && count > 0 && size > 0) {

@@ -1,0 +1,63 @@
+# Build and test. `make` builds what this machine can build; `make test` runs
+# every CPU test (the README's test command); the GPU test needs a GPU.
+
+CC ?= gcc
+CFLAGS ?= -O3 -march=native
+CFLAGS += -std=gnu11 -Wall -Wextra -I.
+LDLIBS = -lm
+# OpenMP only parallelises the CPU reference's matmuls; build without it if the compiler lacks it.
+OPENMP := $(shell echo 'int main(void){return 0;}' | $(CC) -fopenmp -x c - -o /dev/null 2>/dev/null && echo -fopenmp)
+CFLAGS += $(OPENMP)
+
+# Python: the project's virtual environment when scripts/setup.sh made one.
+PYTHON ?= $(if $(wildcard .venv/bin/python3),.venv/bin/python3,python3)
+
+LLMC_HEADERS = $(wildcard llmc/*.h)
+CPU_TESTS = test_llama_ref tests/test_tensorfile tests/test_dataloader
+
+# CUDA: Hopper (sm_90). cuDNN attention goes through the cudnn-frontend headers
+# (scripts/get_cudnn_frontend.sh fetches them), compiled once into its own object.
+NVCC ?= nvcc
+HAVE_NVCC := $(shell command -v $(NVCC) 2> /dev/null)
+CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90
+NVCC_FLAGS ?= -O3
+NVCC_FLAGS += -std=c++17 $(CUDA_ARCH) -I. -Ithird_party/cudnn-frontend/include -Xcompiler -Wall
+NVCC_LDLIBS = -lcublasLt -lcublas -lcudnn
+CUDNN_FRONTEND = third_party/cudnn-frontend/include/cudnn_frontend.h
+GPU_PROGRAMS = train_llama test_llama
+
+.PHONY: all cpu gpu test test-c test-python clean
+all: cpu $(if $(HAVE_NVCC),gpu)
+cpu: train_llama_ref $(CPU_TESTS)
+gpu: $(GPU_PROGRAMS)
+
+$(CUDNN_FRONTEND):
+	./scripts/get_cudnn_frontend.sh
+build/attention_cudnn.o: llmc/attention_cudnn.cu llmc/attention.h llmc/cuda_common.h llmc/utils.h | $(CUDNN_FRONTEND)
+	@mkdir -p build
+	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+train_llama: train_llama.cu build/attention_cudnn.o $(LLMC_HEADERS)
+	$(NVCC) $(NVCC_FLAGS) $< build/attention_cudnn.o -o $@ $(NVCC_LDLIBS)
+test_llama: test_llama.cu train_llama.cu build/attention_cudnn.o $(LLMC_HEADERS)
+	$(NVCC) $(NVCC_FLAGS) $< build/attention_cudnn.o -o $@ $(NVCC_LDLIBS)
+
+train_llama_ref: train_llama_ref.c $(LLMC_HEADERS)
+	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
+test_llama_ref: test_llama_ref.c train_llama_ref.c $(LLMC_HEADERS)
+	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
+tests/test_tensorfile: train_llama_ref.c
+tests/test_%: tests/test_%.c $(LLMC_HEADERS)
+	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
+
+# Where nvcc exists the GPU programs are built too, so CUDA code that no longer
+# compiles fails the tests even on a machine without a GPU.
+test: test-c test-python
+test-c: $(CPU_TESTS)
+	./test_llama_ref
+	./tests/test_tensorfile
+	./tests/test_dataloader
+test-python:
+	$(PYTHON) -m pytest -q tests
+
+clean:
+	rm -rf train_llama_ref $(CPU_TESTS) $(GPU_PROGRAMS) build

@@ -1,0 +1,299 @@
+/*
+ * test_llama_ref.c: checks the C reference trainer (train_llama_ref.c) against
+ * the PyTorch dumps of reference/make_reference.py: logits, loss, every block
+ * output, the final norm, every parameter gradient, and the losses and grad
+ * norms of N AdamW steps on the same batch.
+ *
+ *   ./test_llama_ref                      # both committed dumps
+ *   ./test_llama_ref testdata/X.dump.llmt # each dump with its X.weights.llmt
+ *
+ * Error metric of a tensor a against the reference b: the max relative error
+ * max|a - b| / max|b| (checked against the tolerance), and the normwise
+ * ||a - b|| / ||b|| (reported). Both sides are fp32; they differ only in
+ * summation order (and FMA contraction), so errors sit a few orders of
+ * magnitude above fp32's 6e-8 and grow with the length of the reductions.
+ *
+ * Build: gcc -O3 -march=native -fopenmp -std=gnu11 -Wall -Wextra -I. test_llama_ref.c -o test_llama_ref -lm
+ */
+#define TESTING
+#include "train_llama_ref.c"
+
+/* Tolerances on the max relative error, about 5x the largest error measured
+ * on the committed dumps over -O0, -O3 -march=native (FMA contraction) and
+ * OpenMP builds; "measured" below is that largest error. */
+/* forward: a chain of fp32 matmuls, norms and softmaxes; measured 1.1e-6 */
+#define TOL_FORWARD 5e-6
+/* the loss: a mean of log-sum-exps, summed in double here; measured 1.4e-7 */
+#define TOL_LOSS 1e-6
+/* gradients: reductions over all B*T rows (the weight gradients) and back
+ * through every layer and softmax, so they are longer; measured 2.2e-6 */
+#define TOL_GRAD 1e-5
+/* N AdamW steps: the rounding differences of the gradients pass through
+ * Adam's m / sqrt(v), which is large where |g| is tiny, and compound over the
+ * steps, but the loss averages them out; measured 5.6e-7 */
+#define TOL_TRAIN_LOSS 3e-6
+/* the grad norms of the later steps see weights that already differ; measured 6.4e-6 */
+#define TOL_TRAIN_NORM 3e-5
+
+enum { CAT_FORWARD, CAT_LOSS, CAT_GRAD, CAT_TRAIN_LOSS, CAT_TRAIN_NORM, N_CATS };
+static const char *cat_names[N_CATS] = {"forward (logits, block_out, final_norm_out)", "loss", "gradients",
+                                        "N-step losses", "N-step grad norms"};
+static double cat_max[N_CATS];
+static int n_passed, n_failed;
+
+/* Max relative error of a against b; the normwise one goes to *normwise. */
+static double rel_error(const float *a, const float *b, int64_t n, double *normwise)
+{
+    double max_diff = 0.0, max_ref = 0.0, ss_diff = 0.0, ss_ref = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (!(d <= max_diff)) max_diff = d; /* so that a NaN becomes the error */
+        if (fabs(b[i]) > max_ref) max_ref = fabs(b[i]);
+        ss_diff += d * d;
+        ss_ref += (double)b[i] * b[i];
+    }
+    *normwise = ss_ref > 0.0 ? sqrt(ss_diff / ss_ref) : sqrt(ss_diff);
+    return max_ref > 0.0 ? max_diff / max_ref : max_diff;
+}
+
+static void check_value(const char *dump, const char *name, double err, double tol, int cat)
+{
+    int ok = err <= tol;
+    printf("  %-4s %-52s max rel %.2e  tol %.0e\n", ok ? "ok" : "FAIL", name, err, tol);
+    if (!ok) fprintf(stderr, "FAIL: %s: %s error %.3e exceeds %.0e\n", dump, name, err, tol);
+    if (cat >= 0 && !(err <= cat_max[cat])) cat_max[cat] = err;
+    ok ? n_passed++ : n_failed++;
+}
+
+static int check(const char *dump, const char *name, const float *a, const float *b, int64_t n, double tol, int cat)
+{
+    double normwise;
+    double err = rel_error(a, b, n, &normwise);
+    int ok = err <= tol;
+    printf("  %-4s %-52s max rel %.2e  norm rel %.2e  tol %.0e\n", ok ? "ok" : "FAIL", name, err, normwise, tol);
+    if (!ok) fprintf(stderr, "FAIL: %s: %s max relative error %.3e exceeds %.0e\n", dump, name, err, tol);
+    if (!(err <= cat_max[cat])) cat_max[cat] = err;
+    ok ? n_passed++ : n_failed++;
+    return ok;
+}
+
+/* The weights file that a dump was made from: X.dump.llmt -> X.weights.llmt. */
+static void weights_path_of(const char *dump_path, char *out, size_t outlen)
+{
+    const char *suffix = ".dump.llmt";
+    size_t n = strlen(dump_path), k = strlen(suffix);
+    if (n < k || strcmp(dump_path + n - k, suffix) != 0) {
+        FAIL("'%s' does not end in %s, so its weights file cannot be named\n"
+             "  hint: pass dumps named like testdata/NAME.dump.llmt", dump_path, suffix);
+    }
+    snprintf(out, outlen, "%.*s.weights.llmt", (int)(n - k), dump_path);
+}
+
+static double meta_double(const TensorFile *tf, const char *key)
+{
+    const char *v = tensorfile_meta(tf, key);
+    if (v == NULL) FAIL("'%s' has no metadata key '%s'; regenerate it with reference/make_reference.py", tf->path, key);
+    return strtod(v, NULL);
+}
+
+static void test_dump(const char *dump_path)
+{
+    char weights_path[1100], err[4096];
+    weights_path_of(dump_path, weights_path, sizeof(weights_path));
+    printf("%s (weights %s)\n", dump_path, weights_path);
+    TensorFile dump, weights;
+    tensorfile_open(&dump, dump_path);
+    tensorfile_open(&weights, weights_path);
+    if (config_meta_match_try(&weights, &dump, err, sizeof(err)) != 0) FAIL("%s", err);
+    tensorfile_close(&weights);
+
+    Llama model;
+    llama_load(&model, weights_path);
+    const LlamaConfig *c = &model.config;
+    const TensorEntry *tokens_entry = tensorfile_find(&dump, "input_tokens");
+    if (tokens_entry == NULL || tokens_entry->ndim != 2) FAIL("'%s' has no 2-D tensor 'input_tokens'", dump_path);
+    int B = (int)tokens_entry->shape[0], T = (int)tokens_entry->shape[1];
+    int64_t BT = (int64_t)B * T, C = c->d_model, V = c->vocab_size;
+    int *inputs = (int *)malloc_check((size_t)BT * sizeof(int), "inputs");
+    int *targets = (int *)malloc_check((size_t)BT * sizeof(int), "targets");
+    tensorfile_read(&dump, "input_tokens", TF_INT32, BT, inputs);
+    tensorfile_read(&dump, "targets", TF_INT32, BT, targets);
+
+    /* forward */
+    llama_forward(&model, inputs, targets, B, T);
+    float *ref = tensorfile_load_f32(&dump, "logits", BT * V);
+    check(dump_path, "logits", model.acts.logits, ref, BT * V, TOL_FORWARD, CAT_FORWARD);
+    free(ref);
+    ref = tensorfile_load_f32(&dump, "loss", 1);
+    check(dump_path, "loss", &model.mean_loss, ref, 1, TOL_LOSS, CAT_LOSS);
+    free(ref);
+    for (int l = 0; l < c->n_layer; l++) {
+        char name[64];
+        snprintf(name, sizeof(name), "block_out.%d", l);
+        ref = tensorfile_load_f32(&dump, name, BT * C);
+        check(dump_path, name, model.acts.resid + (int64_t)(l + 1) * BT * C, ref, BT * C, TOL_FORWARD, CAT_FORWARD);
+        free(ref);
+    }
+    ref = tensorfile_load_f32(&dump, "final_norm_out", BT * C);
+    check(dump_path, "final_norm_out", model.acts.lnf, ref, BT * C, TOL_FORWARD, CAT_FORWARD);
+    free(ref);
+
+    /* backward */
+    llama_zero_grad(&model);
+    llama_backward(&model, 1.0f / (float)model.n_counted);
+    for (int i = 0; i < model.layout.n_tensors; i++) {
+        const ParamTensor *t = &model.layout.tensors[i];
+        char name[128];
+        snprintf(name, sizeof(name), "grad.%s", t->name);
+        ref = tensorfile_load_f32(&dump, name, t->numel);
+        check(dump_path, name, model.grads + t->offset, ref, t->numel, TOL_GRAD, CAT_GRAD);
+        free(ref);
+    }
+
+    /* N AdamW steps on the same batch, from the same initial weights */
+    int n_steps = (int)meta_double(&dump, "dump.n_steps");
+    AdamWConfig opt = {meta_double(&dump, "optim.lr"), meta_double(&dump, "optim.beta1"),
+                       meta_double(&dump, "optim.beta2"), meta_double(&dump, "optim.eps"),
+                       meta_double(&dump, "optim.weight_decay")};
+    float grad_clip = (float)meta_double(&dump, "optim.grad_clip");
+    float *losses = (float *)malloc_check((size_t)n_steps * sizeof(float), "losses");
+    float *norms = (float *)malloc_check((size_t)n_steps * sizeof(float), "grad norms");
+    for (int step = 0; step < n_steps; step++) {
+        llama_zero_grad(&model);
+        llama_forward(&model, inputs, targets, B, T);
+        llama_backward(&model, 1.0f / (float)model.n_counted);
+        norms[step] = clip_grad_norm(model.grads, model.layout.total, grad_clip);
+        llama_adamw_step(&model, &opt);
+        losses[step] = model.mean_loss;
+    }
+    ref = tensorfile_load_f32(&dump, "train.losses", n_steps);
+    check(dump_path, "train.losses", losses, ref, n_steps, TOL_TRAIN_LOSS, CAT_TRAIN_LOSS);
+    free(ref);
+    ref = tensorfile_load_f32(&dump, "train.grad_norms", n_steps);
+    check(dump_path, "train.grad_norms", norms, ref, n_steps, TOL_TRAIN_NORM, CAT_TRAIN_NORM);
+    free(ref);
+    llama_free(&model);
+
+    /* Gradient accumulation: one micro-batch per row, each scaled by 1 / (the
+     * targets counted in the whole batch), must give the whole batch's gradients. */
+    llama_load(&model, weights_path);
+    llama_zero_grad(&model);
+    int64_t counted = 0;
+    for (int64_t i = 0; i < BT; i++) counted += targets[i] != IGNORE_INDEX;
+    for (int b = 0; b < B; b++) {
+        llama_forward(&model, inputs + (int64_t)b * T, targets + (int64_t)b * T, 1, T);
+        llama_backward(&model, 1.0f / (float)counted);
+    }
+    double worst = 0.0;
+    for (int i = 0; i < model.layout.n_tensors; i++) {
+        const ParamTensor *t = &model.layout.tensors[i];
+        char name[128];
+        snprintf(name, sizeof(name), "grad.%s", t->name);
+        ref = tensorfile_load_f32(&dump, name, t->numel);
+        double normwise;
+        worst = fmax(worst, rel_error(model.grads + t->offset, ref, t->numel, &normwise));
+        free(ref);
+    }
+    char line[256];
+    snprintf(line, sizeof(line), "grad accumulation over %d micro-batches, worst grad", B);
+    check_value(dump_path, line, worst, TOL_GRAD, CAT_GRAD);
+    llama_free(&model);
+
+    /* The test itself can fail: one embedding entry of the first input token
+     * moved by 1e-3 (about 1% of its size) must break the logits check. */
+    llama_load(&model, weights_path);
+    param(&model, 0)[(int64_t)inputs[0] * C] += 1e-3f;
+    llama_forward(&model, inputs, targets, B, T);
+    ref = tensorfile_load_f32(&dump, "logits", BT * V);
+    double normwise, perturbed = rel_error(model.acts.logits, ref, BT * V, &normwise);
+    free(ref);
+    int caught = perturbed > TOL_FORWARD;
+    printf("  %-4s %-52s max rel %.2e  (must exceed tol %.0e)\n", caught ? "ok" : "FAIL",
+           "sanity: perturbed weight fails the logits check", perturbed, TOL_FORWARD);
+    if (!caught) fprintf(stderr, "FAIL: %s: a perturbed weight went unnoticed; the check is broken\n", dump_path);
+    caught ? n_passed++ : n_failed++;
+    llama_free(&model);
+
+    free(losses);
+    free(norms);
+    free(inputs);
+    free(targets);
+    tensorfile_close(&dump);
+}
+
+/* The parts of the trainer that the dumps do not cover: the learning-rate
+ * schedule and the random init (HF's: normal(0, init_std) matrices, unit norms). */
+static void test_schedule_and_init(void)
+{
+    printf("learning-rate schedule and init\n");
+    struct { int step; ScheduleKind kind; double want; } cases[] = {
+        {0, SCHEDULE_COSINE, 0.1},    /* warmup: linear from lr / warmup */
+        {9, SCHEDULE_COSINE, 1.0},    /* end of warmup: the peak */
+        {10, SCHEDULE_COSINE, 1.0},   /* cosine starts at the peak */
+        {55, SCHEDULE_COSINE, 0.55},  /* halfway: between peak and min_lr_frac = 0.1 */
+        {100, SCHEDULE_COSINE, 0.1},  /* the last step: min_lr_frac * lr */
+        {55, SCHEDULE_LINEAR, 0.55},  /* linear: halfway too */
+        {100, SCHEDULE_LINEAR, 0.1},
+        {60, SCHEDULE_CONSTANT, 1.0},
+        {82, SCHEDULE_WSD, 1.0},      /* wsd: stable until the last 20% of the 91 decay steps */
+        {100, SCHEDULE_WSD, 0.1},     /* then linear to the minimum */
+    };
+    double worst = 0.0;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        LrSchedule schedule = {cases[i].kind, 1.0f, 0.1f, 10, 101, 0.2f};
+        float lr = schedule_lr(&schedule, cases[i].step);
+        worst = fmax(worst, fabs(lr - cases[i].want));
+    }
+    /* the schedule's arithmetic is in float: a few ulps */
+    check_value("schedule", "schedule_lr: warmup, then cosine, linear, constant and wsd", worst, 1e-6, -1);
+
+    LlamaConfig config;
+    llama_preset("tiny", &config);
+    config.vocab_size = 1000;
+    Llama a, b;
+    llama_build(&a, &config);
+    llama_build(&b, &config);
+    llama_init_random(&a, 42);
+    llama_init_random(&b, 42);
+    int same = memcmp(a.params, b.params, (size_t)a.layout.total * sizeof(float)) == 0;
+    llama_init_random(&b, 43);
+    int differs = memcmp(a.params, b.params, (size_t)a.layout.total * sizeof(float)) != 0;
+    double worst_std = 0.0, worst_mean = 0.0;
+    int norms_one = 1;
+    for (int i = 0; i < a.layout.n_tensors; i++) {
+        const ParamTensor *t = &a.layout.tensors[i];
+        const float *p = a.params + t->offset;
+        double sum = 0.0, ss = 0.0;
+        for (int64_t j = 0; j < t->numel; j++) {
+            sum += p[j];
+            ss += (double)p[j] * p[j];
+            if (!t->is_matrix && p[j] != 1.0f) norms_one = 0;
+        }
+        if (!t->is_matrix) continue;
+        double mean = sum / (double)t->numel, std = sqrt(ss / (double)t->numel - mean * mean);
+        /* in units of the sampling error of the mean and of the std of n normals */
+        worst_mean = fmax(worst_mean, fabs(mean) / (config.init_std / sqrt((double)t->numel)));
+        worst_std = fmax(worst_std, fabs(std / config.init_std - 1.0) / sqrt(0.5 / (double)t->numel));
+    }
+    char line[200];
+    snprintf(line, sizeof(line), "init: seeded, mean and std of every matrix (worst %.1f, %.1f sigma), unit norms",
+             worst_mean, worst_std);
+    int ok = same && differs && norms_one && worst_mean < 5.0 && worst_std < 5.0;
+    printf("  %-4s %s\n", ok ? "ok" : "FAIL", line);
+    if (!ok) fprintf(stderr, "FAIL: init: same seed same %d, other seed differs %d, norms one %d\n", same, differs, norms_one);
+    ok ? n_passed++ : n_failed++;
+    llama_free(&a);
+    llama_free(&b);
+}
+
+int main(int argc, char **argv)
+{
+    static const char *defaults[] = {"testdata/tiny_gqa_tied.dump.llmt", "testdata/small_mha_untied_rope31.dump.llmt"};
+    int n_dumps = argc > 1 ? argc - 1 : 2;
+    for (int i = 0; i < n_dumps; i++) test_dump(argc > 1 ? argv[i + 1] : defaults[i]);
+    test_schedule_and_init();
+    printf("max relative error per category:\n");
+    for (int k = 0; k < N_CATS; k++) printf("  %-44s %.2e\n", cat_names[k], cat_max[k]);
+    printf("%d passed, %d failed\n", n_passed, n_failed);
+    return n_failed == 0 ? 0 : 1;
+}

@@ -1,0 +1,1046 @@
+/*
+ * train_llama_ref.c: the plain-C, fp32, CPU reference trainer of Llama 3.
+ *
+ * Forward, backward and AdamW of HF transformers' LlamaForCausalLM (the model
+ * of llmc/llama_config.h), written to be read top to bottom, in the style of
+ * llm.c's train_gpt2.c. test_llama_ref.c checks it against PyTorch dumps.
+ *
+ * Parameters and their gradients live in two flat float arrays with the layout
+ * of llama_param_layout(); q/k/v and gate/up are adjacent there, so each pair
+ * (triple) is one matmul. Every index that multiplies sizes is int64.
+ *
+ * Build: gcc -O3 -march=native -fopenmp -std=gnu11 -Wall -Wextra -I. train_llama_ref.c -o train_llama_ref -lm
+ * (OpenMP is optional; without it everything runs on one core.)
+ */
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#ifdef _OPENMP
+#include <omp.h>
+#else
+/* Without OpenMP the omp pragmas are plain serial loops, not mistakes. */
+#pragma GCC diagnostic ignored "-Wunknown-pragmas"
+#endif
+
+#include "llmc/dataloader.h"
+#include "llmc/llama_config.h"
+#include "llmc/schedule.h"
+#include "llmc/tensorfile.h"
+#include "llmc/utils.h"
+
+#define IGNORE_INDEX (-100)
+
+/* ------------------------------------------------------------------------- */
+/* matmuls: out = inp @ weight^T, weight row-major [OC, IC] as in nn.Linear    */
+
+/* Eight partial sums, so the compiler can keep them in one vector register
+ * without reassociating (which it may not do for floats). */
+static inline float dot(const float *a, const float *b, int64_t n)
+{
+    float acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        for (int j = 0; j < 8; j++) acc[j] += a[i + j] * b[i + j];
+    }
+    float sum = 0.0f;
+    for (; i < n; i++) sum += a[i] * b[i];
+    for (int j = 0; j < 8; j++) sum += acc[j];
+    return sum;
+}
+
+static inline void axpy(float *y, float a, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+/*
+ * The matmuls are blocked so that the compiler keeps a small tile of results
+ * in vector registers (16 of them suffice, the 128-bit x86 set) while it
+ * streams the operands, and so that each operand block, once loaded, is
+ * reused from cache: the weight matrix (up to the 128K-row lm_head) is read
+ * from memory once per block of 64 rows, not once per row. Sums run in fp32
+ * (the dot products in interleaved partial sums), so results differ from a
+ * plain loop only in the last bits.
+ */
+#define ROW_BLOCK 64
+
+/* out[0..2) x [0..4) (row stride ldo) = a[2 rows, K] . w[4 rows, K] */
+static inline void dot_tile_2x4(float *out, int64_t ldo, const float *a, const float *w, int64_t K)
+{
+    float acc[2][4][4] = {{{0}}};
+    int64_t k = 0;
+    for (; k + 4 <= K; k += 4) {
+        for (int r = 0; r < 2; r++) {
+            for (int c = 0; c < 4; c++) {
+                for (int l = 0; l < 4; l++) acc[r][c][l] += a[r * K + k + l] * w[c * K + k + l];
+            }
+        }
+    }
+    for (int r = 0; r < 2; r++) {
+        for (int c = 0; c < 4; c++) {
+            float sum = 0.0f;
+            for (int64_t kk = k; kk < K; kk++) sum += a[r * K + kk] * w[c * K + kk];
+            out[r * ldo + c] = sum + ((acc[r][c][0] + acc[r][c][1]) + (acc[r][c][2] + acc[r][c][3]));
+        }
+    }
+}
+
+/* out[N, OC] = inp[N, IC] @ weight[OC, IC]^T */
+static void matmul_forward(float *out, const float *inp, const float *weight, int64_t N, int64_t IC, int64_t OC)
+{
+    int64_t row_blocks = (N + ROW_BLOCK - 1) / ROW_BLOCK, col_tiles = (OC + 3) / 4;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t nb = 0; nb < row_blocks; nb++) {
+        for (int64_t ct = 0; ct < col_tiles; ct++) {
+            int64_t o0 = ct * 4, n_end = nb * ROW_BLOCK + ROW_BLOCK < N ? nb * ROW_BLOCK + ROW_BLOCK : N;
+            for (int64_t n0 = nb * ROW_BLOCK; n0 < n_end; n0 += 2) {
+                if (n0 + 2 <= n_end && o0 + 4 <= OC) {
+                    dot_tile_2x4(out + n0 * OC + o0, OC, inp + n0 * IC, weight + o0 * IC, IC);
+                    continue;
+                }
+                for (int64_t n = n0; n < n0 + 2 && n < n_end; n++) {
+                    for (int64_t o = o0; o < o0 + 4 && o < OC; o++) out[n * OC + o] = dot(inp + n * IC, weight + o * IC, IC);
+                }
+            }
+        }
+    }
+}
+
+/* C[M, N] += A[M, K] @ B[K, N], B and C row-major, A's element (m, k) at
+ * A[m * a_row + k * a_col], so that A may be a transpose. Threads own blocks
+ * of ROW_BLOCK rows of C; within one, each block of K_BLOCK rows of B is
+ * reused from cache by all its pairs of rows. One parallel region per call:
+ * on a busy machine every extra barrier waits for a descheduled thread. */
+#define K_BLOCK 256
+static void matmul_accumulate(float *C, const float *A, int64_t a_row, int64_t a_col, const float *B, int64_t M,
+                              int64_t N, int64_t K)
+{
+    int64_t row_blocks = (M + ROW_BLOCK - 1) / ROW_BLOCK;
+#pragma omp parallel for schedule(static)
+    for (int64_t mb = 0; mb < row_blocks; mb++) {
+        int64_t m_end = mb * ROW_BLOCK + ROW_BLOCK < M ? mb * ROW_BLOCK + ROW_BLOCK : M;
+        for (int64_t k0 = 0; k0 < K; k0 += K_BLOCK) {
+            int64_t k_end = k0 + K_BLOCK < K ? k0 + K_BLOCK : K;
+            for (int64_t m0 = mb * ROW_BLOCK; m0 < m_end; m0 += 2) {
+                int64_t j0 = 0;
+                if (m0 + 2 <= m_end) {
+                    for (; j0 + 16 <= N; j0 += 16) {
+                        float acc[2][16];
+                        for (int r = 0; r < 2; r++) memcpy(acc[r], C + (m0 + r) * N + j0, sizeof(acc[r]));
+                        for (int64_t k = k0; k < k_end; k++) {
+                            const float *b = B + k * N + j0;
+                            for (int r = 0; r < 2; r++) {
+                                float a = A[(m0 + r) * a_row + k * a_col];
+                                for (int l = 0; l < 16; l++) acc[r][l] += a * b[l];
+                            }
+                        }
+                        for (int r = 0; r < 2; r++) memcpy(C + (m0 + r) * N + j0, acc[r], sizeof(acc[r]));
+                    }
+                }
+                /* what the tiles left: the last columns, or a last odd row */
+                for (int64_t m = m0; m < m0 + 2 && m < m_end; m++) {
+                    for (int64_t k = k0; k < k_end; k++) {
+                        float a = A[m * a_row + k * a_col];
+                        for (int64_t j = m0 + 2 <= m_end ? j0 : 0; j < N; j++) C[m * N + j] += a * B[k * N + j];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* dinp[N, IC] += dout[N, OC] @ weight[OC, IC];  dweight[OC, IC] += dout^T @ inp */
+static void matmul_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
+                            int64_t N, int64_t IC, int64_t OC)
+{
+    matmul_accumulate(dinp, dout, OC, 1, weight, N, IC, OC);
+    matmul_accumulate(dweight, dout, 1, OC, inp, OC, IC, N);
+}
+
+/* ------------------------------------------------------------------------- */
+/* layers                                                                     */
+
+/* HF's LlamaRMSNorm: out = weight * (x * rsqrt(mean(x^2) + eps)), all in fp32.
+ * rstd is kept for the backward pass. */
+static void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int64_t N, int64_t C,
+                            float eps)
+{
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        const float *x = inp + n * C;
+        float ss = 0.0f;
+        for (int64_t i = 0; i < C; i++) ss += x[i] * x[i];
+        float r = 1.0f / sqrtf(ss / (float)C + eps);
+        for (int64_t i = 0; i < C; i++) out[n * C + i] = weight[i] * (x[i] * r);
+        rstd[n] = r;
+    }
+}
+
+/* With g = weight * dout and xhat = x * r:  dx = r * (g - xhat * mean(g * xhat)),
+ * dweight = sum over rows of dout * xhat. dinp is accumulated into, because it
+ * is the residual stream's gradient, which also flows around the norm. */
+static void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
+                             const float *rstd, int64_t N, int64_t C)
+{
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        const float *x = inp + n * C, *dy = dout + n * C;
+        float r = rstd[n];
+        float mean_gx = 0.0f;
+        for (int64_t i = 0; i < C; i++) mean_gx += weight[i] * dy[i] * x[i] * r;
+        mean_gx /= (float)C;
+        for (int64_t i = 0; i < C; i++) dinp[n * C + i] += r * (weight[i] * dy[i] - x[i] * r * mean_gx);
+    }
+    /* Serial over rows per column: a parallel reduction into dweight would race. */
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < C; i++) {
+        float sum = 0.0f;
+        for (int64_t n = 0; n < N; n++) sum += dout[n * C + i] * inp[n * C + i] * rstd[n];
+        dweight[i] += sum;
+    }
+}
+
+/* cos/sin tables [T, D/2] of the angle pos * inv_freq[i], the angle rounded to
+ * fp32 as HF computes it; the second half of head_dim reuses the first's. */
+static void rope_tables(float *cos_t, float *sin_t, const float *inv_freq, int T, int half)
+{
+    for (int t = 0; t < T; t++) {
+        for (int i = 0; i < half; i++) {
+            float angle = (float)t * inv_freq[i];
+            cos_t[t * half + i] = cosf(angle);
+            sin_t[t * half + i] = sinf(angle);
+        }
+    }
+}
+
+/* HF's rotate-half RoPE in place on n_heads heads of size 2*half at each token:
+ * x*cos + rotate_half(x)*sin, rotate_half(x) = cat(-x2, x1). With sign = -1 it
+ * applies the transpose (the inverse rotation), which is the backward pass. */
+static void rope_apply(float *x, int64_t stride, const float *cos_t, const float *sin_t, int B, int T, int n_heads,
+                       int half, float sign)
+{
+#pragma omp parallel for schedule(static)
+    for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
+        int t = (int)(bt % T);
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + bt * stride + (int64_t)h * 2 * half;
+            for (int i = 0; i < half; i++) {
+                float c = cos_t[t * half + i], s = sign * sin_t[t * half + i];
+                float x1 = v[i], x2 = v[i + half];
+                v[i] = x1 * c - x2 * s;
+                v[i + half] = x2 * c + x1 * s;
+            }
+        }
+    }
+}
+
+/* Causal softmax attention with grouped-query heads. qkv is [B, T, (H + 2 KV) D]
+ * (q heads, then k heads, then v heads); query head h reads kv head h / (H / KV).
+ * att [B, H, T, T] keeps the probabilities (zero above the diagonal), out is [B, T, H D]. */
+static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int H, int KV, int D)
+{
+    int64_t qkv_c = (int64_t)(H + 2 * KV) * D;
+    int group = H / KV;
+    float scale = 1.0f / sqrtf((float)D);
+#pragma omp parallel for schedule(static)
+    for (int64_t bht = 0; bht < (int64_t)B * H * T; bht++) {
+        int t = (int)(bht % T), h = (int)(bht / T % H);
+        int64_t b = bht / T / H;
+        int kvh = h / group;
+        const float *q = qkv + (b * T + t) * qkv_c + (int64_t)h * D;
+        float *p = att + bht * T;
+        float maxval = -INFINITY;
+        for (int t2 = 0; t2 <= t; t2++) {
+            const float *k = qkv + (b * T + t2) * qkv_c + (int64_t)(H + kvh) * D;
+            p[t2] = dot(q, k, D) * scale;
+            if (p[t2] > maxval) maxval = p[t2];
+        }
+        float sum = 0.0f;
+        for (int t2 = 0; t2 <= t; t2++) {
+            p[t2] = expf(p[t2] - maxval);
+            sum += p[t2];
+        }
+        for (int t2 = 0; t2 <= t; t2++) p[t2] /= sum;
+        for (int t2 = t + 1; t2 < T; t2++) p[t2] = 0.0f;
+        float *o = out + (b * T + t) * (int64_t)H * D + (int64_t)h * D;
+        for (int d = 0; d < D; d++) o[d] = 0.0f;
+        for (int t2 = 0; t2 <= t; t2++) {
+            axpy(o, p[t2], qkv + (b * T + t2) * qkv_c + (int64_t)(H + KV + kvh) * D, D);
+        }
+    }
+}
+
+/* dqkv must be zeroed; datt is scratch of att's size. Threads own a (batch,
+ * kv head) pair and every query head of its group, since those all write the
+ * same dk and dv rows. */
+static void attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv, const float *att,
+                               int B, int T, int H, int KV, int D)
+{
+    int64_t qkv_c = (int64_t)(H + 2 * KV) * D;
+    int group = H / KV;
+    float scale = 1.0f / sqrtf((float)D);
+#pragma omp parallel for schedule(static)
+    for (int64_t bk = 0; bk < (int64_t)B * KV; bk++) {
+        int64_t b = bk / KV;
+        int kvh = (int)(bk % KV);
+        for (int h = kvh * group; h < (kvh + 1) * group; h++) {
+            for (int t = 0; t < T; t++) {
+                int64_t row = ((b * H + h) * T + t) * T;
+                const float *p = att + row;
+                float *dp = datt + row;
+                const float *dy = dout + (b * T + t) * (int64_t)H * D + (int64_t)h * D;
+                const float *q = qkv + (b * T + t) * qkv_c + (int64_t)h * D;
+                float *dq = dqkv + (b * T + t) * qkv_c + (int64_t)h * D;
+                float sum = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float *v = qkv + (b * T + t2) * qkv_c + (int64_t)(H + KV + kvh) * D;
+                    float *dv = dqkv + (b * T + t2) * qkv_c + (int64_t)(H + KV + kvh) * D;
+                    dp[t2] = dot(dy, v, D);
+                    axpy(dv, p[t2], dy, D);
+                    sum += p[t2] * dp[t2];
+                }
+                /* softmax backward, then the scores' backward into q and k */
+                for (int t2 = 0; t2 <= t; t2++) {
+                    float ds = p[t2] * (dp[t2] - sum) * scale;
+                    const float *k = qkv + (b * T + t2) * qkv_c + (int64_t)(H + kvh) * D;
+                    float *dk = dqkv + (b * T + t2) * qkv_c + (int64_t)(H + kvh) * D;
+                    axpy(dq, ds, k, D);
+                    axpy(dk, ds, q, D);
+                }
+            }
+        }
+    }
+}
+
+/* SwiGLU: out = silu(gate) * up with gate_up [N, 2F] = (gate | up) per row. */
+static void swiglu_forward(float *out, const float *gate_up, int64_t N, int64_t F)
+{
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        const float *g = gate_up + n * 2 * F, *u = g + F;
+        for (int64_t i = 0; i < F; i++) out[n * F + i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    }
+}
+
+static void swiglu_backward(float *dgate_up, const float *dout, const float *gate_up, int64_t N, int64_t F)
+{
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        const float *g = gate_up + n * 2 * F, *u = g + F;
+        float *dg = dgate_up + n * 2 * F, *du = dg + F;
+        for (int64_t i = 0; i < F; i++) {
+            float s = 1.0f / (1.0f + expf(-g[i]));
+            float dy = dout[n * F + i];
+            dg[i] = dy * u[i] * s * (1.0f + g[i] * (1.0f - s));
+            du[i] = dy * g[i] * s;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------- */
+/* the model                                                                  */
+
+/* Activations kept for the backward pass, per layer l (BT = B*T). */
+typedef struct {
+    float *resid;     /* (L+1) x BT x C: residual stream into layer l; resid[l+1] is layer l's output */
+    float *resid_mid; /* L x BT x C: after layer l's attention half */
+    float *ln1;       /* L x BT x C */
+    float *ln1_rstd;  /* L x BT */
+    float *qkv;       /* L x BT x (H+2KV)D, q and k after RoPE */
+    float *att;       /* L x B x H x T x T softmax probabilities */
+    float *atty;      /* L x BT x HD: attention output before o_proj */
+    float *ln2;       /* L x BT x C */
+    float *ln2_rstd;  /* L x BT */
+    float *gate_up;   /* L x BT x 2F */
+    float *mlp_h;     /* L x BT x F: silu(gate) * up */
+    float *lnf;       /* BT x C */
+    float *lnf_rstd;  /* BT */
+    float *logits;    /* BT x V; the backward pass overwrites it with d loss / d logits */
+    float *lse;       /* BT: log-sum-exp of each logits row */
+} Activations;
+
+/* Gradient buffers of one layer's activations, reused by every layer. */
+typedef struct {
+    float *dresid;   /* BT x C: the residual stream's gradient, carried down the layers */
+    float *dln;      /* BT x C */
+    float *dqkv;     /* BT x (H+2KV)D */
+    float *datt;     /* B x H x T x T */
+    float *datty;    /* BT x HD */
+    float *dgate_up; /* BT x 2F */
+    float *dmlp_h;   /* BT x F */
+} Scratch;
+
+typedef struct {
+    LlamaConfig config;
+    ParamLayout layout;
+    float *params; /* layout.total floats */
+    float *grads;  /* layout.total floats, same layout */
+    float *adam_m, *adam_v;
+    int adam_step;
+    float *inv_freq; /* head_dim / 2 */
+    int B, T;        /* the shape the activations were allocated for; 0 until the first forward */
+    Activations acts;
+    Scratch scratch;
+    float *rope_cos, *rope_sin; /* T x head_dim/2 */
+    const int *inputs, *targets; /* of the last forward, for the backward pass */
+    double loss_sum;            /* sum of the cross-entropy over the counted targets of the last forward */
+    int64_t n_counted;          /* targets != IGNORE_INDEX in the last forward */
+    float mean_loss;            /* loss_sum / n_counted, as F.cross_entropy reports it; NaN if none counted */
+} Llama;
+
+static inline float *param(const Llama *m, int index) { return m->params + m->layout.tensors[index].offset; }
+static inline float *grad(const Llama *m, int index) { return m->grads + m->layout.tensors[index].offset; }
+
+static void llama_build(Llama *m, const LlamaConfig *config)
+{
+    memset(m, 0, sizeof(*m));
+    char err[512];
+    if (llama_config_check(config, err, sizeof(err)) != 0) FAIL("bad model config: %s", err);
+    m->config = *config;
+    m->layout = llama_param_layout(config);
+    size_t bytes = (size_t)m->layout.total * sizeof(float);
+    m->params = (float *)malloc_check(bytes, "parameters");
+    m->grads = (float *)calloc_check((size_t)m->layout.total, sizeof(float), "gradients");
+    m->inv_freq = (float *)malloc_check((size_t)config->head_dim / 2 * sizeof(float), "RoPE frequencies");
+    llama_rope_inv_freq(config, m->inv_freq);
+}
+
+/* splitmix64: a small seeded generator, enough for an init that is not meant
+ * to reproduce torch's random stream. */
+static uint64_t rng_next(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in (0, 1): 53 random bits, never exactly 0 so that log() is finite. */
+static double rng_uniform(uint64_t *state) { return ((double)(rng_next(state) >> 11) + 0.5) / 9007199254740992.0; }
+
+/* HF's init: normal(0, init_std) for every matrix, ones for the RMSNorm weights. */
+static void llama_init_random(Llama *m, uint64_t seed)
+{
+    uint64_t state = seed;
+    for (int i = 0; i < m->layout.n_tensors; i++) {
+        const ParamTensor *t = &m->layout.tensors[i];
+        float *p = m->params + t->offset;
+        for (int64_t j = 0; j < t->numel; j++) {
+            if (!t->is_matrix) {
+                p[j] = 1.0f;
+                continue;
+            }
+            /* Box-Muller */
+            double u1 = rng_uniform(&state), u2 = rng_uniform(&state);
+            p[j] = (float)(m->config.init_std * sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
+        }
+    }
+}
+
+/* Build the model a weights file describes and load its tensors, by HF name. */
+static void llama_load(Llama *m, const char *path)
+{
+    TensorFile tf;
+    tensorfile_open(&tf, path);
+    LlamaConfig config = llama_config_from_tensorfile(&tf);
+    llama_build(m, &config);
+    if (tf.n_tensors != m->layout.n_tensors) {
+        FAIL("'%s' holds %d tensors but its config's model has %d parameter tensors\n"
+             "  hint: is it a weights file (not a dump)? regenerate it with reference/make_reference.py",
+             path, tf.n_tensors, m->layout.n_tensors);
+    }
+    for (int i = 0; i < m->layout.n_tensors; i++) {
+        const ParamTensor *t = &m->layout.tensors[i];
+        tensorfile_read(&tf, t->name, TF_FLOAT32, t->numel, m->params + t->offset);
+    }
+    tensorfile_close(&tf);
+}
+
+static void llama_alloc_activations(Llama *m, int B, int T)
+{
+    const LlamaConfig *c = &m->config;
+    int64_t L = c->n_layer, C = c->d_model, V = c->vocab_size, F = c->ffn_dim;
+    int64_t BT = (int64_t)B * T, HD = (int64_t)c->n_head * c->head_dim;
+    int64_t QKV = (int64_t)(c->n_head + 2 * c->n_kv_head) * c->head_dim;
+    int64_t ATT = (int64_t)B * c->n_head * T * T;
+    Activations *a = &m->acts;
+    Scratch *s = &m->scratch;
+    int64_t half = c->head_dim / 2;
+    struct { float **ptr; int64_t n; const char *what; } bufs[] = {
+        {&a->resid, (L + 1) * BT * C, "activations: residual stream"},
+        {&a->resid_mid, L * BT * C, "activations: residual stream"},
+        {&a->ln1, L * BT * C, "activations: RMSNorm outputs"},
+        {&a->ln1_rstd, L * BT, "activations: RMSNorm statistics"},
+        {&a->qkv, L * BT * QKV, "activations: q, k, v"},
+        {&a->att, L * ATT, "activations: attention probabilities (B x heads x T x T per layer; lower T or B)"},
+        {&a->atty, L * BT * HD, "activations: attention outputs"},
+        {&a->ln2, L * BT * C, "activations: RMSNorm outputs"},
+        {&a->ln2_rstd, L * BT, "activations: RMSNorm statistics"},
+        {&a->gate_up, L * BT * 2 * F, "activations: MLP gate and up"},
+        {&a->mlp_h, L * BT * F, "activations: MLP hidden"},
+        {&a->lnf, BT * C, "activations: final RMSNorm"},
+        {&a->lnf_rstd, BT, "activations: final RMSNorm statistics"},
+        {&a->logits, BT * V, "activations: logits (B x T x vocab)"},
+        {&a->lse, BT, "activations: log-sum-exp"},
+        {&s->dresid, BT * C, "backward scratch"},
+        {&s->dln, BT * C, "backward scratch"},
+        {&s->dqkv, BT * QKV, "backward scratch"},
+        {&s->datt, ATT, "backward scratch: attention (B x heads x T x T)"},
+        {&s->datty, BT * HD, "backward scratch"},
+        {&s->dgate_up, BT * 2 * F, "backward scratch"},
+        {&s->dmlp_h, BT * F, "backward scratch"},
+        {&m->rope_cos, T * half, "RoPE table"},
+        {&m->rope_sin, T * half, "RoPE table"},
+    };
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
+        *bufs[i].ptr = (float *)malloc_check((size_t)bufs[i].n * sizeof(float), bufs[i].what);
+    }
+    rope_tables(m->rope_cos, m->rope_sin, m->inv_freq, T, (int)half);
+    m->B = B;
+    m->T = T;
+}
+
+static void llama_free(Llama *m)
+{
+    Activations *a = &m->acts;
+    Scratch *s = &m->scratch;
+    float *bufs[] = {m->params, m->grads, m->adam_m, m->adam_v, m->inv_freq, m->rope_cos, m->rope_sin,
+                     a->resid, a->resid_mid, a->ln1, a->ln1_rstd, a->qkv, a->att, a->atty, a->ln2, a->ln2_rstd,
+                     a->gate_up, a->mlp_h, a->lnf, a->lnf_rstd, a->logits, a->lse,
+                     s->dresid, s->dln, s->dqkv, s->datt, s->datty, s->dgate_up, s->dmlp_h};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]);
+    llama_param_layout_free(&m->layout);
+    memset(m, 0, sizeof(*m));
+}
+
+/* Forward pass on inputs [B, T]. With targets (IGNORE_INDEX where not counted)
+ * it also computes the loss; inputs and targets must stay alive for llama_backward. */
+static void llama_forward(Llama *m, const int *inputs, const int *targets, int B, int T)
+{
+    const LlamaConfig *c = &m->config;
+    if (T > c->max_seq_len) {
+        FAIL("sequence length T=%d exceeds the model's max_seq_len %d\n  hint: lower -T", T, c->max_seq_len);
+    }
+    if (m->B == 0) llama_alloc_activations(m, B, T);
+    if (B != m->B || T != m->T) {
+        FAIL("forward called with B=%d T=%d, but the activations were allocated for B=%d T=%d", B, T, m->B, m->T);
+    }
+    int64_t L = c->n_layer, C = c->d_model, V = c->vocab_size, F = c->ffn_dim;
+    int H = c->n_head, KV = c->n_kv_head, D = c->head_dim;
+    int64_t BT = (int64_t)B * T, HD = (int64_t)H * D, QKV = (int64_t)(H + 2 * KV) * D;
+    Activations *a = &m->acts;
+
+    for (int64_t i = 0; i < BT; i++) {
+        if (inputs[i] < 0 || inputs[i] >= V) {
+            FAIL("input token %d at position %lld is outside the vocabulary [0, %lld)\n"
+                 "  hint: the data was tokenized for a larger vocabulary; set --vocab or re-tokenize",
+                 inputs[i], (long long)i, (long long)V);
+        }
+        if (targets && targets[i] != IGNORE_INDEX && (targets[i] < 0 || targets[i] >= V)) {
+            FAIL("target %d at position %lld is outside the vocabulary [0, %lld) and not the ignore index %d",
+                 targets[i], (long long)i, (long long)V, IGNORE_INDEX);
+        }
+    }
+
+    const float *embed = param(m, 0);
+    for (int64_t i = 0; i < BT; i++) memcpy(a->resid + i * C, embed + (int64_t)inputs[i] * C, C * sizeof(float));
+
+    for (int l = 0; l < L; l++) {
+        float *x = a->resid + l * BT * C, *x_mid = a->resid_mid + l * BT * C, *x_out = a->resid + (l + 1) * BT * C;
+        float *ln1 = a->ln1 + l * BT * C, *ln1_rstd = a->ln1_rstd + l * BT;
+        float *qkv = a->qkv + l * BT * QKV, *att = a->att + l * (int64_t)B * H * T * T, *atty = a->atty + l * BT * HD;
+        float *ln2 = a->ln2 + l * BT * C, *ln2_rstd = a->ln2_rstd + l * BT;
+        float *gate_up = a->gate_up + l * BT * 2 * F, *mlp_h = a->mlp_h + l * BT * F;
+
+        rmsnorm_forward(ln1, ln1_rstd, x, param(m, param_index_layer(l, LAYER_ATTN_NORM)), BT, C, c->norm_eps);
+        matmul_forward(qkv, ln1, param(m, param_index_layer(l, LAYER_Q)), BT, C, QKV);
+        rope_apply(qkv, QKV, m->rope_cos, m->rope_sin, B, T, H + KV, D / 2, 1.0f);
+        attention_forward(atty, att, qkv, B, T, H, KV, D);
+        matmul_forward(x_mid, atty, param(m, param_index_layer(l, LAYER_O)), BT, HD, C);
+        for (int64_t i = 0; i < BT * C; i++) x_mid[i] += x[i];
+
+        rmsnorm_forward(ln2, ln2_rstd, x_mid, param(m, param_index_layer(l, LAYER_MLP_NORM)), BT, C, c->norm_eps);
+        matmul_forward(gate_up, ln2, param(m, param_index_layer(l, LAYER_GATE)), BT, C, 2 * F);
+        swiglu_forward(mlp_h, gate_up, BT, F);
+        matmul_forward(x_out, mlp_h, param(m, param_index_layer(l, LAYER_DOWN)), BT, F, C);
+        for (int64_t i = 0; i < BT * C; i++) x_out[i] += x_mid[i];
+    }
+
+    rmsnorm_forward(a->lnf, a->lnf_rstd, a->resid + L * BT * C, param(m, param_index_final_norm(c)), BT, C,
+                    c->norm_eps);
+    matmul_forward(a->logits, a->lnf, param(m, param_index_lm_head(c)), BT, C, V);
+
+    /* Cross-entropy = logsumexp(logits) - logits[target]. The exponentials are
+     * summed in double: a vocabulary of 128K terms would lose digits in fp32. */
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < BT; i++) {
+        const float *row = a->logits + i * V;
+        float maxval = -INFINITY;
+        for (int64_t v = 0; v < V; v++) maxval = row[v] > maxval ? row[v] : maxval;
+        double sum = 0.0;
+        for (int64_t v = 0; v < V; v++) sum += expf(row[v] - maxval);
+        a->lse[i] = maxval + (float)log(sum);
+    }
+    m->inputs = inputs;
+    m->targets = targets;
+    m->loss_sum = 0.0;
+    m->n_counted = 0;
+    if (targets) {
+        for (int64_t i = 0; i < BT; i++) {
+            if (targets[i] == IGNORE_INDEX) continue;
+            m->loss_sum += (double)a->lse[i] - a->logits[i * V + targets[i]];
+            m->n_counted++;
+        }
+    }
+    m->mean_loss = m->n_counted > 0 ? (float)(m->loss_sum / (double)m->n_counted) : NAN;
+}
+
+static void llama_zero_grad(Llama *m) { memset(m->grads, 0, (size_t)m->layout.total * sizeof(float)); }
+
+/* Accumulates into the gradients d(loss_scale * loss_sum)/d params for the last
+ * forward: loss_scale = 1 / (targets counted in the whole optimizer step) gives
+ * the mean loss of that step, also across gradient-accumulation micro-steps. */
+static void llama_backward(Llama *m, float loss_scale)
+{
+    const LlamaConfig *c = &m->config;
+    if (m->targets == NULL) FAIL("llama_backward needs a forward pass with targets first");
+    int B = m->B, T = m->T;
+    int64_t L = c->n_layer, C = c->d_model, V = c->vocab_size, F = c->ffn_dim;
+    int H = c->n_head, KV = c->n_kv_head, D = c->head_dim;
+    int64_t BT = (int64_t)B * T, HD = (int64_t)H * D, QKV = (int64_t)(H + 2 * KV) * D;
+    Activations *a = &m->acts;
+    Scratch *s = &m->scratch;
+    const int *targets = m->targets;
+
+    /* d loss / d logits = (softmax - onehot) * loss_scale on counted rows, 0 on ignored ones. */
+    float *dlogits = a->logits;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < BT; i++) {
+        float *row = dlogits + i * V;
+        if (targets[i] == IGNORE_INDEX) {
+            memset(row, 0, (size_t)V * sizeof(float));
+            continue;
+        }
+        for (int64_t v = 0; v < V; v++) row[v] = expf(row[v] - a->lse[i]) * loss_scale;
+        row[targets[i]] -= loss_scale;
+    }
+
+    /* lm_head (for tied embeddings its gradient lands in the embedding's) and the final norm */
+    memset(s->dln, 0, (size_t)(BT * C) * sizeof(float));
+    matmul_backward(s->dln, grad(m, param_index_lm_head(c)), dlogits, a->lnf, param(m, param_index_lm_head(c)),
+                    BT, C, V);
+    memset(s->dresid, 0, (size_t)(BT * C) * sizeof(float));
+    rmsnorm_backward(s->dresid, grad(m, param_index_final_norm(c)), s->dln, a->resid + L * BT * C,
+                     param(m, param_index_final_norm(c)), a->lnf_rstd, BT, C);
+
+    for (int l = (int)L - 1; l >= 0; l--) {
+        float *x = a->resid + l * BT * C, *x_mid = a->resid_mid + l * BT * C;
+        float *ln1 = a->ln1 + l * BT * C, *ln1_rstd = a->ln1_rstd + l * BT;
+        float *qkv = a->qkv + l * BT * QKV, *att = a->att + l * (int64_t)B * H * T * T, *atty = a->atty + l * BT * HD;
+        float *ln2 = a->ln2 + l * BT * C, *ln2_rstd = a->ln2_rstd + l * BT;
+        float *gate_up = a->gate_up + l * BT * 2 * F, *mlp_h = a->mlp_h + l * BT * F;
+
+        /* MLP half: dresid holds d x_out and becomes d x_mid */
+        memset(s->dmlp_h, 0, (size_t)(BT * F) * sizeof(float));
+        matmul_backward(s->dmlp_h, grad(m, param_index_layer(l, LAYER_DOWN)), s->dresid, mlp_h,
+                        param(m, param_index_layer(l, LAYER_DOWN)), BT, F, C);
+        swiglu_backward(s->dgate_up, s->dmlp_h, gate_up, BT, F);
+        memset(s->dln, 0, (size_t)(BT * C) * sizeof(float));
+        matmul_backward(s->dln, grad(m, param_index_layer(l, LAYER_GATE)), s->dgate_up, ln2,
+                        param(m, param_index_layer(l, LAYER_GATE)), BT, C, 2 * F);
+        rmsnorm_backward(s->dresid, grad(m, param_index_layer(l, LAYER_MLP_NORM)), s->dln, x_mid,
+                         param(m, param_index_layer(l, LAYER_MLP_NORM)), ln2_rstd, BT, C);
+
+        /* attention half: dresid holds d x_mid and becomes d x */
+        memset(s->datty, 0, (size_t)(BT * HD) * sizeof(float));
+        matmul_backward(s->datty, grad(m, param_index_layer(l, LAYER_O)), s->dresid, atty,
+                        param(m, param_index_layer(l, LAYER_O)), BT, HD, C);
+        memset(s->dqkv, 0, (size_t)(BT * QKV) * sizeof(float));
+        attention_backward(s->dqkv, s->datt, s->datty, qkv, att, B, T, H, KV, D);
+        rope_apply(s->dqkv, QKV, m->rope_cos, m->rope_sin, B, T, H + KV, D / 2, -1.0f);
+        memset(s->dln, 0, (size_t)(BT * C) * sizeof(float));
+        matmul_backward(s->dln, grad(m, param_index_layer(l, LAYER_Q)), s->dqkv, ln1,
+                        param(m, param_index_layer(l, LAYER_Q)), BT, C, QKV);
+        rmsnorm_backward(s->dresid, grad(m, param_index_layer(l, LAYER_ATTN_NORM)), s->dln, x,
+                         param(m, param_index_layer(l, LAYER_ATTN_NORM)), ln1_rstd, BT, C);
+    }
+
+    /* Embedding lookup; serial because a token may occur more than once. */
+    float *dembed = grad(m, 0);
+    for (int64_t i = 0; i < BT; i++) axpy(dembed + (int64_t)m->inputs[i] * C, 1.0f, s->dresid + i * C, C);
+}
+
+/* ------------------------------------------------------------------------- */
+/* optimizer                                                                  */
+
+/* torch.nn.utils.clip_grad_norm_: scale every gradient by max_norm / (norm + 1e-6)
+ * when that is below 1. Returns the global L2 norm before clipping. */
+static float clip_grad_norm(float *grads, int64_t n, float max_norm)
+{
+    double ss = 0.0;
+#pragma omp parallel for reduction(+ : ss) schedule(static)
+    for (int64_t i = 0; i < n; i++) ss += (double)grads[i] * grads[i];
+    float norm = (float)sqrt(ss);
+    float coef = max_norm / (norm + 1e-6f);
+    if (coef < 1.0f) {
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; i++) grads[i] *= coef;
+    }
+    return norm;
+}
+
+/* Doubles, like the Python floats that torch's scalars start as. */
+typedef struct {
+    double lr, beta1, beta2, eps, weight_decay;
+} AdamWConfig;
+
+/* torch.optim.AdamW (foreach=False, fused=False) step by step, including where
+ * it rounds: the scalars are computed in double, as Python does, and used as
+ * floats; exp_avg.lerp_(g, 1 - beta1) is m + (1 - beta1) * (g - m). Weight
+ * decay is decoupled and only on matrices (ParamTensor.is_matrix). */
+static void llama_adamw_step(Llama *m, const AdamWConfig *opt)
+{
+    if (m->adam_m == NULL) {
+        m->adam_m = (float *)calloc_check((size_t)m->layout.total, sizeof(float), "AdamW first moments");
+        m->adam_v = (float *)calloc_check((size_t)m->layout.total, sizeof(float), "AdamW second moments");
+    }
+    m->adam_step++;
+    double bias_correction1 = 1.0 - pow(opt->beta1, m->adam_step);
+    double bias_correction2 = 1.0 - pow(opt->beta2, m->adam_step);
+    float step_size = (float)(opt->lr / bias_correction1);
+    float bias_correction2_sqrt = (float)sqrt(bias_correction2);
+    float beta2 = (float)opt->beta2, eps = (float)opt->eps;
+    float one_minus_beta1 = (float)(1.0 - opt->beta1), one_minus_beta2 = (float)(1.0 - opt->beta2);
+    for (int ti = 0; ti < m->layout.n_tensors; ti++) {
+        const ParamTensor *t = &m->layout.tensors[ti];
+        float decay = t->is_matrix ? (float)(1.0 - opt->lr * opt->weight_decay) : 1.0f;
+        float *p = m->params + t->offset, *g = m->grads + t->offset;
+        float *mom = m->adam_m + t->offset, *var = m->adam_v + t->offset;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < t->numel; i++) {
+            p[i] *= decay;
+            mom[i] += one_minus_beta1 * (g[i] - mom[i]);
+            var[i] = beta2 * var[i] + one_minus_beta2 * g[i] * g[i];
+            float denom = sqrtf(var[i]) / bias_correction2_sqrt + eps;
+            p[i] -= step_size * (mom[i] / denom);
+        }
+    }
+}
+
+/* 0 if every config.* key of a (weights file) is in b (a dump, or another
+ * weights file) with the same value, else -1 and a message naming the files.
+ * Inline, as the tests use it and the trainer does not. */
+static inline int config_meta_match_try(const TensorFile *a, const TensorFile *b, char *err, size_t errlen)
+{
+    static const char *keys[] = {"config.vocab_size", "config.d_model", "config.n_layer", "config.n_head",
+                                 "config.n_kv_head", "config.head_dim", "config.ffn_dim", "config.max_seq_len",
+                                 "config.rope_theta", "config.rope_scaling", "config.rope_factor",
+                                 "config.rope_low_freq_factor", "config.rope_high_freq_factor",
+                                 "config.rope_original_max_pos", "config.norm_eps", "config.tie_embeddings",
+                                 "config.init_std"};
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        const char *va = tensorfile_meta(a, keys[i]), *vb = tensorfile_meta(b, keys[i]);
+        const TensorFile *lacking = va == NULL ? a : vb == NULL ? b : NULL;
+        if (lacking) {
+            snprintf(err, errlen, "'%s' has no metadata key '%s'; regenerate it with reference/make_reference.py",
+                     lacking->path, keys[i]);
+            return -1;
+        }
+        /* numbers compare by value, so that 8 and 8.0 agree */
+        char *end_a, *end_b;
+        double da = strtod(va, &end_a), db = strtod(vb, &end_b);
+        int same = strcmp(va, vb) == 0 || (*va && *vb && *end_a == '\0' && *end_b == '\0' && da == db);
+        if (!same) {
+            snprintf(err, errlen, "'%s' and '%s' disagree on %s ('%s' vs '%s'): they describe different models\n"
+                     "  hint: pass the weights file that the dump was made from", a->path, b->path, keys[i], va, vb);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------- */
+/* the command-line trainer                                                   */
+#ifndef TESTING
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct {
+    const char *train_pattern, *val_pattern, *preset, *init_from, *log_path, *lr_schedule;
+    int d_model, n_layer, n_head, n_kv_head, ffn_dim, vocab; /* -1: the preset's */
+    int B, T, grad_accum, steps, warmup, eval_every, eval_batches, seed;
+    double lr, min_lr_frac, weight_decay, beta1, beta2, eps, grad_clip;
+} Args;
+
+typedef struct {
+    const char *name;
+    char type; /* 'i' int, 'd' double, 's' string */
+    size_t offset;
+    const char *help;
+} Flag;
+
+#define FLAG(name, type, field, help) {name, type, offsetof(Args, field), help}
+static const Flag FLAGS[] = {
+    FLAG("--train", 's', train_pattern, "glob of the training token shards (required), e.g. 'data/shards/train_*.bin'"),
+    FLAG("--val", 's', val_pattern, "glob of the validation token shards (optional)"),
+    FLAG("--preset", 's', preset, "model shape, one of the presets listed below"),
+    FLAG("--d-model", 'i', d_model, "hidden size (overrides the preset; head_dim becomes d_model / n_head)"),
+    FLAG("--n-layer", 'i', n_layer, "decoder layers (overrides the preset)"),
+    FLAG("--n-head", 'i', n_head, "query heads (overrides the preset)"),
+    FLAG("--n-kv-head", 'i', n_kv_head, "key/value heads, dividing n_head (overrides the preset)"),
+    FLAG("--ffn-dim", 'i', ffn_dim, "SwiGLU hidden size (overrides the preset)"),
+    FLAG("--vocab", 'i', vocab, "vocabulary size (default: the preset's, 128256 for the Llama 3 tokenizer)"),
+    FLAG("--init-from", 's', init_from, "start from a .weights.llmt file; the model config comes from the file"),
+    FLAG("-B", 'i', B, "sequences per micro-batch"),
+    FLAG("-T", 'i', T, "sequence length, at most the model's max_seq_len"),
+    FLAG("--grad-accum", 'i', grad_accum, "micro-batches per optimizer step"),
+    FLAG("--steps", 'i', steps, "optimizer steps"),
+    FLAG("--lr", 'd', lr, "peak learning rate"),
+    FLAG("--schedule", 's', lr_schedule, "after warmup: cosine or linear to min-lr-frac * lr, constant, or wsd (llmc/schedule.h)"),
+    FLAG("--min-lr-frac", 'd', min_lr_frac, "final learning rate as a fraction of --lr (cosine schedule)"),
+    FLAG("--warmup", 'i', warmup, "linear warmup steps"),
+    FLAG("--weight-decay", 'd', weight_decay, "AdamW weight decay, applied to matrices only"),
+    FLAG("--beta1", 'd', beta1, "AdamW beta1"),
+    FLAG("--beta2", 'd', beta2, "AdamW beta2"),
+    FLAG("--eps", 'd', eps, "AdamW epsilon"),
+    FLAG("--grad-clip", 'd', grad_clip, "max global gradient L2 norm; 0 disables clipping"),
+    FLAG("--eval-every", 'i', eval_every, "evaluate on --val every N steps and at the end; 0: only at the end"),
+    FLAG("--eval-batches", 'i', eval_batches, "validation batches per evaluation"),
+    FLAG("--seed", 'i', seed, "seed of the weight init and the data order"),
+    FLAG("--log", 's', log_path, "append JSON lines (step, loss, lr, grad_norm, tokens_per_s, val_loss) here"),
+};
+#define N_FLAGS ((int)(sizeof(FLAGS) / sizeof(FLAGS[0])))
+
+static void usage(FILE *out, const Args *defaults)
+{
+    fprintf(out, "usage: ./train_llama_ref --train PATTERN [options]\n"
+                 "Trains Llama 3 on the CPU in fp32 (the reference implementation).\n\noptions:\n");
+    for (int i = 0; i < N_FLAGS; i++) {
+        const Flag *f = &FLAGS[i];
+        const char *field = (const char *)defaults + f->offset;
+        char def[64] = "";
+        if (f->type == 'i' && *(const int *)field >= 0) snprintf(def, sizeof(def), " (default %d)", *(const int *)field);
+        if (f->type == 'd') snprintf(def, sizeof(def), " (default %g)", *(const double *)field);
+        if (f->type == 's' && *(const char *const *)field) snprintf(def, sizeof(def), " (default %s)", *(const char *const *)field);
+        fprintf(out, "  %-15s %s%s\n", f->name, f->help, def);
+    }
+    fprintf(out, "  %-15s this help\n\npresets:\n", "--help");
+    for (int i = 0; i < LLAMA_N_PRESETS; i++) {
+        const LlamaConfig *c = &LLAMA_PRESETS[i].config;
+        fprintf(out, "  %-15s d_model %d, %d layers, %d heads (%d kv), ffn %d, vocab %d, max_seq_len %d\n",
+                LLAMA_PRESETS[i].name, c->d_model, c->n_layer, c->n_head, c->n_kv_head, c->ffn_dim, c->vocab_size,
+                c->max_seq_len);
+    }
+}
+
+static void parse_args(Args *args, int argc, char **argv)
+{
+    const Args defaults = *args;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout, &defaults);
+            exit(0);
+        }
+        const Flag *f = NULL;
+        for (int k = 0; k < N_FLAGS; k++) {
+            if (strcmp(argv[i], FLAGS[k].name) == 0) f = &FLAGS[k];
+        }
+        if (f == NULL) FAIL("unknown option '%s'; ./train_llama_ref --help lists them", argv[i]);
+        if (i + 1 >= argc) FAIL("option %s needs a value; see --help", argv[i]);
+        const char *value = argv[++i];
+        char *field = (char *)args + f->offset, *end;
+        errno = 0;
+        if (f->type == 's') {
+            *(const char **)field = value;
+        } else if (f->type == 'i') {
+            long v = strtol(value, &end, 10);
+            if (*value == '\0' || *end != '\0' || errno != 0 || v < INT_MIN || v > INT_MAX) {
+                FAIL("option %s wants an integer, got '%s'", f->name, value);
+            }
+            *(int *)field = (int)v;
+        } else {
+            double v = strtod(value, &end);
+            if (*value == '\0' || *end != '\0' || errno != 0 || !isfinite(v)) {
+                FAIL("option %s wants a number, got '%s'", f->name, value);
+            }
+            *(double *)field = v;
+        }
+    }
+}
+
+static void check_args(const Args *a)
+{
+    if (a->train_pattern == NULL) FAIL("no training data; give --train 'data/shards/train_*.bin' (see --help)");
+    if (a->B <= 0 || a->T <= 0 || a->grad_accum <= 0) {
+        FAIL("-B %d, -T %d and --grad-accum %d must all be positive", a->B, a->T, a->grad_accum);
+    }
+    if (a->steps < 0 || a->warmup < 0 || a->eval_every < 0 || a->eval_batches <= 0) {
+        FAIL("--steps %d, --warmup %d, --eval-every %d must not be negative and --eval-batches %d must be positive",
+             a->steps, a->warmup, a->eval_every, a->eval_batches);
+    }
+    if (!(a->lr > 0.0) || !(a->min_lr_frac >= 0.0 && a->min_lr_frac <= 1.0) || !(a->weight_decay >= 0.0)) {
+        FAIL("need --lr > 0 (got %g), 0 <= --min-lr-frac <= 1 (got %g), --weight-decay >= 0 (got %g)", a->lr,
+             a->min_lr_frac, a->weight_decay);
+    }
+    if (!(a->beta1 >= 0.0 && a->beta1 < 1.0) || !(a->beta2 >= 0.0 && a->beta2 < 1.0) || !(a->eps > 0.0) ||
+        !(a->grad_clip >= 0.0)) {
+        FAIL("need 0 <= --beta1, --beta2 < 1 (got %g, %g), --eps > 0 (got %g), --grad-clip >= 0 (got %g)", a->beta1,
+             a->beta2, a->eps, a->grad_clip);
+    }
+    ScheduleKind kind;
+    if (schedule_kind_from_name(a->lr_schedule, &kind) != 0) {
+        FAIL("unknown --schedule '%s'; use cosine, linear, constant or wsd", a->lr_schedule);
+    }
+}
+
+/* The model config from --preset and the explicit shape flags. */
+static LlamaConfig config_from_args(const Args *a)
+{
+    LlamaConfig c;
+    if (llama_preset(a->preset, &c) != 0) {
+        char names[256] = "";
+        for (int i = 0; i < LLAMA_N_PRESETS; i++) {
+            strncat(names, i ? ", " : "", sizeof(names) - strlen(names) - 1);
+            strncat(names, LLAMA_PRESETS[i].name, sizeof(names) - strlen(names) - 1);
+        }
+        FAIL("unknown --preset '%s'; the presets are %s", a->preset, names);
+    }
+    if (a->d_model > 0) c.d_model = a->d_model;
+    if (a->n_layer > 0) c.n_layer = a->n_layer;
+    if (a->n_head > 0) c.n_head = a->n_head;
+    if (a->n_kv_head > 0) c.n_kv_head = a->n_kv_head;
+    if (a->ffn_dim > 0) c.ffn_dim = a->ffn_dim;
+    if (a->vocab > 0) c.vocab_size = a->vocab;
+    if (a->d_model > 0 || a->n_head > 0) {
+        if (c.d_model % c.n_head != 0) {
+            FAIL("d_model %d is not a multiple of n_head %d; change --d-model or --n-head", c.d_model, c.n_head);
+        }
+        c.head_dim = c.d_model / c.n_head;
+    }
+    char err[512];
+    if (llama_config_check(&c, err, sizeof(err)) != 0) {
+        FAIL("bad model shape: %s\n  hint: adjust --d-model --n-layer --n-head --n-kv-head --ffn-dim --vocab", err);
+    }
+    return c;
+}
+
+/* Mean loss over eval_batches batches from the start of the val shards. */
+static float evaluate(Llama *m, DataLoader *val, int eval_batches)
+{
+    double loss_sum = 0.0;
+    int64_t counted = 0;
+    dataloader_reset(val);
+    for (int i = 0; i < eval_batches; i++) {
+        dataloader_next_batch_or_die(val);
+        llama_forward(m, val->inputs, val->targets, val->B, val->T);
+        loss_sum += m->loss_sum;
+        counted += m->n_counted;
+    }
+    return (float)(loss_sum / (double)counted);
+}
+
+int main(int argc, char **argv)
+{
+    Args a = {NULL, NULL, "tiny", NULL, NULL, "cosine", -1, -1, -1, -1, -1, -1,
+              4, 256, 1, 100, 10, 50, 8, 1337, 6e-4, 0.1, 0.1, 0.9, 0.95, 1e-8, 1.0};
+    parse_args(&a, argc, argv);
+    check_args(&a);
+
+    Llama model;
+    if (a.init_from) {
+        if (a.d_model > 0 || a.n_layer > 0 || a.n_head > 0 || a.n_kv_head > 0 || a.ffn_dim > 0 || a.vocab > 0) {
+            FAIL("--init-from takes the model shape from '%s'; drop the shape flags", a.init_from);
+        }
+        llama_load(&model, a.init_from);
+    } else {
+        LlamaConfig config = config_from_args(&a);
+        llama_build(&model, &config);
+        llama_init_random(&model, (uint64_t)a.seed);
+    }
+    const LlamaConfig *c = &model.config;
+    if (a.T > c->max_seq_len) {
+        FAIL("-T %d exceeds the model's max_seq_len %d; lower -T", a.T, c->max_seq_len);
+    }
+    llama_config_print(c, stdout);
+    printf("parameters: %lld (%.1f MiB each for weights, gradients and the two AdamW moments)\n",
+           (long long)model.layout.total, (double)model.layout.total * 4.0 / 1048576.0);
+#ifdef _OPENMP
+    printf("threads: %d\n", omp_get_max_threads());
+#endif
+
+    DataLoader train, val;
+    dataloader_init_or_die(&train, a.train_pattern, a.B, a.T, 0, 1, 1, (uint64_t)a.seed, c->vocab_size);
+    if (a.val_pattern) dataloader_init_eval_or_die(&val, a.val_pattern, a.B, a.T, 0, 1, c->vocab_size);
+    printf("train: %d shards, %llu batches per epoch; tokens per step %lld (B %d x T %d x grad_accum %d)\n",
+           train.num_shards, (unsigned long long)train.windows_per_epoch, (long long)a.B * a.T * a.grad_accum,
+           a.B, a.T, a.grad_accum);
+    FILE *log = a.log_path ? fopen_check(a.log_path, "a") : NULL;
+
+    /* All micro-batches of a step are loaded first, so that the loss can be the
+     * mean over the counted targets of the whole step, as one big batch would give. */
+    int64_t bt = (int64_t)a.B * a.T;
+    int *inputs = (int *)malloc_check((size_t)(bt * a.grad_accum) * sizeof(int), "step inputs");
+    int *targets = (int *)malloc_check((size_t)(bt * a.grad_accum) * sizeof(int), "step targets");
+    AdamWConfig opt = {a.lr, a.beta1, a.beta2, a.eps, a.weight_decay};
+    ScheduleKind kind;
+    schedule_kind_from_name(a.lr_schedule, &kind);
+    LrSchedule schedule = {kind, (float)a.lr, (float)a.min_lr_frac, a.warmup, a.steps, 0.2f};
+    for (int step = 0; step <= a.steps; step++) {
+        int last = step == a.steps;
+        if (a.val_pattern && (last || (a.eval_every > 0 && step % a.eval_every == 0))) {
+            float val_loss = evaluate(&model, &val, a.eval_batches);
+            printf("step %5d | val loss %.6f\n", step, val_loss);
+            if (log) fprintf(log, "{\"step\": %d, \"val_loss\": %.6f}\n", step, val_loss);
+        }
+        if (last) break;
+
+        double t0 = now_seconds();
+        int64_t counted = 0;
+        for (int k = 0; k < a.grad_accum; k++) {
+            dataloader_next_batch_or_die(&train);
+            memcpy(inputs + k * bt, train.inputs, (size_t)bt * sizeof(int));
+            memcpy(targets + k * bt, train.targets, (size_t)bt * sizeof(int));
+            for (int64_t i = 0; i < bt; i++) counted += targets[k * bt + i] != IGNORE_INDEX;
+        }
+        if (counted == 0) FAIL("step %d has no target to learn from (all are the ignore index)", step);
+        llama_zero_grad(&model);
+        double loss_sum = 0.0;
+        for (int k = 0; k < a.grad_accum; k++) {
+            llama_forward(&model, inputs + k * bt, targets + k * bt, a.B, a.T);
+            llama_backward(&model, 1.0f / (float)counted);
+            loss_sum += model.loss_sum;
+        }
+        float loss = (float)(loss_sum / (double)counted);
+        float norm = clip_grad_norm(model.grads, model.layout.total, a.grad_clip > 0.0 ? (float)a.grad_clip : INFINITY);
+        opt.lr = schedule_lr(&schedule, step);
+        llama_adamw_step(&model, &opt);
+        double seconds = now_seconds() - t0;
+        double tokens_per_s = (double)(bt * a.grad_accum) / seconds;
+        printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s\n", step + 1, a.steps, loss,
+               opt.lr, norm, 1e3 * seconds, tokens_per_s);
+        if (log) {
+            fprintf(log, "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, \"tokens_per_s\": %.1f}\n",
+                    step + 1, loss, opt.lr, norm, tokens_per_s);
+            fflush(log);
+        }
+    }
+
+    if (log) fclose(log);
+    free(inputs);
+    free(targets);
+    dataloader_free(&train);
+    if (a.val_pattern) dataloader_free(&val);
+    llama_free(&model);
+    return 0;
+}
+#endif /* TESTING */

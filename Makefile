@@ -21,8 +21,8 @@ NVCC ?= nvcc
 HAVE_NVCC := $(shell command -v $(NVCC) 2> /dev/null)
 CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90
 NVCC_FLAGS ?= -O3
-NVCC_FLAGS += -std=c++17 $(CUDA_ARCH) -I. -Ithird_party/cudnn-frontend/include -Xcompiler -Wall
-NVCC_LDLIBS = -lcublasLt -lcublas -lcudnn
+NVCC_FLAGS += -std=c++17 $(CUDA_ARCH) -I. -isystem third_party/cudnn-frontend/include -Xcompiler -Wall
+NVCC_LDLIBS = -lcublasLt -lcublas -lcudnn -lnvrtc
 CUDNN_FRONTEND = third_party/cudnn-frontend/include/cudnn_frontend.h
 GPU_PROGRAMS = train_llama test_llama
 
@@ -51,7 +51,7 @@ tests/test_%: tests/test_%.c $(LLMC_HEADERS)
 
 # Where nvcc exists the GPU programs are built too, so CUDA code that no longer
 # compiles fails the tests even on a machine without a GPU.
-test: test-c test-python
+test: test-c test-python $(if $(HAVE_NVCC),gpu)
 test-c: $(CPU_TESTS)
 	./test_llama_ref
 	./tests/test_tensorfile

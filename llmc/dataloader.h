@@ -105,19 +105,10 @@ static inline int dataloader_error_(DataLoader *dl, const char *fmt, ...)
     return -1;
 }
 
-/* splitmix64: self-contained, so the permutations are the same on every platform and libc. */
-static inline uint64_t dataloader_splitmix64_(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 /* A hash of x: derives the permutation keys from (seed, epoch, shard). */
 static inline uint64_t dataloader_mix_(uint64_t x)
 {
-    return dataloader_splitmix64_(&x);
+    return splitmix64(&x);
 }
 
 /* Fisher-Yates; rejection sampling keeps every permutation equally likely. */
@@ -131,7 +122,7 @@ static inline void dataloader_permute_(uint64_t *a, uint64_t n, uint64_t key)
         uint64_t limit = UINT64_MAX - UINT64_MAX % i;
         uint64_t r;
         do {
-            r = dataloader_splitmix64_(&s);
+            r = splitmix64(&s);
         } while (r >= limit);
         uint64_t j = r % i, t = a[i - 1];
         a[i - 1] = a[j];

@@ -212,6 +212,26 @@ static inline void llama_rope_inv_freq(const LlamaConfig *c, float *inv_freq)
     }
 }
 
+/* HF's init into a flat host array of layout->total floats: normal(0, init_std)
+ * (Box-Muller) for every matrix, ones for the RMSNorm weights. Seeded, not
+ * meant to reproduce torch's random stream. */
+static inline void llama_init_weights_host(float *params, const LlamaConfig *c, const ParamLayout *layout, uint64_t seed)
+{
+    uint64_t state = seed;
+    for (int i = 0; i < layout->n_tensors; i++) {
+        const ParamTensor *t = &layout->tensors[i];
+        float *p = params + t->offset;
+        for (int64_t j = 0; j < t->numel; j++) {
+            if (!t->is_matrix) {
+                p[j] = 1.0f;
+                continue;
+            }
+            double u1 = random_uniform(&state), u2 = random_uniform(&state);
+            p[j] = (float)(c->init_std * sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
+        }
+    }
+}
+
 /* Config from a .llmt file's metadata (weights or dump); exits naming the file on a missing key. */
 static inline LlamaConfig llama_config_from_tensorfile(const TensorFile *tf)
 {

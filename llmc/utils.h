@@ -102,4 +102,20 @@ static inline void *calloc_check_at(size_t count, size_t size, const char *what,
 }
 #define calloc_check(count, size, what) calloc_check_at(count, size, what, __FILE__, __LINE__)
 
+/* splitmix64: a small, self-contained seeded generator, so that data order and
+ * init are the same on every platform and libc. */
+static inline uint64_t splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in (0, 1): 53 random bits, never exactly 0 so that log() is finite. */
+static inline double random_uniform(uint64_t *state)
+{
+    return ((double)(splitmix64(state) >> 11) + 0.5) / 9007199254740992.0;
+}
+
 #endif /* LLMC_UTILS_H */

@@ -1,0 +1,209 @@
+/*
+ * attention_check: llmc/attention.h (cuDNN SDPA, causal, grouped-query, reading
+ * the fused qkv layout in place) against a double-precision CPU reference on the
+ * same bf16 inputs: forward out and logsumexp stats, backward dq, dk, dv, in both
+ * the deterministic and the atomic-dQ backward; bitwise reproducibility of the
+ * deterministic backward; timing at Llama 3 sizes.
+ *
+ * Tolerances, relative to max(|ref|, rms(ref)) for out and dqkv: they are sums
+ * of terms of either sign, whose rounding errors scale with the terms (the rms)
+ * while single elements can cancel to near zero. Stats: floor 1% of the rms.
+ *   out (bf16): 1e-2. Like every flash attention, cuDNN rounds the probabilities
+ *     to bf16 before P @ V (2^-9 relative each) and rounds out to bf16 (2^-9).
+ *   stats (fp32): 1e-3. Scores are fp32 sums of exact bf16 products; only exp/log
+ *     approximations (~1e-6) separate lse from the reference. Floor 1% of rms.
+ *   dq, dk, dv (bf16): 2e-2. Besides P, the kernel rounds dS to bf16 before the
+ *     dQ and dK GEMMs and computes D = rowsum(dO * O) from the bf16 O, so each
+ *     gradient carries several 2^-9 roundings summed over up to T terms.
+ *
+ * Usage: attention_check [--seed N]
+ */
+#include "check_common.h"
+#include "llmc/attention.h"
+
+typedef struct {
+    int B, T, H, KV, D;
+} Shape;
+
+static inline int64_t qkv_at(Shape s, int b, int t, int head, int d)
+{
+    return (((int64_t)b * s.T + t) * (s.H + 2 * s.KV) + head) * s.D + d;
+}
+
+/* out, lse from qkv; then dqkv from dout (fused layout, like the kernel's). */
+static void ref_attention(float *out, float *lse, float *dqkv, const float *qkv, const float *dout, Shape s)
+{
+    int T = s.T, D = s.D, group = s.H / s.KV, NH = s.H + 2 * s.KV;
+    double scale = 1.0 / sqrt((double)D);
+    double *p = (double *)malloc_check((size_t)T * sizeof(double), "probabilities");
+    double *dp = (double *)malloc_check((size_t)T * sizeof(double), "dp");
+    double *dacc = (double *)calloc_check((size_t)s.B * T * NH * D, sizeof(double), "dqkv accumulators");
+    for (int b = 0; b < s.B; b++) {
+        for (int h = 0; h < s.H; h++) {
+            int kh = s.H + h / group, vh = s.H + s.KV + h / group;
+            for (int t = 0; t < T; t++) {
+                double mx = -1e300;
+                for (int u = 0; u <= t; u++) {
+                    double dotp = 0.0;
+                    for (int d = 0; d < D; d++) {
+                        dotp += (double)qkv[qkv_at(s, b, t, h, d)] * qkv[qkv_at(s, b, u, kh, d)];
+                    }
+                    p[u] = dotp * scale;
+                    mx = p[u] > mx ? p[u] : mx;
+                }
+                double sum = 0.0;
+                for (int u = 0; u <= t; u++) sum += exp(p[u] - mx);
+                double l = mx + log(sum);
+                lse[((int64_t)b * s.H + h) * T + t] = (float)l;
+                for (int u = 0; u <= t; u++) p[u] = exp(p[u] - l);
+                const float *dO = dout + (((int64_t)b * T + t) * s.H + h) * D;
+                double Dt = 0.0;
+                for (int u = 0; u <= t; u++) {
+                    double dpu = 0.0;
+                    for (int d = 0; d < D; d++) dpu += (double)dO[d] * qkv[qkv_at(s, b, u, vh, d)];
+                    dp[u] = dpu;
+                    Dt += p[u] * dpu;
+                }
+                for (int d = 0; d < D; d++) {
+                    double o = 0.0;
+                    for (int u = 0; u <= t; u++) o += p[u] * qkv[qkv_at(s, b, u, vh, d)];
+                    out[(((int64_t)b * T + t) * s.H + h) * D + d] = (float)o;
+                }
+                for (int u = 0; u <= t; u++) {
+                    double ds = p[u] * (dp[u] - Dt) * scale;
+                    for (int d = 0; d < D; d++) {
+                        dacc[qkv_at(s, b, t, h, d)] += ds * qkv[qkv_at(s, b, u, kh, d)];
+                        dacc[qkv_at(s, b, u, kh, d)] += ds * qkv[qkv_at(s, b, t, h, d)];
+                        dacc[qkv_at(s, b, u, vh, d)] += p[u] * dO[d];
+                    }
+                }
+            }
+        }
+    }
+    for (int64_t i = 0; i < (int64_t)s.B * T * NH * D; i++) dqkv[i] = (float)dacc[i];
+    free(p);
+    free(dp);
+    free(dacc);
+}
+
+typedef struct {
+    Shape s;
+    bf16 *qkv, *out, *dout, *dqkv;
+    float *stats;
+} Bench;
+
+static void run_forward(void *ctx, int set)
+{
+    Bench *b = (Bench *)ctx;
+    (void)set;
+    attention_forward(b->out, b->stats, b->qkv, b->s.B, b->s.T, b->s.H, b->s.KV, b->s.D, 0);
+}
+static void run_backward(void *ctx, int set)
+{
+    Bench *b = (Bench *)ctx;
+    (void)set;
+    attention_backward(b->dqkv, b->dout, b->qkv, b->out, b->stats, b->s.B, b->s.T, b->s.H, b->s.KV, b->s.D, 0);
+}
+
+static void check_shape(Shape s, int reference)
+{
+    int64_t NH = s.H + 2 * s.KV;
+    int64_t n_qkv = (int64_t)s.B * s.T * NH * s.D, n_out = (int64_t)s.B * s.T * s.H * s.D;
+    int64_t n_stats = (int64_t)s.B * s.H * s.T;
+    char what[160], tag[96];
+    snprintf(tag, sizeof(tag), "B=%d T=%d H=%d KV=%d D=%d", s.B, s.T, s.H, s.KV, s.D);
+    printf("-- %s\n", tag);
+    uint16_t *qkv_b = (uint16_t *)malloc_check(n_qkv * 2, "qkv"), *dout_b = (uint16_t *)malloc_check(n_out * 2, "dout");
+    uint16_t *got_b = (uint16_t *)malloc_check(n_qkv * 2, "got"), *got2_b = (uint16_t *)malloc_check(n_qkv * 2, "got2");
+    float *qkv = (float *)malloc_check(n_qkv * 4, "qkv f"), *dout = (float *)malloc_check(n_out * 4, "dout f");
+    float *got = (float *)malloc_check(n_qkv * 4, "got f"), *got_stats = (float *)malloc_check(n_stats * 4, "stats");
+    fill_bf16(qkv_b, qkv, n_qkv, 1.0f);
+    fill_bf16(dout_b, dout, n_out, 1.0f);
+
+    Bench b;
+    b.s = s;
+    b.qkv = (bf16 *)dev_upload(qkv_b, n_qkv * 2);
+    b.dout = (bf16 *)dev_upload(dout_b, n_out * 2);
+    b.out = (bf16 *)dev_alloc(n_out * 2);
+    b.dqkv = (bf16 *)dev_alloc(n_qkv * 2);
+    b.stats = (float *)dev_alloc(n_stats * 4);
+
+    float *ref_out = NULL, *ref_lse = NULL, *ref_dqkv = NULL;
+    if (reference) {
+        ref_out = (float *)malloc_check(n_out * 4, "ref out");
+        ref_lse = (float *)malloc_check(n_stats * 4, "ref lse");
+        ref_dqkv = (float *)malloc_check(n_qkv * 4, "ref dqkv");
+        ref_attention(ref_out, ref_lse, ref_dqkv, qkv, dout, s);
+    }
+
+    poison(b.out, n_out * 2);
+    poison(b.stats, n_stats * 4);
+    run_forward(&b, 0);
+    if (reference) {
+        download(got_b, b.out, n_out * 2);
+        bf16_to_float(got, got_b, n_out);
+        snprintf(what, sizeof(what), "attention_forward out %s", tag);
+        check_close(what, got, ref_out, n_out, 1e-2, 1.0);
+        download(got_stats, b.stats, n_stats * 4);
+        snprintf(what, sizeof(what), "attention_forward stats %s", tag);
+        check_close(what, got_stats, ref_lse, n_stats, 1e-3, 1e-2);
+    }
+
+    for (int deterministic = 1; deterministic >= 0; deterministic--) {
+        const char *mode = deterministic ? "deterministic" : "atomic dQ";
+        attention_set_deterministic(deterministic);
+        poison(b.dqkv, n_qkv * 2);
+        run_backward(&b, 0);
+        download(got_b, b.dqkv, n_qkv * 2);
+        if (reference) {
+            bf16_to_float(got, got_b, n_qkv);
+            snprintf(what, sizeof(what), "attention_backward dqkv (%s) %s", mode, tag);
+            check_close(what, got, ref_dqkv, n_qkv, 2e-2, 1.0);
+        }
+        if (deterministic) {
+            poison(b.dqkv, n_qkv * 2);
+            run_backward(&b, 0);
+            download(got2_b, b.dqkv, n_qkv * 2);
+            snprintf(what, sizeof(what), "attention_backward rerun %s", tag);
+            check_identical(what, got_b, got2_b, n_qkv * 2);
+        }
+    }
+
+    if (!reference) {
+        double fwd_flops = 2.0 * 2.0 * s.B * s.H * (double)s.T * s.T * s.D / 2.0;
+        float ms = bench_median_ms(run_forward, &b, 1);
+        snprintf(what, sizeof(what), "attention_forward %s", tag);
+        printf("BENCH %-52s %9.4f ms %7.1f TFLOP/s\n", what, ms, fwd_flops / (ms * 1e-3) / 1e12);
+        for (int deterministic = 1; deterministic >= 0; deterministic--) {
+            attention_set_deterministic(deterministic);
+            ms = bench_median_ms(run_backward, &b, 1);
+            snprintf(what, sizeof(what), "attention_backward (%s) %s", deterministic ? "det" : "atomic", tag);
+            printf("BENCH %-52s %9.4f ms %7.1f TFLOP/s (2.5x forward FLOPs)\n", what, ms,
+                   2.5 * fwd_flops / (ms * 1e-3) / 1e12);
+        }
+        printf("     attention workspace now %.1f MiB\n", attention_workspace_bytes() / 1048576.0);
+    }
+    attention_set_deterministic(1);
+
+    CUDA_CHECK(cudaFree(b.qkv));
+    CUDA_CHECK(cudaFree(b.dout));
+    CUDA_CHECK(cudaFree(b.out));
+    CUDA_CHECK(cudaFree(b.dqkv));
+    CUDA_CHECK(cudaFree(b.stats));
+    free(qkv_b); free(dout_b); free(got_b); free(got2_b);
+    free(qkv); free(dout); free(got); free(got_stats);
+    free(ref_out); free(ref_lse); free(ref_dqkv);
+}
+
+int main(int argc, char **argv)
+{
+    check_init(argc, argv, "attention_check");
+    attention_setup();
+    Shape small[] = {{2, 37, 4, 2, 16}, {2, 37, 4, 2, 24}, {2, 37, 4, 2, 64}, {1, 130, 8, 2, 128}, {2, 64, 4, 4, 32}};
+    for (size_t i = 0; i < sizeof(small) / sizeof(small[0]); i++) check_shape(small[i], 1);
+    /* Llama 3.2 1B (D = 64) and 3B / 8B-like (D = 128) heads at T = 2048 */
+    Shape big[] = {{4, 2048, 32, 8, 64}, {2, 2048, 32, 8, 128}};
+    for (size_t i = 0; i < sizeof(big) / sizeof(big[0]); i++) check_shape(big[i], 0);
+    attention_teardown();
+    return check_exit();
+}

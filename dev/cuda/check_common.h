@@ -1,0 +1,276 @@
+/*
+ * check_common.h: what the kernel check programs in dev/cuda share.
+ *
+ *   - a seeded RNG: the seed comes from --seed N, else from the clock, and is
+ *     printed, so inputs are fresh every run and any failure can be replayed;
+ *   - host bf16 helpers (bits, round to nearest even) so that the CPU reference
+ *     reads exactly the bf16 values the kernel reads;
+ *   - check_close: max relative error against a reference, with a floor under
+ *     |ref| (a fraction of the reference's rms) so that results that cancel to
+ *     near zero are judged against the scale of the data, not against zero;
+ *   - poisoning: outputs are filled with 0xFF bytes (NaN in bf16 and fp32) before a
+ *     run, and NaN fails every comparison, so an element a kernel forgets to write
+ *     is caught;
+ *   - timing: warm-up, then the median of BENCH_RUNS back-to-back runs timed with
+ *     events, rotating over several input sets so that the L2 (50 MB on an H100)
+ *     cannot hold them; GB/s from the bytes the kernel must move, and as a
+ *     percentage of the cudaMemcpy device-to-device bandwidth measured here
+ *     (bytes read + written).
+ * Every check prints a PASS or FAIL line; check_exit() returns non-zero if any failed.
+ */
+#ifndef DEV_CUDA_CHECK_COMMON_H
+#define DEV_CUDA_CHECK_COMMON_H
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "llmc/cuda_common.h"
+
+#define BENCH_RUNS 60
+#define BENCH_WARMUP 5
+
+static int check_failures = 0;
+static int check_passes = 0;
+static double copy_gbps = 0.0;
+
+/* ---- RNG (splitmix64) ---- */
+
+static uint64_t rng_state = 0;
+
+static inline uint64_t rng_next(void)
+{
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+/* uniform in [0, 1) */
+static inline double rng_uniform(void) { return (double)(rng_next() >> 11) * (1.0 / 9007199254740992.0); }
+static inline float rng_range(float lo, float hi) { return lo + (hi - lo) * (float)rng_uniform(); }
+static inline int rng_int(int n) { return (int)(rng_next() % (uint64_t)n); }
+static inline float rng_normal(void)
+{
+    double u1 = 1.0 - rng_uniform(), u2 = rng_uniform();
+    return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
+}
+
+/* Seed from --seed N, else the clock; printed so that a failing run can be replayed. */
+static inline void check_init(int argc, char **argv, const char *name)
+{
+    uint64_t seed = 0;
+    int have_seed = 0;
+    for (int i = 1; i + 1 < argc; i++) {
+        if (strcmp(argv[i], "--seed") == 0) {
+            seed = strtoull(argv[i + 1], NULL, 10);
+            have_seed = 1;
+        }
+    }
+    if (!have_seed) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        seed = ((uint64_t)ts.tv_sec * 1000000007ull) ^ (uint64_t)ts.tv_nsec;
+        seed %= 1000000000000ull;
+    }
+    rng_state = seed;
+    cudaDeviceProp prop;
+    int device = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    printf("== %s on %s (sm_%d%d, %d SMs, L2 %d MB), seed %llu (replay: --seed %llu)\n", name, prop.name,
+           prop.major, prop.minor, prop.multiProcessorCount, prop.l2CacheSize >> 20, (unsigned long long)seed,
+           (unsigned long long)seed);
+}
+
+/* ---- bf16 on the host, as raw bits ---- */
+
+static inline uint16_t bf16_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */
+    return (uint16_t)(u >> 16);
+}
+static inline float bf16_float(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline float bf16_round(float f) { return bf16_float(bf16_bits(f)); }
+
+/* Random bf16 values (bits) and the floats they stand for: scale * normal, never all zeros. */
+static inline void fill_bf16(uint16_t *bits, float *values, int64_t n, float scale)
+{
+    for (int64_t i = 0; i < n; i++) {
+        bits[i] = bf16_bits(scale * rng_normal());
+        if (values) values[i] = bf16_float(bits[i]);
+    }
+}
+static inline void fill_float(float *x, int64_t n, float scale)
+{
+    for (int64_t i = 0; i < n; i++) x[i] = scale * rng_normal();
+}
+static inline void bf16_to_float(float *out, const uint16_t *bits, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) out[i] = bf16_float(bits[i]);
+}
+
+/* ---- device buffers ---- */
+
+static inline void *dev_alloc(size_t bytes) { return cuda_malloc_named(bytes, "check buffer"); }
+/* Device buffers are freed with cudaFree; the named allocator's byte count is not used here. */
+static inline void *dev_upload(const void *host, size_t bytes)
+{
+    void *d = dev_alloc(bytes);
+    CUDA_CHECK(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
+    return d;
+}
+static inline void download(void *host, const void *dev, size_t bytes)
+{
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost));
+}
+static inline void *dev_clone(const void *dev, size_t bytes)
+{
+    void *d = dev_alloc(bytes);
+    CUDA_CHECK(cudaMemcpy(d, dev, bytes, cudaMemcpyDeviceToDevice));
+    return d;
+}
+/* 0xFF bytes: NaN as bf16 and as fp32 */
+static inline void poison(void *dev, size_t bytes) { CUDA_CHECK(cudaMemset(dev, 0xFF, bytes)); }
+
+/* ---- comparisons ---- */
+
+static inline void check_result(int ok, const char *fmt, ...)
+{
+    va_list args;
+    printf("%s ", ok ? "PASS" : "FAIL");
+    va_start(args, fmt);
+    vprintf(fmt, args);
+    va_end(args);
+    printf("\n");
+    if (ok) check_passes++;
+    else check_failures++;
+}
+
+/* Max over i of |got - ref| / max(|ref|, floor_frac * rms(ref)); NaN anywhere fails. */
+static inline void check_close(const char *what, const float *got, const float *ref, int64_t n, double tol,
+                               double floor_frac)
+{
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; i++) ss += (double)ref[i] * ref[i];
+    double floor = floor_frac * sqrt(ss / (double)(n > 0 ? n : 1));
+    if (!(floor > 0.0)) floor = 1e-30;
+    double worst = 0.0;
+    int64_t worst_i = 0, bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double a = fabs((double)ref[i]);
+        double err = fabs((double)got[i] - (double)ref[i]) / (a > floor ? a : floor);
+        if (!(err <= tol)) bad++;
+        if (!(err <= worst) && !isnan(worst)) { /* the first NaN sticks */
+            worst = err;
+            worst_i = i;
+        }
+    }
+    check_result(bad == 0, "%-46s max rel err %.3e (tol %.0e) at %lld: got %.8g want %.8g", what, worst, tol,
+                 (long long)worst_i, n > 0 ? got[worst_i] : 0.0f, n > 0 ? ref[worst_i] : 0.0f);
+    if (bad) printf("     %lld of %lld elements out of tolerance\n", (long long)bad, (long long)n);
+}
+
+static inline void check_identical(const char *what, const void *a, const void *b, size_t bytes)
+{
+    check_result(memcmp(a, b, bytes) == 0, "%-46s bit-identical (%zu bytes)", what, bytes);
+}
+
+static inline int check_exit(void)
+{
+    printf("== %d passed, %d failed\n", check_passes, check_failures);
+    return check_failures ? 1 : 0;
+}
+
+/* ---- timing ---- */
+
+/* Runs the kernel(s) under test on input set `set`. */
+typedef void (*bench_fn)(void *ctx, int set);
+
+/* Input sets to rotate over so that together they are at least 3x the L2. */
+static inline int bench_sets(size_t bytes_per_set)
+{
+    int device = 0, l2 = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
+    size_t want = 3 * (size_t)l2;
+    int sets = (int)((want + bytes_per_set - 1) / bytes_per_set);
+    return sets < 2 ? 2 : sets > 64 ? 64 : sets;
+}
+
+static int compare_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median ms of one call. Runs are enqueued back to back with an event between each,
+ * so the GPU never idles waiting for the host and launch gaps are not timed. */
+static inline float bench_median_ms(bench_fn fn, void *ctx, int n_sets)
+{
+    cudaEvent_t events[BENCH_RUNS + 1];
+    float ms[BENCH_RUNS];
+    for (int i = 0; i < BENCH_WARMUP; i++) fn(ctx, i % n_sets);
+    for (int i = 0; i <= BENCH_RUNS; i++) CUDA_CHECK(cudaEventCreate(&events[i]));
+    CUDA_CHECK(cudaEventRecord(events[0], 0));
+    for (int i = 0; i < BENCH_RUNS; i++) {
+        fn(ctx, (i + BENCH_WARMUP) % n_sets);
+        CUDA_CHECK(cudaEventRecord(events[i + 1], 0));
+    }
+    CUDA_CHECK(cudaEventSynchronize(events[BENCH_RUNS]));
+    for (int i = 0; i < BENCH_RUNS; i++) CUDA_CHECK(cudaEventElapsedTime(&ms[i], events[i], events[i + 1]));
+    for (int i = 0; i <= BENCH_RUNS; i++) CUDA_CHECK(cudaEventDestroy(events[i]));
+    qsort(ms, BENCH_RUNS, sizeof(float), compare_float);
+    return ms[BENCH_RUNS / 2];
+}
+
+typedef struct {
+    void *dst, *src;
+    size_t bytes;
+} CopyCtx;
+static void copy_run(void *ctx, int set)
+{
+    CopyCtx *c = (CopyCtx *)ctx;
+    (void)set;
+    CUDA_CHECK(cudaMemcpyAsync(c->dst, c->src, c->bytes, cudaMemcpyDeviceToDevice, 0));
+}
+
+/* cudaMemcpy device-to-device of 512 MB, counting bytes read + written: the
+ * reference that the kernels' GB/s are reported against. */
+static inline void bench_copy_bandwidth(void)
+{
+    CopyCtx c;
+    c.bytes = (size_t)512 << 20;
+    c.src = dev_alloc(c.bytes);
+    c.dst = dev_alloc(c.bytes);
+    CUDA_CHECK(cudaMemset(c.src, 1, c.bytes));
+    float ms = bench_median_ms(copy_run, &c, 1);
+    copy_gbps = 2.0 * (double)c.bytes / (ms * 1e-3) / 1e9;
+    printf("BENCH %-40s %9.4f ms %8.1f GB/s (reference: bytes read + written)\n", "cudaMemcpy D2D 512 MB", ms,
+           copy_gbps);
+    CUDA_CHECK(cudaFree(c.src));
+    CUDA_CHECK(cudaFree(c.dst));
+}
+
+static inline void bench_report(const char *what, bench_fn fn, void *ctx, int n_sets, double bytes)
+{
+    float ms = bench_median_ms(fn, ctx, n_sets);
+    double gbps = bytes / (ms * 1e-3) / 1e9;
+    printf("BENCH %-40s %9.4f ms %8.1f GB/s %5.1f%% of copy\n", what, ms, gbps,
+           copy_gbps > 0 ? 100.0 * gbps / copy_gbps : 0.0);
+}
+
+#endif /* DEV_CUDA_CHECK_COMMON_H */

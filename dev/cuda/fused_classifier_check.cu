@@ -1,0 +1,297 @@
+/*
+ * fused_classifier_check: llmc/fused_classifier.h (chunked lm_head + cross-entropy
+ * + backward) against a double-precision CPU reference, with ignored (-100) rows,
+ * ragged last chunks, and vocabularies whose rows are not 16-byte aligned
+ * (V = 1000, 777); the forward-only variant and loss_sum; then timing at Llama 3
+ * sizes (N = 8192, C = 2048, V = 128256) for three chunk sizes.
+ *
+ * The kernel computes softmax from bf16 logits (the GEMM's output) and rounds
+ * dlogits to bf16 before the two backward GEMMs. The reference does the same
+ * math in double from the logits the kernel's GEMM produced (read back through
+ * fused_classifier_logits), rounding dlogits to bf16 like the kernel, so that the
+ * comparison isolates the kernel and the GEMM wiring. Tolerances:
+ *   losses (fp32) vs the same bf16 logits: 1e-4 relative (fp32 sums of exp over
+ *     V terms and __expf: ~1e-6).
+ *   losses vs fp64 logits never rounded to bf16: 5e-3 (bf16 logits err by 2^-9
+ *     relative; this bounds what fusing in bf16 costs).
+ *   dx (bf16): 1e-2 relative (fp32 accumulation, then rounding to bf16, 2^-9).
+ *   dx of the V=128256 rows vs fp64 logits: 3e-2 relative to max(|ref|, rms):
+ *     each of the 128256 softmax terms carries the bf16 rounding of its logit.
+ *   dW (fp32, accumulated onto random values): 1e-3 relative (fp32 sums of exact
+ *     products; a dlogit whose bf16 rounding differs by one ulp moves one term).
+ *   Floors under |ref|: 1% of the reference's rms (gradients cross zero).
+ *   Ignored rows: loss exactly 0; forward-only losses bit-identical to the
+ *   forward+backward ones; loss_sum within 1e-5 of a double sum, and reproducible.
+ *
+ * Usage: fused_classifier_check [--seed N]
+ */
+#include "check_common.h"
+#include "llmc/fused_classifier.h"
+
+/* targets: about 1 in 6 ignored; the rest uniform over the vocabulary. Returns the count kept. */
+static int make_targets(int *targets, int N, int V)
+{
+    int kept = 0;
+    for (int i = 0; i < N; i++) {
+        targets[i] = rng_int(6) == 0 ? XENT_IGNORE_INDEX : rng_int(V);
+        kept += targets[i] != XENT_IGNORE_INDEX;
+    }
+    targets[0] = XENT_IGNORE_INDEX; /* at least one ignored row, at a chunk start */
+    if (N > 1 && targets[N - 1] == XENT_IGNORE_INDEX) targets[N - 1] = V - 1; /* the last class */
+    kept = 0;
+    for (int i = 0; i < N; i++) kept += targets[i] != XENT_IGNORE_INDEX;
+    return kept;
+}
+
+/* Loss and bf16-rounded dlogits of one row of logits, in double. */
+static double ref_row(float *dlogits, const float *logits, int target, int V, double inv_count)
+{
+    if (target == XENT_IGNORE_INDEX) {
+        if (dlogits) for (int v = 0; v < V; v++) dlogits[v] = 0.0f;
+        return 0.0;
+    }
+    double mx = -1e300, sum = 0.0;
+    for (int v = 0; v < V; v++) mx = logits[v] > mx ? logits[v] : mx;
+    for (int v = 0; v < V; v++) sum += exp((double)logits[v] - mx);
+    double lse = mx + log(sum);
+    if (dlogits) {
+        for (int v = 0; v < V; v++) {
+            dlogits[v] = bf16_round((float)((exp((double)logits[v] - lse) - (v == target ? 1.0 : 0.0)) * inv_count));
+        }
+    }
+    return lse - logits[target];
+}
+
+static void check_small(int N, int C, int V, int chunk)
+{
+    char what[160], tag[96];
+    snprintf(tag, sizeof(tag), "N=%d C=%d V=%d chunk=%d", N, C, V, chunk);
+    printf("-- %s\n", tag);
+    int64_t nx = (int64_t)N * C, nw = (int64_t)V * C, nl = (int64_t)N * V;
+    uint16_t *x_b = (uint16_t *)malloc_check(nx * 2, "x"), *w_b = (uint16_t *)malloc_check(nw * 2, "w");
+    uint16_t *logits_b = (uint16_t *)malloc_check(nl * 2, "logits"), *dx_b = (uint16_t *)malloc_check(nx * 2, "dx");
+    float *x = (float *)malloc_check(nx * 4, "x f"), *w = (float *)malloc_check(nw * 4, "w f");
+    float *logits = (float *)malloc_check(nl * 4, "logits f"), *dlogits = (float *)malloc_check(nl * 4, "dlogits");
+    float *exact = (float *)malloc_check((size_t)V * 4, "fp64 logits row");
+    float *dw0 = (float *)malloc_check(nw * 4, "dw0"), *ref_dw = (float *)malloc_check(nw * 4, "ref dw");
+    float *got_dw = (float *)malloc_check(nw * 4, "got dw");
+    float *ref_dx = (float *)malloc_check(nx * 4, "ref dx"), *got_dx = (float *)malloc_check(nx * 4, "got dx");
+    float *ref_loss = (float *)malloc_check(N * 4, "ref loss");
+    float *ref_loss_exact = (float *)malloc_check(N * 4, "ref loss64");
+    float *got_loss = (float *)malloc_check(N * 4, "got loss"), *got_loss2 = (float *)malloc_check(N * 4, "got loss2");
+    int *targets = (int *)malloc_check(N * sizeof(int), "targets");
+    fill_bf16(x_b, x, nx, 1.0f);
+    fill_bf16(w_b, w, nw, 0.2f);
+    fill_float(dw0, nw, 0.01f);
+    int kept = make_targets(targets, N, V);
+    float inv_count = 1.0f / (float)kept;
+
+    bf16 *d_x = (bf16 *)dev_upload(x_b, nx * 2), *d_w = (bf16 *)dev_upload(w_b, nw * 2);
+    int *d_targets = (int *)dev_upload(targets, N * sizeof(int));
+    bf16 *d_logits = (bf16 *)dev_alloc(nl * 2), *d_scratch = (bf16 *)dev_alloc((int64_t)chunk * V * 2);
+    bf16 *d_dx = (bf16 *)dev_alloc(nx * 2);
+    float *d_dw = (float *)dev_upload(dw0, nw * 4), *d_loss = (float *)dev_alloc(N * 4), *d_sum = (float *)dev_alloc(4);
+
+    /* the logits the fused path's GEMM makes, for the reference to start from */
+    poison(d_logits, nl * 2);
+    fused_classifier_logits(d_logits, d_x, d_w, N, C, V, 0);
+    download(logits_b, d_logits, nl * 2);
+    bf16_to_float(logits, logits_b, nl);
+
+    for (int n = 0; n < N; n++) {
+        ref_loss[n] = (float)ref_row(dlogits + (int64_t)n * V, logits + (int64_t)n * V, targets[n], V, inv_count);
+        for (int v = 0; v < V; v++) {
+            double s = 0.0;
+            for (int c = 0; c < C; c++) s += (double)x[(int64_t)n * C + c] * w[(int64_t)v * C + c];
+            exact[v] = (float)s;
+        }
+        ref_loss_exact[n] = (float)ref_row(NULL, exact, targets[n], V, inv_count);
+        for (int c = 0; c < C; c++) {
+            double s = 0.0;
+            for (int v = 0; v < V; v++) s += (double)dlogits[(int64_t)n * V + v] * w[(int64_t)v * C + c];
+            ref_dx[(int64_t)n * C + c] = (float)s;
+        }
+    }
+    for (int v = 0; v < V; v++) {
+        for (int c = 0; c < C; c++) {
+            double s = dw0[(int64_t)v * C + c];
+            for (int n = 0; n < N; n++) s += (double)dlogits[(int64_t)n * V + v] * x[(int64_t)n * C + c];
+            ref_dw[(int64_t)v * C + c] = (float)s;
+        }
+    }
+
+    poison(d_loss, N * 4);
+    poison(d_dx, nx * 2);
+    poison(d_scratch, (int64_t)chunk * V * 2);
+    fused_classifier_forward_backward(d_loss, d_dx, d_dw, d_scratch, d_x, d_w, d_targets, N, C, V, chunk, inv_count, 0);
+    download(got_loss, d_loss, N * 4);
+    download(dx_b, d_dx, nx * 2);
+    bf16_to_float(got_dx, dx_b, nx);
+    download(got_dw, d_dw, nw * 4);
+
+    int ignored_ok = 1;
+    for (int n = 0; n < N; n++) {
+        if (targets[n] == XENT_IGNORE_INDEX && got_loss[n] != 0.0f) ignored_ok = 0;
+    }
+    snprintf(what, sizeof(what), "ignored rows have loss 0 %s", tag);
+    check_result(ignored_ok, "%s", what);
+    snprintf(what, sizeof(what), "losses vs bf16 logits %s", tag);
+    check_close(what, got_loss, ref_loss, N, 1e-4, 1e-2);
+    snprintf(what, sizeof(what), "losses vs fp64 logits %s", tag);
+    check_close(what, got_loss, ref_loss_exact, N, 5e-3, 1e-2);
+    snprintf(what, sizeof(what), "dx %s", tag);
+    check_close(what, got_dx, ref_dx, nx, 1e-2, 1e-2);
+    snprintf(what, sizeof(what), "dW (+=) %s", tag);
+    check_close(what, got_dw, ref_dw, nw, 1e-3, 1e-2);
+
+    poison(d_loss, N * 4);
+    fused_classifier_forward(d_loss, d_scratch, d_x, d_w, d_targets, N, C, V, chunk, 0);
+    download(got_loss2, d_loss, N * 4);
+    snprintf(what, sizeof(what), "forward-only losses %s", tag);
+    check_identical(what, got_loss, got_loss2, (size_t)N * 4);
+
+    double sum = 0.0;
+    for (int n = 0; n < N; n++) sum += got_loss[n];
+    float got_sum, got_sum2, want = (float)sum;
+    poison(d_sum, 4);
+    loss_sum(d_sum, d_loss, N, 0);
+    download(&got_sum, d_sum, 4);
+    snprintf(what, sizeof(what), "loss_sum %s", tag);
+    check_close(what, &got_sum, &want, 1, 1e-5, 0.0);
+    poison(d_sum, 4);
+    loss_sum(d_sum, d_loss, N, 0);
+    download(&got_sum2, d_sum, 4);
+    snprintf(what, sizeof(what), "loss_sum rerun %s", tag);
+    check_identical(what, &got_sum, &got_sum2, 4);
+
+    CUDA_CHECK(cudaFree(d_x)); CUDA_CHECK(cudaFree(d_w)); CUDA_CHECK(cudaFree(d_targets));
+    CUDA_CHECK(cudaFree(d_logits)); CUDA_CHECK(cudaFree(d_scratch)); CUDA_CHECK(cudaFree(d_dx));
+    CUDA_CHECK(cudaFree(d_dw)); CUDA_CHECK(cudaFree(d_loss)); CUDA_CHECK(cudaFree(d_sum));
+    free(x_b); free(w_b); free(logits_b); free(dx_b); free(x); free(w); free(logits); free(dlogits); free(exact);
+    free(dw0); free(ref_dw); free(got_dw); free(ref_dx); free(got_dx); free(ref_loss); free(ref_loss_exact);
+    free(got_loss); free(got_loss2); free(targets);
+}
+
+typedef struct {
+    int N, C, V, chunk;
+    float inv_count;
+    bf16 *x, *w, *dx, *scratch;
+    float *dw, *loss;
+    int *targets;
+} Bench;
+
+static void run_fused(void *ctx, int set)
+{
+    Bench *b = (Bench *)ctx;
+    (void)set;
+    fused_classifier_forward_backward(b->loss, b->dx, b->dw, b->scratch, b->x, b->w, b->targets, b->N, b->C, b->V,
+                                      b->chunk, b->inv_count, 0);
+}
+static void run_forward_only(void *ctx, int set)
+{
+    Bench *b = (Bench *)ctx;
+    (void)set;
+    fused_classifier_forward(b->loss, b->scratch, b->x, b->w, b->targets, b->N, b->C, b->V, b->chunk, 0);
+}
+static void run_rows_kernel(void *ctx, int set)
+{
+    Bench *b = (Bench *)ctx;
+    (void)set;
+    cross_entropy_rows_kernel<1><<<b->chunk, XENT_BLOCK>>>(b->loss, b->scratch, b->targets, b->V, b->inv_count);
+    CUDA_CHECK_LAST();
+}
+
+/* Llama 3 classifier: correctness of a few rows end to end, then timing per chunk size. */
+static void check_large(int N, int C, int V)
+{
+    size_t budget = (size_t)1 << 30;
+    int chunks[3] = {fused_classifier_chunk_rows(N, V, budget), 1024, N};
+    int max_chunk = N;
+    printf("-- N=%d C=%d V=%d: 1 GiB budget gives chunk %d\n", N, C, V, chunks[0]);
+    int64_t nx = (int64_t)N * C, nw = (int64_t)V * C;
+    uint16_t *x_b = (uint16_t *)malloc_check(nx * 2, "x"), *w_b = (uint16_t *)malloc_check(nw * 2, "w");
+    float *x = (float *)malloc_check(nx * 4, "x f"), *w = (float *)malloc_check(nw * 4, "w f");
+    int *targets = (int *)malloc_check(N * sizeof(int), "targets");
+    fill_bf16(x_b, x, nx, 1.0f);
+    fill_bf16(w_b, w, nw, 0.05f);
+    int kept = make_targets(targets, N, V);
+    Bench b;
+    b.N = N; b.C = C; b.V = V; b.chunk = chunks[0];
+    b.inv_count = 1.0f / (float)kept;
+    b.x = (bf16 *)dev_upload(x_b, nx * 2);
+    b.w = (bf16 *)dev_upload(w_b, nw * 2);
+    b.targets = (int *)dev_upload(targets, N * sizeof(int));
+    b.dx = (bf16 *)dev_alloc(nx * 2);
+    b.scratch = (bf16 *)dev_alloc((size_t)max_chunk * V * 2);
+    b.dw = (float *)dev_alloc(nw * 4);
+    b.loss = (float *)dev_alloc(N * 4);
+    CUDA_CHECK(cudaMemset(b.dw, 0, nw * 4));
+
+    /* 8 rows (one ignored) against fp64 logits never rounded to bf16: loss and dx */
+    poison(b.loss, N * 4);
+    poison(b.dx, nx * 2);
+    run_fused(&b, 0);
+    float *got_loss = (float *)malloc_check(N * 4, "got loss");
+    uint16_t *dx_b = (uint16_t *)malloc_check(nx * 2, "dx");
+    download(got_loss, b.loss, N * 4);
+    download(dx_b, b.dx, nx * 2);
+    float *row = (float *)malloc_check((size_t)V * 4, "row"), *p = (float *)malloc_check((size_t)V * 4, "p");
+    float ref_l[8], got_l[8], *ref_dx = (float *)malloc_check(8 * (size_t)C * 4, "ref dx");
+    float *got_dx = (float *)malloc_check(8 * (size_t)C * 4, "got dx");
+    for (int k = 0; k < 8; k++) {
+        int n = k == 0 ? 0 : rng_int(N);
+        for (int v = 0; v < V; v++) {
+            double s = 0.0;
+            for (int c = 0; c < C; c++) s += (double)x[(int64_t)n * C + c] * w[(int64_t)v * C + c];
+            row[v] = (float)s;
+        }
+        ref_l[k] = (float)ref_row(p, row, targets[n], V, b.inv_count);
+        got_l[k] = got_loss[n];
+        for (int c = 0; c < C; c++) {
+            double s = 0.0;
+            for (int v = 0; v < V; v++) s += (double)p[v] * w[(int64_t)v * C + c];
+            ref_dx[k * C + c] = (float)s;
+            got_dx[k * C + c] = bf16_float(dx_b[(int64_t)n * C + c]);
+        }
+    }
+    check_close("losses of 8 rows vs fp64 logits (V=128256)", got_l, ref_l, 8, 5e-3, 1e-2);
+    check_close("dx of 8 rows vs fp64 logits (V=128256)", got_dx, ref_dx, 8 * (int64_t)C, 3e-2, 1.0);
+
+    double flops = 3.0 * 2.0 * N * (double)C * V;
+    for (int i = 0; i < 3; i++) {
+        b.chunk = chunks[i];
+        float ms = bench_median_ms(run_fused, &b, 1);
+        char what[96];
+        snprintf(what, sizeof(what), "fused fwd+bwd chunk %d (%.2f GiB logits)", b.chunk,
+                 (double)b.chunk * V * 2 / 1073741824.0);
+        printf("BENCH %-48s %9.3f ms %7.1f TFLOP/s (3 GEMMs)\n", what, ms, flops / (ms * 1e-3) / 1e12);
+    }
+    b.chunk = chunks[0];
+    float ms = bench_median_ms(run_forward_only, &b, 1);
+    printf("BENCH %-48s %9.3f ms %7.1f TFLOP/s (1 GEMM)\n", "fused forward only (eval)", ms,
+           flops / 3.0 / (ms * 1e-3) / 1e12);
+    bench_report("cross_entropy_rows_kernel, one chunk", run_rows_kernel, &b, 1, 3.0 * b.chunk * (double)V * 2);
+
+    CUDA_CHECK(cudaFree(b.x)); CUDA_CHECK(cudaFree(b.w)); CUDA_CHECK(cudaFree(b.targets)); CUDA_CHECK(cudaFree(b.dx));
+    CUDA_CHECK(cudaFree(b.scratch)); CUDA_CHECK(cudaFree(b.dw)); CUDA_CHECK(cudaFree(b.loss));
+    free(x_b); free(w_b); free(x); free(w); free(targets); free(got_loss); free(dx_b); free(row); free(p);
+    free(ref_dx); free(got_dx);
+}
+
+int main(int argc, char **argv)
+{
+    check_init(argc, argv, "fused_classifier_check");
+    matmul_setup();
+    bench_copy_bandwidth();
+    int c1 = fused_classifier_chunk_rows(8192, 128256, (size_t)1 << 30);
+    int c2 = fused_classifier_chunk_rows(100, 1000, (size_t)1 << 30);
+    int c3 = fused_classifier_chunk_rows(8192, 128256, (size_t)1 << 20);
+    check_result(c1 == 4096 && c2 == 100 && c3 == 4, "fused_classifier_chunk_rows: 1 GiB at V=128256 -> %d rows "
+                 "(want 4096), capped at N=100 -> %d, 1 MiB -> %d (want 4)", c1, c2, c3);
+    check_small(300, 64, 1000, 128); /* ragged last chunk of 44 */
+    check_small(257, 96, 777, 100);  /* rows start off 16-byte boundaries; chunk not a multiple of 128 */
+    check_small(64, 32, 777, 64);    /* one chunk */
+    check_large(8192, 2048, 128256);
+    matmul_teardown();
+    return check_exit();
+}

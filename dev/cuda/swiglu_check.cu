@@ -1,0 +1,120 @@
+/*
+ * swiglu_check: llmc/swiglu.h against a double-precision CPU reference on the same
+ * bf16 inputs; backward both out of place and in place (dgate_up == gate_up), which
+ * must agree to the bit; timing at Llama 3 sizes (N = 8192, F = 8192 / 14336).
+ *
+ * Tolerances: every output is bf16: 4e-3 relative (half a bf16 ulp is at most
+ * 2^-8 = 3.9e-3 relative; fp32 math with expf adds ~1e-6), floor at 1% of the rms
+ * since silu and its derivative pass through zero.
+ *
+ * Usage: swiglu_check [--seed N]
+ */
+#include "check_common.h"
+#include "llmc/swiglu.h"
+
+static void ref_swiglu(float *out, float *dgate_up, const float *gate_up, const float *dout, int N, int F)
+{
+    for (int64_t n = 0; n < N; n++) {
+        for (int f = 0; f < F; f++) {
+            double g = gate_up[n * 2 * F + f], u = gate_up[n * 2 * F + F + f], d = dout[n * F + f];
+            double sig = 1.0 / (1.0 + exp(-g));
+            out[n * F + f] = (float)(g * sig * u);
+            dgate_up[n * 2 * F + f] = (float)(d * u * sig * (1.0 + g * (1.0 - sig)));
+            dgate_up[n * 2 * F + F + f] = (float)(d * g * sig);
+        }
+    }
+}
+
+typedef struct {
+    int N, F;
+    bf16 **gate_up, **out, **dout, **dgate_up;
+} Bench;
+
+static void run_forward(void *ctx, int s)
+{
+    Bench *b = (Bench *)ctx;
+    swiglu_forward(b->out[s], b->gate_up[s], b->N, b->F, 0);
+}
+static void run_backward(void *ctx, int s)
+{
+    Bench *b = (Bench *)ctx;
+    swiglu_backward(b->dgate_up[s], b->dout[s], b->gate_up[s], b->N, b->F, 0);
+}
+
+static void check_size(int N, int F, int bench)
+{
+    int64_t nf = (int64_t)N * F, n2f = 2 * nf;
+    char what[128];
+    printf("-- N = %d, F = %d\n", N, F);
+    uint16_t *gu_b = (uint16_t *)malloc_check(n2f * 2, "gate_up"), *dout_b = (uint16_t *)malloc_check(nf * 2, "dout");
+    uint16_t *got_b = (uint16_t *)malloc_check(n2f * 2, "got"), *got2_b = (uint16_t *)malloc_check(n2f * 2, "got2");
+    float *gu = (float *)malloc_check(n2f * 4, "gate_up f"), *dout = (float *)malloc_check(nf * 4, "dout f");
+    float *ref_out = (float *)malloc_check(nf * 4, "ref out"), *ref_dgu = (float *)malloc_check(n2f * 4, "ref dgu");
+    float *got = (float *)malloc_check(n2f * 4, "got f");
+    /* gates over [-8, 8] and beyond reach both tails of the sigmoid */
+    fill_bf16(gu_b, gu, n2f, 2.5f);
+    fill_bf16(dout_b, dout, nf, 1.0f);
+    ref_swiglu(ref_out, ref_dgu, gu, dout, N, F);
+
+    bf16 *d_gu = (bf16 *)dev_upload(gu_b, n2f * 2), *d_dout = (bf16 *)dev_upload(dout_b, nf * 2);
+    bf16 *d_out = (bf16 *)dev_alloc(nf * 2), *d_dgu = (bf16 *)dev_alloc(n2f * 2);
+
+    poison(d_out, nf * 2);
+    swiglu_forward(d_out, d_gu, N, F, 0);
+    download(got_b, d_out, nf * 2);
+    bf16_to_float(got, got_b, nf);
+    snprintf(what, sizeof(what), "swiglu_forward N=%d F=%d", N, F);
+    check_close(what, got, ref_out, nf, 4e-3, 1e-2);
+
+    poison(d_dgu, n2f * 2);
+    swiglu_backward(d_dgu, d_dout, d_gu, N, F, 0);
+    download(got_b, d_dgu, n2f * 2);
+    bf16_to_float(got, got_b, n2f);
+    snprintf(what, sizeof(what), "swiglu_backward N=%d F=%d", N, F);
+    check_close(what, got, ref_dgu, n2f, 4e-3, 1e-2);
+
+    /* in place: d_dgu becomes a copy of gate_up, then is overwritten by its gradient */
+    CUDA_CHECK(cudaMemcpy(d_dgu, d_gu, n2f * 2, cudaMemcpyDeviceToDevice));
+    swiglu_backward(d_dgu, d_dout, d_dgu, N, F, 0);
+    download(got2_b, d_dgu, n2f * 2);
+    snprintf(what, sizeof(what), "swiglu_backward in place N=%d F=%d", N, F);
+    check_result(memcmp(got_b, got2_b, n2f * 2) == 0, "%-46s bit-identical to out of place", what);
+
+    if (bench) {
+        Bench b = {N, F, NULL, NULL, NULL, NULL};
+        int sets = bench_sets(n2f * 2 * 2 + nf * 2 * 2);
+        bf16 ***lists[4] = {&b.gate_up, &b.out, &b.dout, &b.dgate_up};
+        for (int l = 0; l < 4; l++) *lists[l] = (bf16 **)malloc_check(sets * sizeof(bf16 *), "bench sets");
+        for (int s = 0; s < sets; s++) {
+            b.gate_up[s] = (bf16 *)dev_clone(d_gu, n2f * 2);
+            b.dout[s] = (bf16 *)dev_clone(d_dout, nf * 2);
+            b.out[s] = (bf16 *)dev_alloc(nf * 2);
+            b.dgate_up[s] = (bf16 *)dev_alloc(n2f * 2);
+        }
+        snprintf(what, sizeof(what), "swiglu_forward N=%d F=%d", N, F);
+        bench_report(what, run_forward, &b, sets, 3.0 * nf * 2);
+        snprintf(what, sizeof(what), "swiglu_backward N=%d F=%d", N, F);
+        bench_report(what, run_backward, &b, sets, 5.0 * nf * 2);
+        for (int s = 0; s < sets; s++) {
+            for (int l = 0; l < 4; l++) CUDA_CHECK(cudaFree((*lists[l])[s]));
+        }
+        for (int l = 0; l < 4; l++) free(*lists[l]);
+    }
+
+    void *dev[] = {d_gu, d_dout, d_out, d_dgu};
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) CUDA_CHECK(cudaFree(dev[i]));
+    void *host[] = {gu_b, dout_b, got_b, got2_b, gu, dout, ref_out, ref_dgu, got};
+    for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++) free(host[i]);
+}
+
+int main(int argc, char **argv)
+{
+    check_init(argc, argv, "swiglu_check");
+    bench_copy_bandwidth();
+    int sizes[][3] = {
+        /* N, F, bench */
+        {37, 64, 0}, {37, 96, 0}, {3, 2056, 0}, {8192, 8192, 1}, {8192, 14336, 1},
+    };
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) check_size(sizes[i][0], sizes[i][1], sizes[i][2]);
+    return check_exit();
+}

@@ -1,0 +1,123 @@
+/*
+ * cuda_common.h: what every CUDA header here shares: the bf16 type, error
+ * checks that print file, line and a hint, a named device allocator whose
+ * out-of-memory error says which allocation failed and what to reduce, and
+ * 16-byte vector loads and stores.
+ *
+ * Every CUDA runtime call goes through CUDA_CHECK; every kernel launch is
+ * followed by CUDA_CHECK_LAST(), which catches bad launch configurations.
+ */
+#ifndef LLMC_CUDA_COMMON_H
+#define LLMC_CUDA_COMMON_H
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "utils.h"
+
+typedef __nv_bfloat16 bf16;
+
+#define WARP_SIZE 32
+
+static inline void cuda_check_at(cudaError_t status, const char *what, const char *file, int line)
+{
+    if (status != cudaSuccess) {
+        fail_at(file, line, "CUDA error in %s: %s (%s)\n  hint: %s", what, cudaGetErrorString(status),
+                cudaGetErrorName(status),
+                status == cudaErrorMemoryAllocation ? "reduce the batch size (-B) or sequence length (-T), "
+                                                      "or enable activation recomputation"
+                : status == cudaErrorNoDevice || status == cudaErrorInsufficientDriver
+                    ? "no usable NVIDIA GPU or driver here; the CPU reference is ./train_llama_ref"
+                    : "rerun with CUDA_LAUNCH_BLOCKING=1 to find the failing kernel");
+    }
+}
+#define CUDA_CHECK(call) cuda_check_at((call), #call, __FILE__, __LINE__)
+/* After each kernel launch: catches bad launch configurations at once. */
+#define CUDA_CHECK_LAST() cuda_check_at(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
+
+static inline int ceil_div(int64_t a, int64_t b) { return (int)((a + b - 1) / b); }
+
+/* Bytes taken by the named allocations, and the largest that total reached. */
+static size_t cuda_bytes_allocated = 0;
+static size_t cuda_bytes_allocated_peak = 0;
+
+/* cudaMalloc whose failure names the allocation, its size and the free memory. */
+static inline void *cuda_malloc_named_at(size_t bytes, const char *what, const char *file, int line)
+{
+    void *p = NULL;
+    cudaError_t status = cudaMalloc(&p, bytes);
+    if (status == cudaErrorMemoryAllocation) {
+        size_t free_bytes = 0, total_bytes = 0;
+        cudaGetLastError();
+        cudaMemGetInfo(&free_bytes, &total_bytes);
+        fail_at(file, line, "out of GPU memory allocating %s: %.2f GiB requested, %.2f GiB free of %.2f GiB "
+                "(%.2f GiB already held by this program)\n  hint: reduce the batch size (-B) or sequence length (-T), "
+                "raise the activation recomputation level (--recompute), or use more GPUs with ZeRO sharding",
+                what, bytes / 1073741824.0, free_bytes / 1073741824.0, total_bytes / 1073741824.0,
+                cuda_bytes_allocated / 1073741824.0);
+    }
+    cuda_check_at(status, what, file, line);
+    cuda_bytes_allocated += bytes;
+    if (cuda_bytes_allocated > cuda_bytes_allocated_peak) cuda_bytes_allocated_peak = cuda_bytes_allocated;
+    return p;
+}
+#define cuda_malloc_named(bytes, what) cuda_malloc_named_at(bytes, what, __FILE__, __LINE__)
+
+/* 16 bytes of T, for loads and stores that the hardware does in one instruction. */
+template <class T>
+struct alignas(16) Vec16 {
+    static constexpr int size = 16 / sizeof(T);
+    T v[16 / sizeof(T)];
+};
+typedef Vec16<bf16> bf16x8;
+typedef Vec16<float> floatx4;
+
+template <class T>
+__device__ __forceinline__ Vec16<T> load16(const T *address)
+{
+    Vec16<T> out;
+    *reinterpret_cast<int4 *>(out.v) = *reinterpret_cast<const int4 *>(address);
+    return out;
+}
+/* Load that bypasses L1 and is evicted first: for data read exactly once. */
+template <class T>
+__device__ __forceinline__ Vec16<T> load16_stream(const T *address)
+{
+    Vec16<T> out;
+    *reinterpret_cast<int4 *>(out.v) = __ldcs(reinterpret_cast<const int4 *>(address));
+    return out;
+}
+template <class T>
+__device__ __forceinline__ void store16(T *address, Vec16<T> value)
+{
+    *reinterpret_cast<int4 *>(address) = *reinterpret_cast<const int4 *>(value.v);
+}
+
+__device__ __forceinline__ float warp_sum(float x)
+{
+    for (int offset = WARP_SIZE / 2; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
+    return x;
+}
+__device__ __forceinline__ float warp_max(float x)
+{
+    for (int offset = WARP_SIZE / 2; offset > 0; offset >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+    return x;
+}
+
+/* Sum over a block whose size is a multiple of 32 (at most 1024); every thread gets the result.
+ * shared must hold 32 floats. */
+__device__ __forceinline__ float block_sum(float x, float *shared)
+{
+    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, n_warps = blockDim.x / WARP_SIZE;
+    x = warp_sum(x);
+    __syncthreads(); /* shared may still be read by a previous call */
+    if (lane == 0) shared[warp] = x;
+    __syncthreads();
+    x = lane < n_warps ? shared[lane] : 0.0f;
+    return warp_sum(x);
+}
+
+#endif /* LLMC_CUDA_COMMON_H */

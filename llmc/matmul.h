@@ -1,0 +1,218 @@
+/*
+ * matmul.h: the three GEMMs of a Linear layer y = x W^T through cuBLASLt, bf16
+ * operands, fp32 accumulation. Row-major throughout; W is [out, in] (HF layout).
+ *   forward          out[N, out]  = inp[N, in] @ W[out, in]^T           (bf16 out)
+ *   backward input   dinp[N, in] (= or +=) dout[N, out] @ W[out, in]    (bf16 out)
+ *   backward weight  dW[out, in] += dout[N, out]^T @ inp[N, in]         (fp32 out, always accumulated)
+ * Each reads its two operands (and its output when accumulating) and writes only its output.
+ *
+ * cuBLASLt is column-major: a row-major [r, c] matrix is a column-major [c, r]
+ * one with leading dimension c, so each product is computed transposed
+ * (out^T = W inp^T and so on) and no operand is ever copied.
+ *
+ * A step issues the same few shapes over and over, so each (GEMM, shape,
+ * pointer alignment) gets its layouts and heuristic algorithm once and keeps
+ * them in a small table. All calls share one 32 MiB workspace (what cuBLAS
+ * recommends for Hopper): GEMMs must not run concurrently on two streams.
+ */
+#ifndef LLMC_MATMUL_H
+#define LLMC_MATMUL_H
+
+#include <cublasLt.h>
+
+#include "cuda_common.h"
+
+static inline void cublas_check_at(cublasStatus_t status, const char *what, const char *file, int line)
+{
+    if (status != CUBLAS_STATUS_SUCCESS) {
+        fail_at(file, line, "cuBLAS error in %s: %s (%s)\n  hint: %s", what, cublasLtGetStatusName(status),
+                cublasLtGetStatusString(status),
+                status == CUBLAS_STATUS_NOT_INITIALIZED ? "call matmul_setup() first"
+                : status == CUBLAS_STATUS_ALLOC_FAILED  ? "out of GPU memory; reduce the batch size (-B)"
+                : status == CUBLAS_STATUS_NOT_SUPPORTED
+                    ? "no cuBLASLt kernel for these types/shape/alignment; rerun with CUBLASLT_LOG_LEVEL=5"
+                    : "rerun with CUBLASLT_LOG_LEVEL=5 to see what cuBLASLt rejected");
+    }
+}
+#define CUBLAS_CHECK(call) cublas_check_at((call), #call, __FILE__, __LINE__)
+
+enum { MATMUL_FORWARD, MATMUL_BACKWARD_INPUT, MATMUL_BACKWARD_WEIGHT, MATMUL_KINDS };
+
+#define MATMUL_WORKSPACE_BYTES ((size_t)32 << 20)
+/* Enough for every shape of a training step (7 Linear layers x 3 GEMMs, plus the
+ * classifier's full and ragged chunks); a full table recycles its oldest entry. */
+#define MATMUL_CACHE_SIZE 64
+
+typedef struct {
+    int in_use;
+    int kind, N, in_dim, out_dim;
+    int align_bytes[4]; /* A, B, C, D: the heuristic may only pick kernels these pointers satisfy */
+    cublasLtMatrixLayout_t layout[4];
+    cublasLtMatmulAlgo_t algo;
+} MatmulPlan;
+
+static cublasLtHandle_t matmul_handle = NULL;
+static void *matmul_workspace = NULL;
+static cublasLtMatmulDesc_t matmul_desc[MATMUL_KINDS];
+static MatmulPlan matmul_cache[MATMUL_CACHE_SIZE];
+static int matmul_cache_next = 0;
+
+static inline void matmul_setup(void)
+{
+    /* (transpose A, transpose B) of each GEMM in cuBLASLt's column-major terms; see matmul_plan. */
+    static const cublasOperation_t ops[MATMUL_KINDS][2] = {
+        {CUBLAS_OP_T, CUBLAS_OP_N}, {CUBLAS_OP_N, CUBLAS_OP_N}, {CUBLAS_OP_N, CUBLAS_OP_T}};
+    CUBLAS_CHECK(cublasLtCreate(&matmul_handle));
+    matmul_workspace = cuda_malloc_named(MATMUL_WORKSPACE_BYTES, "cuBLASLt workspace");
+    for (int kind = 0; kind < MATMUL_KINDS; kind++) {
+        CUBLAS_CHECK(cublasLtMatmulDescCreate(&matmul_desc[kind], CUBLAS_COMPUTE_32F, CUDA_R_32F));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(matmul_desc[kind], CUBLASLT_MATMUL_DESC_TRANSA, &ops[kind][0],
+                                                    sizeof(ops[kind][0])));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(matmul_desc[kind], CUBLASLT_MATMUL_DESC_TRANSB, &ops[kind][1],
+                                                    sizeof(ops[kind][1])));
+    }
+    memset(matmul_cache, 0, sizeof(matmul_cache));
+    matmul_cache_next = 0;
+}
+
+static inline void matmul_plan_release(MatmulPlan *plan)
+{
+    if (!plan->in_use) return;
+    for (int i = 0; i < 4; i++) CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(plan->layout[i]));
+    plan->in_use = 0;
+}
+
+static inline void matmul_teardown(void)
+{
+    for (int i = 0; i < MATMUL_CACHE_SIZE; i++) matmul_plan_release(&matmul_cache[i]);
+    for (int kind = 0; kind < MATMUL_KINDS; kind++) CUBLAS_CHECK(cublasLtMatmulDescDestroy(matmul_desc[kind]));
+    CUDA_CHECK(cudaFree(matmul_workspace));
+    cuda_bytes_allocated -= MATMUL_WORKSPACE_BYTES;
+    matmul_workspace = NULL;
+    CUBLAS_CHECK(cublasLtDestroy(matmul_handle));
+    matmul_handle = NULL;
+}
+
+/* Largest power of two up to 256 (cuBLASLt's strictest requirement) dividing the address. */
+static inline int matmul_alignment(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    int align = 256;
+    while (align > 1 && a % (uintptr_t)align != 0) align /= 2;
+    return align;
+}
+
+/*
+ * The cached plan of one GEMM, made on first use. Column-major view (m, n, k):
+ *   forward          D[out, N] = op_T(A = W as [in, out]) @ (B = inp as [in, N]),         k = in
+ *   backward input   D[in, N]  = (A = W as [in, out]) @ (B = dout as [out, N]),           k = out
+ *   backward weight  D[in, out] = (A = inp as [in, N]) @ op_T(B = dout as [out, N]),      k = N
+ */
+static inline const MatmulPlan *matmul_plan(int kind, int N, int in_dim, int out_dim, const void *a,
+                                            const void *b, const void *c, const void *d)
+{
+    int align[4] = {matmul_alignment(a), matmul_alignment(b), matmul_alignment(c), matmul_alignment(d)};
+    for (int i = 0; i < MATMUL_CACHE_SIZE; i++) {
+        const MatmulPlan *p = &matmul_cache[i];
+        if (p->in_use && p->kind == kind && p->N == N && p->in_dim == in_dim && p->out_dim == out_dim &&
+            memcmp(p->align_bytes, align, sizeof(align)) == 0) {
+            return p;
+        }
+    }
+    if (matmul_handle == NULL) FAIL("matmul called before matmul_setup()");
+    if (N <= 0 || in_dim <= 0 || out_dim <= 0) {
+        FAIL("matmul with an empty shape: N %d, in %d, out %d", N, in_dim, out_dim);
+    }
+    MatmulPlan *plan = &matmul_cache[matmul_cache_next];
+    matmul_cache_next = (matmul_cache_next + 1) % MATMUL_CACHE_SIZE;
+    matmul_plan_release(plan);
+
+    uint64_t n_tok = (uint64_t)N, in = (uint64_t)in_dim, out = (uint64_t)out_dim;
+    /* rows, cols, leading dimension of A, B, C (= D) as stored, column-major */
+    uint64_t dims[3][3];
+    cudaDataType_t out_type = CUDA_R_16BF;
+    if (kind == MATMUL_FORWARD) {
+        uint64_t d3[3][3] = {{in, out, in}, {in, n_tok, in}, {out, n_tok, out}};
+        memcpy(dims, d3, sizeof(dims));
+    } else if (kind == MATMUL_BACKWARD_INPUT) {
+        uint64_t d3[3][3] = {{in, out, in}, {out, n_tok, out}, {in, n_tok, in}};
+        memcpy(dims, d3, sizeof(dims));
+    } else {
+        uint64_t d3[3][3] = {{in, n_tok, in}, {out, n_tok, out}, {in, out, in}};
+        memcpy(dims, d3, sizeof(dims));
+        out_type = CUDA_R_32F;
+    }
+    for (int i = 0; i < 4; i++) {
+        const uint64_t *dm = dims[i < 3 ? i : 2];
+        CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->layout[i], i < 2 ? CUDA_R_16BF : out_type, dm[0], dm[1],
+                                                (int64_t)dm[2]));
+    }
+    plan->in_use = 1;
+    plan->kind = kind;
+    plan->N = N;
+    plan->in_dim = in_dim;
+    plan->out_dim = out_dim;
+    memcpy(plan->align_bytes, align, sizeof(align));
+
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws = MATMUL_WORKSPACE_BYTES;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    static const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++) {
+        uint32_t v = (uint32_t)align[i];
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &v, sizeof(v)));
+    }
+    cublasLtMatmulHeuristicResult_t heuristic;
+    int found = 0;
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(matmul_handle, matmul_desc[kind], plan->layout[0], plan->layout[1],
+                                                plan->layout[2], plan->layout[3], pref, 1, &heuristic, &found));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    if (found == 0) {
+        static const char *names[MATMUL_KINDS] = {"forward", "backward input", "backward weight"};
+        FAIL("cuBLASLt has no algorithm for the %s GEMM with N %d, in %d, out %d "
+             "(pointer alignments %d/%d/%d/%d bytes)\n"
+             "  hint: keep activation and weight pointers 16-byte aligned; rerun with CUBLASLT_LOG_LEVEL=5",
+             names[kind], N, in_dim, out_dim, align[0], align[1], align[2], align[3]);
+    }
+    plan->algo = heuristic.algo;
+    return plan;
+}
+
+static inline void matmul_run(int kind, void *d, const void *a, const void *b, int N, int in_dim, int out_dim,
+                              float beta, cudaStream_t stream)
+{
+    const void *c = d; /* C is D (in place): read only when beta != 0 */
+    const MatmulPlan *plan = matmul_plan(kind, N, in_dim, out_dim, a, b, c, d);
+    const float alpha = 1.0f;
+    CUBLAS_CHECK(cublasLtMatmul(matmul_handle, matmul_desc[kind], &alpha, a, plan->layout[0], b, plan->layout[1], &beta,
+                                c, plan->layout[2], d, plan->layout[3], &plan->algo, matmul_workspace,
+                                MATMUL_WORKSPACE_BYTES, stream));
+}
+
+/* out[N, out_dim] = inp[N, in_dim] @ weight[out_dim, in_dim]^T */
+static inline void matmul_forward(bf16 *out, const bf16 *inp, const bf16 *weight, int N, int in_dim, int out_dim,
+                                  cudaStream_t stream)
+{
+    matmul_run(MATMUL_FORWARD, out, weight, inp, N, in_dim, out_dim, 0.0f, stream);
+}
+
+/* dinp[N, in_dim] = dout[N, out_dim] @ weight[out_dim, in_dim]. Never accumulated:
+ * with a bf16 C, cuBLASLt rounds the product to bf16 before adding C (seen on an
+ * H100: errors of half a bf16 ulp of the product, not of the sum). */
+static inline void matmul_backward_input(bf16 *dinp, const bf16 *dout, const bf16 *weight, int N, int in_dim,
+                                         int out_dim, cudaStream_t stream)
+{
+    matmul_run(MATMUL_BACKWARD_INPUT, dinp, weight, dout, N, in_dim, out_dim, 0.0f, stream);
+}
+
+/* dweight[out_dim, in_dim] += dout[N, out_dim]^T @ inp[N, in_dim], in fp32 */
+static inline void matmul_backward_weight(float *dweight, const bf16 *dout, const bf16 *inp, int N, int in_dim,
+                                          int out_dim, cudaStream_t stream)
+{
+    matmul_run(MATMUL_BACKWARD_WEIGHT, dweight, inp, dout, N, in_dim, out_dim, 1.0f, stream);
+}
+
+#endif /* LLMC_MATMUL_H */

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# On the GPU machine: build the CUDA programs, run test_llama against the
+# reference dumps, run every dev/cuda kernel check, and time a few training
+# steps of the Llama 3.2 1B shape. Logs go to $OUT (or /tmp/gpu_check).
+# Usage: scripts/gpu_check.sh [build] [test] [kernels] [bench]  (default: all)
+set -u
+cd "$(dirname "$0")/.."
+out="${OUT:-/tmp/gpu_check}"
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0
+steps="${*:-build test kernels bench}"
+status=0
+for s in $steps; do
+    case "$s" in
+    build)
+        bash scripts/device_facts.sh 2>&1 | tee "$out/facts.log"
+        echo "cudnn.h used: $(echo '#include <cudnn.h>' | g++ -E -x c++ -I/usr/local/cuda/include - 2>/dev/null | grep -m1 -o '/[^"]*cudnn.h')"
+        make -j16 gpu > "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; echo "FAIL build"; exit 1; }
+        echo "build ok";;
+    test)
+        timeout 300 ./test_llama > "$out/test_llama.log" 2>&1; rc=$?
+        grep -E "FAIL|max relative|passed|step [0-9]:|error" "$out/test_llama.log" | head -60
+        [ $rc -ne 0 ] && status=1;;
+    kernels)
+        CHECK_LOG_DIR="$out/cuda_checks" timeout 400 bash dev/cuda/run_checks.sh > "$out/kernels.log" 2>&1 || status=1
+        sed -n '/=== summary/,$p' "$out/kernels.log" | head -60;;
+    bench)
+        for r in 1 2; do
+            timeout 200 ./train_llama --preset llama3.2-1b -B 4 -T 2048 --random-data --steps 12 --warmup 2 \
+                --recompute $r --log "$out/bench_r$r.jsonl" > "$out/bench_r$r.log" 2>&1 || status=1
+            tail -4 "$out/bench_r$r.log"
+        done;;
+    esac
+done
+exit $status

@@ -410,36 +410,10 @@ static void llama_build(Llama *m, const LlamaConfig *config)
     llama_rope_inv_freq(config, m->inv_freq);
 }
 
-/* splitmix64: a small seeded generator, enough for an init that is not meant
- * to reproduce torch's random stream. */
-static uint64_t rng_next(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-/* Uniform in (0, 1): 53 random bits, never exactly 0 so that log() is finite. */
-static double rng_uniform(uint64_t *state) { return ((double)(rng_next(state) >> 11) + 0.5) / 9007199254740992.0; }
-
 /* HF's init: normal(0, init_std) for every matrix, ones for the RMSNorm weights. */
 static void llama_init_random(Llama *m, uint64_t seed)
 {
-    uint64_t state = seed;
-    for (int i = 0; i < m->layout.n_tensors; i++) {
-        const ParamTensor *t = &m->layout.tensors[i];
-        float *p = m->params + t->offset;
-        for (int64_t j = 0; j < t->numel; j++) {
-            if (!t->is_matrix) {
-                p[j] = 1.0f;
-                continue;
-            }
-            /* Box-Muller */
-            double u1 = rng_uniform(&state), u2 = rng_uniform(&state);
-            p[j] = (float)(m->config.init_std * sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
-        }
-    }
+    llama_init_weights_host(m->params, &m->config, &m->layout, seed);
 }
 
 /* Build the model a weights file describes and load its tensors, by HF name. */

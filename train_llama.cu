@@ -627,16 +627,11 @@ int main(int argc, char **argv)
 {
     Args a;
     parse_args(&a, argc, argv);
-    int device_count = 0;
-    cudaError_t status = cudaGetDeviceCount(&device_count);
-    if (status != cudaSuccess || device_count == 0) {
-        fprintf(stderr, "error: no CUDA GPU found (%s)\n  hint: on a machine without a GPU, train with the CPU "
-                "reference instead: ./train_llama_ref --help\n", cudaGetErrorString(status));
-        return 1;
-    }
-    cudaDeviceProp prop;
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    /* flags, model and data are all checked before the GPU is touched */
     LlamaConfig config = config_from_args(&a);
+    if (config.d_model % 8 != 0 || config.head_dim % 8 != 0 || config.ffn_dim % 8 != 0)
+        FAIL("the GPU kernels need d_model, head_dim and ffn_dim to be multiples of 8 (got %d, %d, %d)",
+             config.d_model, config.head_dim, config.ffn_dim);
     if (a.T > config.max_seq_len)
         FAIL("-T %d exceeds the model's max_seq_len %d\n  hint: lower -T", a.T, config.max_seq_len);
     int64_t N = (int64_t)a.B * a.T;
@@ -665,6 +660,15 @@ int main(int argc, char **argv)
     DataLoader val;
     if (have_val) dataloader_init_eval_or_die(&val, a.val_pattern, a.B, a.T, 0, 1, config.vocab_size);
 
+    int device_count = 0;
+    cudaError_t status = cudaGetDeviceCount(&device_count);
+    if (status != cudaSuccess || device_count == 0) {
+        fprintf(stderr, "error: no CUDA GPU found (%s)\n  hint: on a machine without a GPU, train with the CPU "
+                "reference instead: ./train_llama_ref --help\n", cudaGetErrorString(status));
+        return 1;
+    }
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s, %d SMs, %.1f GiB\n", prop.name, prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0);
     llama_config_print(&config, stdout);
     matmul_setup();

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Bad input to the trainers' command lines: each case must exit non-zero with a
+# message that names the cause. Runs ./train_llama_ref, and ./train_llama where
+# it was built (all of these are caught before the GPU is touched).
+set -u
+cd "$(dirname "$0")/.."
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0
+fail=0
+
+# A valid shard (header per docs/shard_format.md) of 5000 tokens of a 128256 vocab.
+python3 - "$tmp" <<'PY'
+import struct, sys, random
+header = [0] * 256
+header[0:4] = [0x4C4C5453, 1, 4, 128256]
+header[6:8] = [128000, 128001]
+random.seed(1)
+tokens = [random.randrange(128256) for _ in range(5000)]
+with open(f"{sys.argv[1]}/good_000000.bin", "wb") as f:
+    f.write(struct.pack("<256i", *header))
+    f.seek(16)
+    f.write(struct.pack("<Q", len(tokens)))
+    f.seek(1024)
+    f.write(struct.pack(f"<{len(tokens)}I", *tokens))
+PY
+head -c 3000 "$tmp/good_000000.bin" > "$tmp/cut_000000.bin"
+printf 'NOTASHARD' > "$tmp/junk_000000.bin"
+head -c 1000 testdata/tiny_gqa_tied.weights.llmt > "$tmp/cut.weights.llmt"
+good="$tmp/good_*.bin"
+
+# expect NAME EXPECTED_TEXT COMMAND...
+expect() {
+    local name=$1 want=$2
+    shift 2
+    local out rc
+    out=$("$@" 2>&1)
+    rc=$?
+    if [ $rc -ne 0 ] && grep -qF -- "$want" <<< "$out"; then
+        echo "PASS $name"
+        pass=$((pass + 1))
+    else
+        echo "FAIL $name: exit $rc, wanted a message with '$want', got:"
+        sed 's/^/    /' <<< "$out" | head -5
+        fail=$((fail + 1))
+    fi
+}
+
+for bin in ./train_llama_ref ./train_llama; do
+    [ -x "$bin" ] || continue
+    expect "$bin unknown flag" "--bogus" $bin --bogus 1
+    expect "$bin non-numeric -B" "'x'" $bin -B x --train "$good"
+    expect "$bin unknown preset" "nope" $bin --preset nope --train "$good"
+    expect "$bin no shard matches" "$tmp/none_*.bin" $bin --preset nano --train "$tmp/none_*.bin"
+    expect "$bin junk shard" "$tmp/junk_000000.bin" $bin --preset nano --train "$tmp/junk_*.bin"
+    expect "$bin truncated shard" "$tmp/cut_000000.bin" $bin --preset nano --train "$tmp/cut_*.bin"
+    expect "$bin truncated weights" "$tmp/cut.weights.llmt" $bin --init-from "$tmp/cut.weights.llmt" --train "$good"
+    expect "$bin missing weights" "$tmp/missing.weights.llmt" $bin --init-from "$tmp/missing.weights.llmt" --train "$good"
+    expect "$bin T over max_seq_len" "max_seq_len" $bin --preset nano -T 4096 --train "$good"
+    expect "$bin shard vocab over the model's" "vocab_size 128256" \
+        $bin --init-from testdata/tiny_gqa_tied.weights.llmt -T 8 -B 1 --train "$good"
+    expect "$bin shard too small for the batch" "$tmp/good_000000.bin" $bin --preset nano -B 8 -T 1024 --train "$good"
+done
+if [ -x ./train_llama ]; then
+    expect "train_llama total batch not a multiple of B*T" "multiple" \
+        ./train_llama --preset nano -B 2 -T 64 --total-batch 100 --train "$good"
+    if ! nvidia-smi -L > /dev/null 2>&1; then
+        expect "train_llama without a GPU points at the CPU reference" "train_llama_ref" \
+            ./train_llama --preset nano -B 1 -T 64 --train "$good" --val ''
+    fi
+fi
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

@@ -21,8 +21,8 @@ NVCC ?= nvcc
 HAVE_NVCC := $(shell command -v $(NVCC) 2> /dev/null)
 CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90
 NVCC_FLAGS ?= -O3
-NVCC_FLAGS += -std=c++17 $(CUDA_ARCH) -I. -isystem third_party/cudnn-frontend/include -Xcompiler -Wall
-NVCC_LDLIBS = -lcublasLt -lcublas -lcudnn -lnvrtc
+NVCC_FLAGS += -std=c++17 $(CUDA_ARCH) -I. -isystem third_party/cudnn-frontend/include -Xcompiler -Wall $(if $(OPENMP),-Xcompiler -fopenmp)
+NVCC_LDLIBS = -lcublasLt -lcublas -lcudnn -lnvrtc $(if $(OPENMP),-lgomp)
 CUDNN_FRONTEND = third_party/cudnn-frontend/include/cudnn_frontend.h
 GPU_PROGRAMS = train_llama test_llama
 

@@ -138,6 +138,7 @@ static void llama_upload_params(Llama *m, const float *host_master)
     int64_t P = m->layout.total;
     CUDA_CHECK(cudaMemcpy(m->master, host_master, (size_t)P * sizeof(float), cudaMemcpyHostToDevice));
     uint16_t *bits = (uint16_t *)malloc_check((size_t)P * sizeof(uint16_t), "bf16 parameter staging");
+#pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < P; i++) bits[i] = float_to_bf16_bits(host_master[i]);
     CUDA_CHECK(cudaMemcpy(m->params, bits, (size_t)P * sizeof(uint16_t), cudaMemcpyHostToDevice));
     free(bits);

@@ -213,19 +213,22 @@ static inline void llama_rope_inv_freq(const LlamaConfig *c, float *inv_freq)
 }
 
 /* HF's init into a flat host array of layout->total floats: normal(0, init_std)
- * (Box-Muller) for every matrix, ones for the RMSNorm weights. Seeded, not
- * meant to reproduce torch's random stream. */
+ * (Box-Muller) for every matrix, ones for the RMSNorm weights. Each value is a
+ * function of (seed, its index) alone, so the loop parallelises (OpenMP where
+ * built with it) and every build gives the same weights. Not meant to
+ * reproduce torch's random stream. */
 static inline void llama_init_weights_host(float *params, const LlamaConfig *c, const ParamLayout *layout, uint64_t seed)
 {
-    uint64_t state = seed;
     for (int i = 0; i < layout->n_tensors; i++) {
         const ParamTensor *t = &layout->tensors[i];
         float *p = params + t->offset;
+#pragma omp parallel for schedule(static)
         for (int64_t j = 0; j < t->numel; j++) {
             if (!t->is_matrix) {
                 p[j] = 1.0f;
                 continue;
             }
+            uint64_t state = seed ^ (uint64_t)(t->offset + j) * 0xD1B54A32D192ED03ull;
             double u1 = random_uniform(&state), u2 = random_uniform(&state);
             p[j] = (float)(c->init_std * sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
         }

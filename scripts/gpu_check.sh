@@ -2,13 +2,14 @@
 # On the GPU machine: build the CUDA programs, run test_llama against the
 # reference dumps, run every dev/cuda kernel check, and time a few training
 # steps of the Llama 3.2 1B shape. Logs go to $OUT (or /tmp/gpu_check).
-# Usage: scripts/gpu_check.sh [build] [test] [kernels] [bench]  (default: all)
+# Usage: scripts/gpu_check.sh [build] [test] [train] [kernels] [bench] [settings] [longest]
+#   (default: build test train kernels bench; train needs data/shards carried along)
 set -u
 cd "$(dirname "$0")/.."
 out="${OUT:-/tmp/gpu_check}"
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0
-steps="${*:-build test kernels bench}"
+steps="${*:-build test train kernels bench}"
 status=0
 for s in $steps; do
     case "$s" in
@@ -24,6 +25,13 @@ for s in $steps; do
     kernels)
         CHECK_LOG_DIR="$out/cuda_checks" timeout 400 bash dev/cuda/run_checks.sh > "$out/kernels.log" 2>&1 || status=1
         sed -n '/=== summary/,$p' "$out/kernels.log" | head -60;;
+    train)
+        QUICKSTART_SKIP_SETUP=1 timeout 300 bash scripts/quickstart.sh --log "$out/quickstart.jsonl" > "$out/quickstart.log" 2>&1 || status=1
+        grep -E "val loss|^step +(1|50|100|150|200)/|error" "$out/quickstart.log" | head -20;;
+    settings)
+        OUT="$out" bash dev/bench/train_llama_settings.sh throughput || status=1;;
+    longest)
+        OUT="$out" bash dev/bench/train_llama_settings.sh longest || status=1;;
     bench)
         for r in 1 2; do
             timeout 200 ./train_llama --preset llama3.2-1b -B 4 -T 2048 --random-data --steps 12 --warmup 2 \

@@ -7,9 +7,12 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-./scripts/setup.sh
+# QUICKSTART_SKIP_SETUP=1 skips the installs (a machine set up already, or one without package access).
+if [ -z "${QUICKSTART_SKIP_SETUP:-}" ]; then
+    ./scripts/setup.sh
+fi
 if ! ls data/shards/corpus_train_*.bin > /dev/null 2>&1; then
-    .venv/bin/python3 data/prepare.py
+    "$(test -x .venv/bin/python3 && echo .venv/bin/python3 || echo python3)" data/prepare.py
 fi
 
 if command -v nvidia-smi > /dev/null 2>&1 && nvidia-smi -L > /dev/null 2>&1 && command -v nvcc > /dev/null 2>&1; then

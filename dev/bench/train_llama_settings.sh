@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The train_llama settings that issue #3's targets name, on one GPU, random
+# tokens, AdamW, fp32 master weights, Llama 3.2 1B shape:
+#   throughput and peak memory at B=4 and B=8, T=2048, per recompute level;
+#   the longest T that trains at B=1, without recompute (0) and with (1, 2).
+# Each setting runs a few steps; the summary line per setting is the median
+# tokens/s of the steps after the first, the MFU and the peak memory, or OOM.
+# Writes $OUT/settings.jsonl (or ./settings.jsonl) and prints a table.
+# Usage: dev/bench/train_llama_settings.sh [throughput] [longest]
+set -u
+cd "$(dirname "$0")/../.."
+out="${OUT:-.}"
+results="$out/settings.jsonl"
+parts="${*:-throughput longest}"
+
+run() { # B T recompute steps
+    local B=$1 T=$2 r=$3 steps=$4 log="$out/run_B$1_T$2_r$3"
+    timeout 300 ./train_llama --preset llama3.2-1b --random-data -B "$B" -T "$T" --recompute "$r" \
+        --steps "$steps" --warmup 1 --lr 1e-4 --log "$log.jsonl" > "$log.log" 2>&1
+    local rc=$?
+    python3 - "$B" "$T" "$r" "$rc" "$log" >> "$results" <<'PY'
+import json, statistics, sys
+B, T, r, rc, log = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+rec = {"system": "train_llama", "model": "llama3.2-1b", "B": B, "T": T, "recompute": r}
+steps = []
+try:
+    steps = [json.loads(l) for l in open(log + ".jsonl") if '"loss"' in l]
+except OSError:
+    pass
+text = open(log + ".log").read()
+if rc != 0 or len(steps) < 2:
+    rec["status"] = "OOM" if "out of GPU memory" in text or "out of memory" in text.lower() else f"failed (exit {rc})"
+    rec["error"] = [l for l in text.splitlines() if l.startswith("error")][:1]
+else:
+    later = steps[1:]
+    rec.update(status="ok", tokens_per_s=statistics.median(s["tokens_per_s"] for s in later),
+               mfu=statistics.median(s["mfu"] for s in later), peak_mem_gib=max(s["peak_mem_gib"] for s in steps),
+               device_mem_gib=max(s["device_mem_gib"] for s in steps), loss_last=steps[-1]["loss"])
+print(json.dumps(rec))
+PY
+    tail -1 "$results"
+}
+
+for p in $parts; do
+    case "$p" in
+    throughput)
+        for r in 0 1 2; do run 4 2048 $r 12; done
+        run 8 2048 1 10
+        run 8 2048 2 10;;
+    longest)
+        for T in 16384 32768 49152; do run 1 $T 0 4; done
+        for T in 32768 65536 131072; do run 1 $T 2 4; done;;
+    esac
+done

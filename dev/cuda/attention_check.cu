@@ -8,13 +8,16 @@
  * Tolerances, relative to max(|ref|, rms(ref)) for out and dqkv: they are sums
  * of terms of either sign, whose rounding errors scale with the terms (the rms)
  * while single elements can cancel to near zero. Stats: floor 1% of the rms.
- *   out (bf16): 1e-2. Like every flash attention, cuDNN rounds the probabilities
- *     to bf16 before P @ V (2^-9 relative each) and rounds out to bf16 (2^-9).
+ *   out (bf16): 2e-2. Like every flash attention, cuDNN rounds the probabilities
+ *     to bf16 before P @ V (2^-9 relative each) and rounds out to bf16 (2^-9);
+ *     the largest of ~1e5 such errors measured 1.04e-2 at D=128 on an H100.
  *   stats (fp32): 1e-3. Scores are fp32 sums of exact bf16 products; only exp/log
  *     approximations (~1e-6) separate lse from the reference. Floor 1% of rms.
- *   dq, dk, dv (bf16): 2e-2. Besides P, the kernel rounds dS to bf16 before the
+ *   dq, dk, dv (bf16): 5e-2. Besides P, the kernel rounds dS to bf16 before the
  *     dQ and dK GEMMs and computes D = rowsum(dO * O) from the bf16 O, so each
- *     gradient carries several 2^-9 roundings summed over up to T terms.
+ *     gradient carries several 2^-9 roundings summed over up to T terms (the
+ *     largest measured: 3.1e-2 at D=128, T=130). A wrong layout, head mapping
+ *     or mask gives errors of order 1.
  *
  * Usage: attention_check [--seed N]
  */
@@ -143,7 +146,7 @@ static void check_shape(Shape s, int reference)
         download(got_b, b.out, n_out * 2);
         bf16_to_float(got, got_b, n_out);
         snprintf(what, sizeof(what), "attention_forward out %s", tag);
-        check_close(what, got, ref_out, n_out, 1e-2, 1.0);
+        check_close(what, got, ref_out, n_out, 2e-2, 1.0);
         download(got_stats, b.stats, n_stats * 4);
         snprintf(what, sizeof(what), "attention_forward stats %s", tag);
         check_close(what, got_stats, ref_lse, n_stats, 1e-3, 1e-2);
@@ -158,7 +161,7 @@ static void check_shape(Shape s, int reference)
         if (reference) {
             bf16_to_float(got, got_b, n_qkv);
             snprintf(what, sizeof(what), "attention_backward dqkv (%s) %s", mode, tag);
-            check_close(what, got, ref_dqkv, n_qkv, 2e-2, 1.0);
+            check_close(what, got, ref_dqkv, n_qkv, 5e-2, 1.0);
         }
         if (deterministic) {
             poison(b.dqkv, n_qkv * 2);

@@ -178,6 +178,30 @@ static void test_dump(const char *dump_path)
         check(name, memcmp(grads, g, (size_t)m.layout.total * sizeof(float)) == 0);
         free(g);
     }
+
+    /* gradient accumulation: the batch as B micro-steps of one row each must give
+     * the full batch's loss and gradients, up to fp32 reduction order (the
+     * weight-gradient GEMMs and the loss sum see the rows in other groupings) */
+    {
+        Llama acc;
+        llama_build(&acc, &c, 1, T, 1, B, (size_t)64 << 20);
+        llama_load_weights(&acc, weights_path);
+        int count = count_targets(targets, N);
+        CUDA_CHECK(cudaMemsetAsync(acc.grads, 0, (size_t)acc.layout.total * sizeof(float), s));
+        for (int k = 0; k < B; k++) {
+            llama_set_batch(&acc, tokens + (int64_t)k * T, targets + (int64_t)k * T, k, s);
+            llama_micro_step(&acc, 1.0f / (float)count, k, s);
+        }
+        float *parts = download_f32(acc.loss_parts, B);
+        float acc_loss = 0.0f;
+        for (int k = 0; k < B; k++) acc_loss += parts[k];
+        acc_loss /= (float)count;
+        compare("grad accumulation: loss of B micro-steps vs one batch", &acc_loss, &loss, 1, 1e-5f, NULL);
+        float *g = download_f32(acc.grads, acc.layout.total);
+        compare("grad accumulation: gradients of B micro-steps vs one batch", g, grads, acc.layout.total, 1e-3f, NULL);
+        free(g);
+        free(parts);
+    }
     free(grads);
 
     /* N AdamW steps on the same batch, as the reference did */

@@ -39,6 +39,7 @@
 #include "llmc/embedding.h"
 #include "llmc/fused_classifier.h"
 #include "llmc/adamw.h"
+#include "llmc/profile.h"
 
 #define IGNORE_INDEX (-100)
 /* Dense bf16 peak of an H100 SXM, the MFU denominator (PaLM/torchtitan convention). */
@@ -65,33 +66,33 @@ typedef struct {
 
     /* activations kept for backward: per layer, or one shared buffer that
      * backward recomputes into, depending on the recompute level */
-    bf16 *embedded;      /* [N, C]: layer 0's residual input */
-    bf16 **res_attn_in;  /* [L] -> [N, C]: layer input (block_out of layer l-1) */
-    bf16 **res_mlp_in;   /* [L] -> [N, C]: after the attention residual add */
-    bf16 *res_final;     /* [N, C]: last layer's output */
+    bf16 *embedded;                           /* [N, C]: layer 0's residual input */
+    bf16 **res_attn_in;                       /* [L] -> [N, C]: layer input (block_out of layer l-1) */
+    bf16 **res_mlp_in;                        /* [L] -> [N, C]: after the attention residual add */
+    bf16 *res_final;                          /* [N, C]: last layer's output */
     float *rstd_attn, *rstd_mlp, *rstd_final; /* [L*N], [L*N], [N] */
-    bf16 **ln_attn;      /* [L] -> [N, C] */
-    bf16 **ln_mlp;       /* [L] -> [N, C] */
-    bf16 **qkv;          /* [L] -> [N, (H+2KV)*D], after RoPE */
-    bf16 **att_out;      /* [L] -> [N, H*D] */
-    float **att_stats;   /* [L] -> [B, H, T] */
-    bf16 **gate_up;      /* [L] -> [N, 2F] */
-    bf16 **swiglu_out;   /* [L] -> [N, F] */
-    bf16 *ln_final;      /* [N, C] */
-    bf16 *branch;        /* [N, C]: o_proj / down_proj output before the residual add */
+    bf16 **ln_attn;                           /* [L] -> [N, C] */
+    bf16 **ln_mlp;                            /* [L] -> [N, C] */
+    bf16 **qkv;                               /* [L] -> [N, (H+2KV)*D], after RoPE */
+    bf16 **att_out;                           /* [L] -> [N, H*D] */
+    float **att_stats;                        /* [L] -> [B, H, T] */
+    bf16 **gate_up;                           /* [L] -> [N, 2F] */
+    bf16 **swiglu_out;                        /* [L] -> [N, F] */
+    bf16 *ln_final;                           /* [N, C] */
+    bf16 *branch;                             /* [N, C]: o_proj / down_proj output before the residual add */
 
     /* backward scratch, shared by all layers */
-    bf16 *d_res;         /* [N, C]: gradient of the residual stream */
-    bf16 *d_ln;          /* [N, C] */
-    bf16 *d_att_out;     /* [N, H*D] */
-    bf16 *d_qkv;         /* [N, (H+2KV)*D] */
-    bf16 *d_swiglu;      /* [N, F] */
+    bf16 *d_res;     /* [N, C]: gradient of the residual stream */
+    bf16 *d_ln;      /* [N, C] */
+    bf16 *d_att_out; /* [N, H*D] */
+    bf16 *d_qkv;     /* [N, (H+2KV)*D] */
+    bf16 *d_swiglu;  /* [N, F] */
     float *norm_scratch;
-    bf16 *logits;        /* [logits_chunk, V] */
-    float *losses;       /* [N] */
-    float *loss_parts;   /* [max grad accum] per micro-step loss sums */
-    float *freqs_cis;    /* RoPE table [T, D/2, 2] */
-    int *tokens, *targets; /* [N] device */
+    bf16 *logits;                                             /* [logits_chunk, V] */
+    float *losses;                                            /* [N] */
+    float *loss_parts;                                        /* [max grad accum] per micro-step loss sums */
+    float *freqs_cis;                                         /* RoPE table [T, D/2, 2] */
+    int *tokens, *targets;                                    /* [N] device */
     int *emb_bucket_token, *emb_bucket_start, *emb_positions; /* embedding backward plan, device */
     int *h_bucket_token, *h_bucket_start, *h_positions;       /* host side, one slot per micro-step */
     int *h_plan_workspace;
@@ -100,13 +101,31 @@ typedef struct {
     int max_accum;
 } Llama;
 
-static inline int64_t llama_tokens(const Llama *m) { return (int64_t)m->B * m->T; }
-static inline const ParamTensor *ptensor(const Llama *m, int index) { return &m->layout.tensors[index]; }
-static inline bf16 *pweight(const Llama *m, int index) { return m->params + ptensor(m, index)->offset; }
-static inline float *pgrad(const Llama *m, int index) { return m->grads + ptensor(m, index)->offset; }
+static inline int64_t llama_tokens(const Llama *m)
+{
+    return (int64_t)m->B * m->T;
+}
+static inline const ParamTensor *ptensor(const Llama *m, int index)
+{
+    return &m->layout.tensors[index];
+}
+static inline bf16 *pweight(const Llama *m, int index)
+{
+    return m->params + ptensor(m, index)->offset;
+}
+static inline float *pgrad(const Llama *m, int index)
+{
+    return m->grads + ptensor(m, index)->offset;
+}
 
-static bf16 *alloc_bf16(int64_t n, const char *what) { return (bf16 *)cuda_malloc_named((size_t)n * sizeof(bf16), what); }
-static float *alloc_f32(int64_t n, const char *what) { return (float *)cuda_malloc_named((size_t)n * sizeof(float), what); }
+static bf16 *alloc_bf16(int64_t n, const char *what)
+{
+    return (bf16 *)cuda_malloc_named((size_t)n * sizeof(bf16), what);
+}
+static float *alloc_f32(int64_t n, const char *what)
+{
+    return (float *)cuda_malloc_named((size_t)n * sizeof(float), what);
+}
 
 /* One buffer per layer when stored, or the same shared buffer for every layer
  * when backward recomputes it. */
@@ -115,10 +134,12 @@ static bf16 **alloc_per_layer(int L, int64_t n, int shared, const char *what)
     bf16 **p = (bf16 **)malloc_check(sizeof(bf16 *) * L, what);
     if (shared) {
         bf16 *one = alloc_bf16(n, what);
-        for (int l = 0; l < L; l++) p[l] = one;
+        for (int l = 0; l < L; l++)
+            p[l] = one;
     } else {
         bf16 *all = alloc_bf16(n * L, what);
-        for (int l = 0; l < L; l++) p[l] = all + (int64_t)l * n;
+        for (int l = 0; l < L; l++)
+            p[l] = all + (int64_t)l * n;
     }
     return p;
 }
@@ -127,8 +148,9 @@ static uint16_t float_to_bf16_bits(float f)
 {
     uint32_t u;
     memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
-    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);         /* round to nearest even */
     return (uint16_t)(u >> 16);
 }
 
@@ -139,7 +161,8 @@ static void llama_upload_params(Llama *m, const float *host_master)
     CUDA_CHECK(cudaMemcpy(m->master, host_master, (size_t)P * sizeof(float), cudaMemcpyHostToDevice));
     uint16_t *bits = (uint16_t *)malloc_check((size_t)P * sizeof(uint16_t), "bf16 parameter staging");
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < P; i++) bits[i] = float_to_bf16_bits(host_master[i]);
+    for (int64_t i = 0; i < P; i++)
+        bits[i] = float_to_bf16_bits(host_master[i]);
     CUDA_CHECK(cudaMemcpy(m->params, bits, (size_t)P * sizeof(uint16_t), cudaMemcpyHostToDevice));
     free(bits);
 }
@@ -172,7 +195,8 @@ static void llama_build(Llama *m, const LlamaConfig *config, int B, int T, int r
     m->res_attn_in = (bf16 **)malloc_check(sizeof(bf16 *) * L, "residual pointers");
     m->res_attn_in[0] = m->embedded;
     bf16 *block_outs = alloc_bf16(N * C * L, "residual stream");
-    for (int l = 1; l < L; l++) m->res_attn_in[l] = block_outs + (int64_t)(l - 1) * N * C;
+    for (int l = 1; l < L; l++)
+        m->res_attn_in[l] = block_outs + (int64_t)(l - 1) * N * C;
     m->res_final = block_outs + (int64_t)(L - 1) * N * C;
     m->res_mlp_in = alloc_per_layer(L, N * C, 0, "residual stream (mid-layer)");
     m->rstd_attn = alloc_f32(N * L, "rmsnorm statistics");
@@ -184,7 +208,8 @@ static void llama_build(Llama *m, const LlamaConfig *config, int B, int T, int r
     m->att_out = alloc_per_layer(L, N * HD, 0, "attention output");
     m->att_stats = (float **)malloc_check(sizeof(float *) * L, "attention statistics pointers");
     float *stats = alloc_f32(N * c->n_head * L, "attention statistics");
-    for (int l = 0; l < L; l++) m->att_stats[l] = stats + (int64_t)l * N * c->n_head;
+    for (int l = 0; l < L; l++)
+        m->att_stats[l] = stats + (int64_t)l * N * c->n_head;
     m->gate_up = alloc_per_layer(L, N * 2 * F, recompute >= 2, "gate/up activations");
     m->swiglu_out = alloc_per_layer(L, N * F, recompute >= 1, "SwiGLU output");
     m->ln_final = alloc_bf16(N * C, "final norm output");
@@ -239,7 +264,8 @@ static void llama_load_weights(Llama *m, const char *path)
     LlamaConfig fc = llama_config_from_tensorfile(&tf);
     if (memcmp(&fc, &m->config, sizeof(fc)) != 0) {
         FAIL("'%s' holds a model of another shape than the one requested\n  hint: pass --init-from alone, "
-             "without --preset or shape flags, to take the shape from the file", path);
+             "without --preset or shape flags, to take the shape from the file",
+             path);
     }
     float *host = (float *)malloc_check((size_t)m->layout.total * sizeof(float), "weights");
     for (int i = 0; i < m->layout.n_tensors; i++) {
@@ -274,24 +300,24 @@ static void llama_set_batch(Llama *m, const int *tokens, const int *targets, int
 static void mlp_norm_forward(Llama *m, int l, cudaStream_t s)
 {
     const LlamaConfig *c = &m->config;
-    rmsnorm_forward(m->ln_mlp[l], m->rstd_mlp + (int64_t)l * llama_tokens(m), m->res_mlp_in[l],
-                    pweight(m, param_index_layer(l, LAYER_MLP_NORM)), (int)llama_tokens(m), c->d_model,
-                    c->norm_eps, s);
+    PROFILED(PROF_NORM, rmsnorm_forward(m->ln_mlp[l], m->rstd_mlp + (int64_t)l * llama_tokens(m), m->res_mlp_in[l],
+                                        pweight(m, param_index_layer(l, LAYER_MLP_NORM)), (int)llama_tokens(m),
+                                        c->d_model, c->norm_eps, s));
 }
 
 static void attn_norm_forward(Llama *m, int l, cudaStream_t s)
 {
     const LlamaConfig *c = &m->config;
-    rmsnorm_forward(m->ln_attn[l], m->rstd_attn + (int64_t)l * llama_tokens(m), m->res_attn_in[l],
-                    pweight(m, param_index_layer(l, LAYER_ATTN_NORM)), (int)llama_tokens(m), c->d_model,
-                    c->norm_eps, s);
+    PROFILED(PROF_NORM, rmsnorm_forward(m->ln_attn[l], m->rstd_attn + (int64_t)l * llama_tokens(m), m->res_attn_in[l],
+                                        pweight(m, param_index_layer(l, LAYER_ATTN_NORM)), (int)llama_tokens(m),
+                                        c->d_model, c->norm_eps, s));
 }
 
 static void gate_up_forward(Llama *m, int l, cudaStream_t s)
 {
     const LlamaConfig *c = &m->config;
-    matmul_forward(m->gate_up[l], m->ln_mlp[l], pweight(m, param_index_layer(l, LAYER_GATE)), (int)llama_tokens(m),
-                   c->d_model, 2 * c->ffn_dim, s);
+    PROFILED(PROF_GEMM, matmul_forward(m->gate_up[l], m->ln_mlp[l], pweight(m, param_index_layer(l, LAYER_GATE)),
+                                       (int)llama_tokens(m), c->d_model, 2 * c->ffn_dim, s));
 }
 
 /* Forward through the final norm; the loss comes from the classifier. */
@@ -300,26 +326,29 @@ static void llama_forward(Llama *m, cudaStream_t s)
     const LlamaConfig *c = &m->config;
     int N = (int)llama_tokens(m), C = c->d_model, L = c->n_layer, H = c->n_head, KV = c->n_kv_head, D = c->head_dim;
     int QKV = (H + 2 * KV) * D;
-    embedding_forward(m->embedded, m->tokens, pweight(m, 0), N, C, s);
+    PROFILED(PROF_EMBEDDING, embedding_forward(m->embedded, m->tokens, pweight(m, 0), N, C, s));
     attn_norm_forward(m, 0, s);
     for (int l = 0; l < L; l++) {
-        matmul_forward(m->qkv[l], m->ln_attn[l], pweight(m, param_index_layer(l, LAYER_Q)), N, C, QKV, s);
-        rope_forward(m->qkv[l], m->freqs_cis, m->B, m->T, H, KV, D, s);
-        attention_forward(m->att_out[l], m->att_stats[l], m->qkv[l], m->B, m->T, H, KV, D, s);
-        matmul_forward(m->branch, m->att_out[l], pweight(m, param_index_layer(l, LAYER_O)), N, H * D, C, s);
-        fused_residual_rmsnorm_forward(m->res_mlp_in[l], m->ln_mlp[l], m->rstd_mlp + (int64_t)l * N,
-                                       m->res_attn_in[l], m->branch, pweight(m, param_index_layer(l, LAYER_MLP_NORM)),
-                                       N, C, c->norm_eps, s);
+        PROFILED(PROF_GEMM,
+                 matmul_forward(m->qkv[l], m->ln_attn[l], pweight(m, param_index_layer(l, LAYER_Q)), N, C, QKV, s));
+        PROFILED(PROF_ROPE, rope_forward(m->qkv[l], m->freqs_cis, m->B, m->T, H, KV, D, s));
+        PROFILED(PROF_ATTENTION, attention_forward(m->att_out[l], m->att_stats[l], m->qkv[l], m->B, m->T, H, KV, D, s));
+        PROFILED(PROF_GEMM,
+                 matmul_forward(m->branch, m->att_out[l], pweight(m, param_index_layer(l, LAYER_O)), N, H * D, C, s));
+        PROFILED(PROF_NORM, fused_residual_rmsnorm_forward(
+                                m->res_mlp_in[l], m->ln_mlp[l], m->rstd_mlp + (int64_t)l * N, m->res_attn_in[l],
+                                m->branch, pweight(m, param_index_layer(l, LAYER_MLP_NORM)), N, C, c->norm_eps, s));
         gate_up_forward(m, l, s);
-        swiglu_forward(m->swiglu_out[l], m->gate_up[l], N, c->ffn_dim, s);
-        matmul_forward(m->branch, m->swiglu_out[l], pweight(m, param_index_layer(l, LAYER_DOWN)), N, c->ffn_dim, C, s);
+        PROFILED(PROF_SWIGLU, swiglu_forward(m->swiglu_out[l], m->gate_up[l], N, c->ffn_dim, s));
+        PROFILED(PROF_GEMM, matmul_forward(m->branch, m->swiglu_out[l], pweight(m, param_index_layer(l, LAYER_DOWN)), N,
+                                           c->ffn_dim, C, s));
         int last = l == L - 1;
         bf16 *res_out = last ? m->res_final : m->res_attn_in[l + 1];
         bf16 *norm_out = last ? m->ln_final : m->ln_attn[l + 1];
         float *rstd = last ? m->rstd_final : m->rstd_attn + (int64_t)(l + 1) * N;
         const bf16 *norm_w = pweight(m, last ? param_index_final_norm(c) : param_index_layer(l + 1, LAYER_ATTN_NORM));
-        fused_residual_rmsnorm_forward(res_out, norm_out, rstd, m->res_mlp_in[l], m->branch, norm_w, N, C,
-                                       c->norm_eps, s);
+        PROFILED(PROF_NORM, fused_residual_rmsnorm_forward(res_out, norm_out, rstd, m->res_mlp_in[l], m->branch, norm_w,
+                                                           N, C, c->norm_eps, s));
     }
 }
 
@@ -329,39 +358,45 @@ static void llama_backward(Llama *m, cudaStream_t s)
     const LlamaConfig *c = &m->config;
     int N = (int)llama_tokens(m), C = c->d_model, L = c->n_layer, H = c->n_head, KV = c->n_kv_head, D = c->head_dim;
     int F = c->ffn_dim, QKV = (H + 2 * KV) * D;
-    CUDA_CHECK(cudaMemsetAsync(m->d_res, 0, (size_t)N * C * sizeof(bf16), s));
+    PROFILED(PROF_OTHER, CUDA_CHECK(cudaMemsetAsync(m->d_res, 0, (size_t)N * C * sizeof(bf16), s)));
     int fn = param_index_final_norm(c);
-    rmsnorm_backward(m->d_res, pgrad(m, fn), m->norm_scratch, m->d_ln, m->res_final, pweight(m, fn), m->rstd_final,
-                     N, C, s);
+    PROFILED(PROF_NORM, rmsnorm_backward(m->d_res, pgrad(m, fn), m->norm_scratch, m->d_ln, m->res_final, pweight(m, fn),
+                                         m->rstd_final, N, C, s));
     for (int l = L - 1; l >= 0; l--) {
         /* MLP: d_res is the gradient of the block's output, so also of the down_proj output */
-        if (m->recompute >= 1) mlp_norm_forward(m, l, s);
-        if (m->recompute >= 2) gate_up_forward(m, l, s);
-        if (m->recompute >= 1) swiglu_forward(m->swiglu_out[l], m->gate_up[l], N, F, s);
+        if (m->recompute >= 1)
+            mlp_norm_forward(m, l, s);
+        if (m->recompute >= 2)
+            gate_up_forward(m, l, s);
+        if (m->recompute >= 1)
+            swiglu_forward(m->swiglu_out[l], m->gate_up[l], N, F, s);
         int down = param_index_layer(l, LAYER_DOWN), gate = param_index_layer(l, LAYER_GATE);
-        matmul_backward_weight(pgrad(m, down), m->d_res, m->swiglu_out[l], N, F, C, s);
-        matmul_backward_input(m->d_swiglu, m->d_res, pweight(m, down), N, F, C, s);
-        swiglu_backward(m->gate_up[l], m->d_swiglu, m->gate_up[l], N, F, s); /* in place: now d gate_up */
-        matmul_backward_weight(pgrad(m, gate), m->gate_up[l], m->ln_mlp[l], N, C, 2 * F, s);
-        matmul_backward_input(m->d_ln, m->gate_up[l], pweight(m, gate), N, C, 2 * F, s);
+        PROFILED(PROF_GEMM, matmul_backward_weight(pgrad(m, down), m->d_res, m->swiglu_out[l], N, F, C, s));
+        PROFILED(PROF_GEMM, matmul_backward_input(m->d_swiglu, m->d_res, pweight(m, down), N, F, C, s));
+        PROFILED(PROF_SWIGLU,
+                 swiglu_backward(m->gate_up[l], m->d_swiglu, m->gate_up[l], N, F, s)); /* in place: now d gate_up */
+        PROFILED(PROF_GEMM, matmul_backward_weight(pgrad(m, gate), m->gate_up[l], m->ln_mlp[l], N, C, 2 * F, s));
+        PROFILED(PROF_GEMM, matmul_backward_input(m->d_ln, m->gate_up[l], pweight(m, gate), N, C, 2 * F, s));
         int mlp_norm = param_index_layer(l, LAYER_MLP_NORM);
-        rmsnorm_backward(m->d_res, pgrad(m, mlp_norm), m->norm_scratch, m->d_ln, m->res_mlp_in[l],
-                         pweight(m, mlp_norm), m->rstd_mlp + (int64_t)l * N, N, C, s);
+        PROFILED(PROF_NORM, rmsnorm_backward(m->d_res, pgrad(m, mlp_norm), m->norm_scratch, m->d_ln, m->res_mlp_in[l],
+                                             pweight(m, mlp_norm), m->rstd_mlp + (int64_t)l * N, N, C, s));
         /* attention */
         int o = param_index_layer(l, LAYER_O), q = param_index_layer(l, LAYER_Q);
-        matmul_backward_weight(pgrad(m, o), m->d_res, m->att_out[l], N, H * D, C, s);
-        matmul_backward_input(m->d_att_out, m->d_res, pweight(m, o), N, H * D, C, s);
-        attention_backward(m->d_qkv, m->d_att_out, m->qkv[l], m->att_out[l], m->att_stats[l], m->B, m->T, H, KV, D, s);
-        rope_backward(m->d_qkv, m->freqs_cis, m->B, m->T, H, KV, D, s);
-        if (m->recompute >= 1) attn_norm_forward(m, l, s);
-        matmul_backward_weight(pgrad(m, q), m->d_qkv, m->ln_attn[l], N, C, QKV, s);
-        matmul_backward_input(m->d_ln, m->d_qkv, pweight(m, q), N, C, QKV, s);
+        PROFILED(PROF_GEMM, matmul_backward_weight(pgrad(m, o), m->d_res, m->att_out[l], N, H * D, C, s));
+        PROFILED(PROF_GEMM, matmul_backward_input(m->d_att_out, m->d_res, pweight(m, o), N, H * D, C, s));
+        PROFILED(PROF_ATTENTION, attention_backward(m->d_qkv, m->d_att_out, m->qkv[l], m->att_out[l], m->att_stats[l],
+                                                    m->B, m->T, H, KV, D, s));
+        PROFILED(PROF_ROPE, rope_backward(m->d_qkv, m->freqs_cis, m->B, m->T, H, KV, D, s));
+        if (m->recompute >= 1)
+            attn_norm_forward(m, l, s);
+        PROFILED(PROF_GEMM, matmul_backward_weight(pgrad(m, q), m->d_qkv, m->ln_attn[l], N, C, QKV, s));
+        PROFILED(PROF_GEMM, matmul_backward_input(m->d_ln, m->d_qkv, pweight(m, q), N, C, QKV, s));
         int attn_norm = param_index_layer(l, LAYER_ATTN_NORM);
-        rmsnorm_backward(m->d_res, pgrad(m, attn_norm), m->norm_scratch, m->d_ln, m->res_attn_in[l],
-                         pweight(m, attn_norm), m->rstd_attn + (int64_t)l * N, N, C, s);
+        PROFILED(PROF_NORM, rmsnorm_backward(m->d_res, pgrad(m, attn_norm), m->norm_scratch, m->d_ln, m->res_attn_in[l],
+                                             pweight(m, attn_norm), m->rstd_attn + (int64_t)l * N, N, C, s));
     }
-    embedding_backward(pgrad(m, 0), m->d_res, m->emb_bucket_token, m->emb_bucket_start, m->emb_positions,
-                       m->emb_buckets, C, s);
+    PROFILED(PROF_EMBEDDING, embedding_backward(pgrad(m, 0), m->d_res, m->emb_bucket_token, m->emb_bucket_start,
+                                                m->emb_positions, m->emb_buckets, C, s));
 }
 
 /* Forward, loss and backward of one micro-batch already set with llama_set_batch;
@@ -372,9 +407,10 @@ static void llama_micro_step(Llama *m, float inv_count, int micro, cudaStream_t 
     int N = (int)llama_tokens(m);
     int lm = param_index_lm_head(c);
     llama_forward(m, s);
-    fused_classifier_forward_backward(m->losses, m->d_ln, pgrad(m, lm), m->logits, m->ln_final, pweight(m, lm),
-                                      m->targets, N, c->d_model, c->vocab_size, m->logits_chunk, inv_count, s);
-    loss_sum(m->loss_parts + micro, m->losses, N, s);
+    PROFILED(PROF_LOSS, fused_classifier_forward_backward(m->losses, m->d_ln, pgrad(m, lm), m->logits, m->ln_final,
+                                                          pweight(m, lm), m->targets, N, c->d_model, c->vocab_size,
+                                                          m->logits_chunk, inv_count, s));
+    PROFILED(PROF_LOSS, loss_sum(m->loss_parts + micro, m->losses, N, s));
     llama_backward(m, s);
 }
 
@@ -384,29 +420,32 @@ static void llama_eval_micro(Llama *m, int micro, cudaStream_t s)
     const LlamaConfig *c = &m->config;
     int lm = param_index_lm_head(c);
     llama_forward(m, s);
-    fused_classifier_forward(m->losses, m->logits, m->ln_final, pweight(m, lm), m->targets, (int)llama_tokens(m),
-                             c->d_model, c->vocab_size, m->logits_chunk, s);
-    loss_sum(m->loss_parts + micro, m->losses, (int)llama_tokens(m), s);
+    PROFILED(PROF_LOSS, fused_classifier_forward(m->losses, m->logits, m->ln_final, pweight(m, lm), m->targets,
+                                                 (int)llama_tokens(m), c->d_model, c->vocab_size, m->logits_chunk, s));
+    PROFILED(PROF_LOSS, loss_sum(m->loss_parts + micro, m->losses, (int)llama_tokens(m), s));
 }
 
 /* Clip by the global norm and take one AdamW step; the norm stays on the device. */
 static void llama_update(Llama *m, const AdamWConfig *opt, float lr, cudaStream_t s)
 {
     m->adam_step++;
-    global_norm_squared(m->grad_norm_sq, m->norm_reduce_scratch, m->grads, m->layout.total, s);
-    clip_coefficient(m->clip_coef, m->grad_norm_sq, opt->grad_clip, s);
+    PROFILED(PROF_OPTIMIZER,
+             global_norm_squared(m->grad_norm_sq, m->norm_reduce_scratch, m->grads, m->layout.total, s));
+    PROFILED(PROF_OPTIMIZER, clip_coefficient(m->clip_coef, m->grad_norm_sq, opt->grad_clip, s));
     for (int i = 0; i < m->layout.n_tensors; i++) {
         const ParamTensor *t = &m->layout.tensors[i];
-        adamw_update(m->master + t->offset, m->params + t->offset, m->grads + t->offset, m->adam_m + t->offset,
-                     m->adam_v + t->offset, t->numel, lr, opt->beta1, opt->beta2, opt->eps,
-                     t->is_matrix ? opt->weight_decay : 0.0f, m->clip_coef, m->adam_step, s);
+        PROFILED(PROF_OPTIMIZER,
+                 adamw_update(m->master + t->offset, m->params + t->offset, m->grads + t->offset, m->adam_m + t->offset,
+                              m->adam_v + t->offset, t->numel, lr, opt->beta1, opt->beta2, opt->eps,
+                              t->is_matrix ? opt->weight_decay : 0.0f, m->clip_coef, m->adam_step, s));
     }
 }
 
 static int count_targets(const int *targets, int64_t n)
 {
     int count = 0;
-    for (int64_t i = 0; i < n; i++) count += targets[i] != IGNORE_INDEX;
+    for (int64_t i = 0; i < n; i++)
+        count += targets[i] != IGNORE_INDEX;
     return count;
 }
 
@@ -416,7 +455,7 @@ static int count_targets(const int *targets, int64_t n)
 
 typedef struct {
     const char *train_pattern, *val_pattern, *preset, *init_from, *log_path, *schedule;
-    int B, T, steps, warmup, eval_every, eval_batches, recompute, random_data, seed, total_batch;
+    int B, T, steps, warmup, eval_every, eval_batches, recompute, random_data, seed, total_batch, profile_step;
     float lr, min_lr_frac, decay_frac, logits_budget_mb;
     AdamWConfig opt;
     LlamaConfig shape; /* explicit overrides; 0 = from the preset */
@@ -425,41 +464,41 @@ typedef struct {
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-        "usage: ./train_llama [flags]\n"
-        "Trains a Llama 3 family model on one GPU (bf16, fp32 master weights, AdamW).\n\n"
-        "data:\n"
-        "  --train PATTERN       train shards, a glob (default data/shards/corpus_train_*.bin)\n"
-        "  --val PATTERN         val shards, a glob (default data/shards/corpus_val_*.bin; '' = no eval)\n"
-        "  --random-data         random tokens instead of shards (benchmarks)\n"
-        "model:\n"
-        "  --preset NAME         llama3.2-1b, llama3.2-3b, llama3.1-8b, nano, tiny, small (default tiny)\n"
-        "  --init-from FILE      start from a .llmt weights file (its shape, no preset needed)\n"
-        "  --vocab N --d-model N --n-layer N --n-head N --n-kv-head N --head-dim N --ffn-dim N\n"
-        "                        override the preset's shape; --untied unties lm_head\n"
-        "batch:\n"
-        "  -B N                  sequences per micro-batch (default 4)\n"
-        "  -T N                  sequence length (default 256)\n"
-        "  --total-batch N       tokens per optimizer step, a multiple of B*T (default B*T)\n"
-        "optimizer:\n"
-        "  --lr F                peak learning rate (default 3e-4)\n"
-        "  --schedule NAME       cosine, linear, constant or wsd (default cosine)\n"
-        "  --warmup N            warmup steps (default 10)\n"
-        "  --min-lr-frac F       final lr as a fraction of --lr (default 0.1)\n"
-        "  --decay-frac F        wsd: fraction of steps spent decaying (default 0.2)\n"
-        "  --weight-decay F      on matrices only (default 0.1)\n"
-        "  --beta1 F --beta2 F --eps F   AdamW (default 0.9, 0.95, 1e-8)\n"
-        "  --grad-clip F         max global grad norm, 0 = off (default 1.0)\n"
-        "run:\n"
-        "  --steps N             optimizer steps (default 50)\n"
-        "  --eval-every N        evaluate on the val shards every N steps, 0 = never (default 25)\n"
-        "  --eval-batches N      val batches per evaluation (default 8)\n"
-        "  --recompute N         0: store all activations; 1: recompute norms and SwiGLU (default);\n"
-        "                        2: also recompute the gate/up GEMM (least memory)\n"
-        "  --logits-budget-mb F  memory for one chunk of logits (default 512)\n"
-        "  --seed N              init and data-order seed (default 1337)\n"
-        "  --log FILE            JSON lines log (default log/train_llama.jsonl; '' = none)\n"
-        "  -h, --help            this text\n");
+    fprintf(out, "usage: ./train_llama [flags]\n"
+                 "Trains a Llama 3 family model on one GPU (bf16, fp32 master weights, AdamW).\n\n"
+                 "data:\n"
+                 "  --train PATTERN       train shards, a glob (default data/shards/corpus_train_*.bin)\n"
+                 "  --val PATTERN         val shards, a glob (default data/shards/corpus_val_*.bin; '' = no eval)\n"
+                 "  --random-data         random tokens instead of shards (benchmarks)\n"
+                 "model:\n"
+                 "  --preset NAME         llama3.2-1b, llama3.2-3b, llama3.1-8b, nano, tiny, small (default tiny)\n"
+                 "  --init-from FILE      start from a .llmt weights file (its shape, no preset needed)\n"
+                 "  --vocab N --d-model N --n-layer N --n-head N --n-kv-head N --head-dim N --ffn-dim N\n"
+                 "                        override the preset's shape; --untied unties lm_head\n"
+                 "batch:\n"
+                 "  -B N                  sequences per micro-batch (default 4)\n"
+                 "  -T N                  sequence length (default 256)\n"
+                 "  --total-batch N       tokens per optimizer step, a multiple of B*T (default B*T)\n"
+                 "optimizer:\n"
+                 "  --lr F                peak learning rate (default 3e-4)\n"
+                 "  --schedule NAME       cosine, linear, constant or wsd (default cosine)\n"
+                 "  --warmup N            warmup steps (default 10)\n"
+                 "  --min-lr-frac F       final lr as a fraction of --lr (default 0.1)\n"
+                 "  --decay-frac F        wsd: fraction of steps spent decaying (default 0.2)\n"
+                 "  --weight-decay F      on matrices only (default 0.1)\n"
+                 "  --beta1 F --beta2 F --eps F   AdamW (default 0.9, 0.95, 1e-8)\n"
+                 "  --grad-clip F         max global grad norm, 0 = off (default 1.0)\n"
+                 "run:\n"
+                 "  --steps N             optimizer steps (default 50)\n"
+                 "  --eval-every N        evaluate on the val shards every N steps, 0 = never (default 25)\n"
+                 "  --eval-batches N      val batches per evaluation (default 8)\n"
+                 "  --recompute N         0: store all activations; 1: recompute norms and SwiGLU (default);\n"
+                 "                        2: also recompute the gate/up GEMM (least memory)\n"
+                 "  --logits-budget-mb F  memory for one chunk of logits (default 512)\n"
+                 "  --profile-step N      print where step N's GPU time goes, by kernel class (default: none)\n"
+                 "  --seed N              init and data-order seed (default 1337)\n"
+                 "  --log FILE            JSON lines log (default log/train_llama.jsonl; '' = none)\n"
+                 "  -h, --help            this text\n");
 }
 
 static int parse_int(const char *flag, const char *v)
@@ -475,7 +514,8 @@ static float parse_float(const char *flag, const char *v)
 {
     char *end;
     float x = strtof(v, &end);
-    if (*v == '\0' || *end != '\0' || !isfinite(x)) FAIL("%s needs a number, got '%s'\n  hint: ./train_llama --help", flag, v);
+    if (*v == '\0' || *end != '\0' || !isfinite(x))
+        FAIL("%s needs a number, got '%s'\n  hint: ./train_llama --help", flag, v);
     return x;
 }
 
@@ -487,60 +527,125 @@ static void parse_args(Args *a, int argc, char **argv)
     a->preset = NULL;
     a->log_path = "log/train_llama.jsonl";
     a->schedule = "cosine";
-    a->B = 4; a->T = 256; a->steps = 50; a->warmup = 10; a->eval_every = 25; a->eval_batches = 8;
-    a->recompute = 1; a->seed = 1337; a->lr = 3e-4f; a->min_lr_frac = 0.1f; a->decay_frac = 0.2f;
+    a->B = 4;
+    a->T = 256;
+    a->steps = 50;
+    a->warmup = 10;
+    a->eval_every = 25;
+    a->eval_batches = 8;
+    a->recompute = 1;
+    a->seed = 1337;
+    a->lr = 3e-4f;
+    a->min_lr_frac = 0.1f;
+    a->decay_frac = 0.2f;
     a->logits_budget_mb = 512.0f;
-    a->opt.beta1 = 0.9f; a->opt.beta2 = 0.95f; a->opt.eps = 1e-8f; a->opt.weight_decay = 0.1f; a->opt.grad_clip = 1.0f;
+    a->profile_step = -1;
+    a->opt.beta1 = 0.9f;
+    a->opt.beta2 = 0.95f;
+    a->opt.eps = 1e-8f;
+    a->opt.weight_decay = 0.1f;
+    a->opt.grad_clip = 1.0f;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
-        if (!strcmp(f, "-h") || !strcmp(f, "--help")) { usage(stdout); exit(0); }
-        if (!strcmp(f, "--random-data")) { a->random_data = 1; continue; }
-        if (!strcmp(f, "--untied")) { a->untied = 1; continue; }
-        if (i + 1 >= argc) FAIL("unknown flag '%s' or it lacks a value\n  hint: ./train_llama --help", f);
+        if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
+            usage(stdout);
+            exit(0);
+        }
+        if (!strcmp(f, "--random-data")) {
+            a->random_data = 1;
+            continue;
+        }
+        if (!strcmp(f, "--untied")) {
+            a->untied = 1;
+            continue;
+        }
+        if (i + 1 >= argc)
+            FAIL("unknown flag '%s' or it lacks a value\n  hint: ./train_llama --help", f);
         const char *v = argv[++i];
-        if (!strcmp(f, "--train")) a->train_pattern = v;
-        else if (!strcmp(f, "--val")) a->val_pattern = v;
-        else if (!strcmp(f, "--preset")) a->preset = v;
-        else if (!strcmp(f, "--init-from")) a->init_from = v;
-        else if (!strcmp(f, "--log")) a->log_path = v;
-        else if (!strcmp(f, "--schedule")) a->schedule = v;
-        else if (!strcmp(f, "-B")) a->B = parse_int(f, v);
-        else if (!strcmp(f, "-T")) a->T = parse_int(f, v);
-        else if (!strcmp(f, "--total-batch")) a->total_batch = parse_int(f, v);
-        else if (!strcmp(f, "--steps")) a->steps = parse_int(f, v);
-        else if (!strcmp(f, "--warmup")) a->warmup = parse_int(f, v);
-        else if (!strcmp(f, "--eval-every")) a->eval_every = parse_int(f, v);
-        else if (!strcmp(f, "--eval-batches")) a->eval_batches = parse_int(f, v);
-        else if (!strcmp(f, "--recompute")) a->recompute = parse_int(f, v);
-        else if (!strcmp(f, "--seed")) a->seed = parse_int(f, v);
-        else if (!strcmp(f, "--lr")) a->lr = parse_float(f, v);
-        else if (!strcmp(f, "--min-lr-frac")) a->min_lr_frac = parse_float(f, v);
-        else if (!strcmp(f, "--decay-frac")) a->decay_frac = parse_float(f, v);
-        else if (!strcmp(f, "--weight-decay")) a->opt.weight_decay = parse_float(f, v);
-        else if (!strcmp(f, "--beta1")) a->opt.beta1 = parse_float(f, v);
-        else if (!strcmp(f, "--beta2")) a->opt.beta2 = parse_float(f, v);
-        else if (!strcmp(f, "--eps")) a->opt.eps = parse_float(f, v);
-        else if (!strcmp(f, "--grad-clip")) a->opt.grad_clip = parse_float(f, v);
-        else if (!strcmp(f, "--logits-budget-mb")) a->logits_budget_mb = parse_float(f, v);
-        else if (!strcmp(f, "--vocab")) a->shape.vocab_size = parse_int(f, v);
-        else if (!strcmp(f, "--d-model")) a->shape.d_model = parse_int(f, v);
-        else if (!strcmp(f, "--n-layer")) a->shape.n_layer = parse_int(f, v);
-        else if (!strcmp(f, "--n-head")) a->shape.n_head = parse_int(f, v);
-        else if (!strcmp(f, "--n-kv-head")) a->shape.n_kv_head = parse_int(f, v);
-        else if (!strcmp(f, "--head-dim")) a->shape.head_dim = parse_int(f, v);
-        else if (!strcmp(f, "--ffn-dim")) a->shape.ffn_dim = parse_int(f, v);
-        else FAIL("unknown flag '%s'\n  hint: ./train_llama --help", f);
+        if (!strcmp(f, "--train"))
+            a->train_pattern = v;
+        else if (!strcmp(f, "--val"))
+            a->val_pattern = v;
+        else if (!strcmp(f, "--preset"))
+            a->preset = v;
+        else if (!strcmp(f, "--init-from"))
+            a->init_from = v;
+        else if (!strcmp(f, "--log"))
+            a->log_path = v;
+        else if (!strcmp(f, "--schedule"))
+            a->schedule = v;
+        else if (!strcmp(f, "-B"))
+            a->B = parse_int(f, v);
+        else if (!strcmp(f, "-T"))
+            a->T = parse_int(f, v);
+        else if (!strcmp(f, "--total-batch"))
+            a->total_batch = parse_int(f, v);
+        else if (!strcmp(f, "--steps"))
+            a->steps = parse_int(f, v);
+        else if (!strcmp(f, "--warmup"))
+            a->warmup = parse_int(f, v);
+        else if (!strcmp(f, "--eval-every"))
+            a->eval_every = parse_int(f, v);
+        else if (!strcmp(f, "--eval-batches"))
+            a->eval_batches = parse_int(f, v);
+        else if (!strcmp(f, "--recompute"))
+            a->recompute = parse_int(f, v);
+        else if (!strcmp(f, "--seed"))
+            a->seed = parse_int(f, v);
+        else if (!strcmp(f, "--profile-step"))
+            a->profile_step = parse_int(f, v);
+        else if (!strcmp(f, "--lr"))
+            a->lr = parse_float(f, v);
+        else if (!strcmp(f, "--min-lr-frac"))
+            a->min_lr_frac = parse_float(f, v);
+        else if (!strcmp(f, "--decay-frac"))
+            a->decay_frac = parse_float(f, v);
+        else if (!strcmp(f, "--weight-decay"))
+            a->opt.weight_decay = parse_float(f, v);
+        else if (!strcmp(f, "--beta1"))
+            a->opt.beta1 = parse_float(f, v);
+        else if (!strcmp(f, "--beta2"))
+            a->opt.beta2 = parse_float(f, v);
+        else if (!strcmp(f, "--eps"))
+            a->opt.eps = parse_float(f, v);
+        else if (!strcmp(f, "--grad-clip"))
+            a->opt.grad_clip = parse_float(f, v);
+        else if (!strcmp(f, "--logits-budget-mb"))
+            a->logits_budget_mb = parse_float(f, v);
+        else if (!strcmp(f, "--vocab"))
+            a->shape.vocab_size = parse_int(f, v);
+        else if (!strcmp(f, "--d-model"))
+            a->shape.d_model = parse_int(f, v);
+        else if (!strcmp(f, "--n-layer"))
+            a->shape.n_layer = parse_int(f, v);
+        else if (!strcmp(f, "--n-head"))
+            a->shape.n_head = parse_int(f, v);
+        else if (!strcmp(f, "--n-kv-head"))
+            a->shape.n_kv_head = parse_int(f, v);
+        else if (!strcmp(f, "--head-dim"))
+            a->shape.head_dim = parse_int(f, v);
+        else if (!strcmp(f, "--ffn-dim"))
+            a->shape.ffn_dim = parse_int(f, v);
+        else
+            FAIL("unknown flag '%s'\n  hint: ./train_llama --help", f);
     }
     a->opt.lr = a->lr;
-    if (a->B <= 0 || a->T <= 0) FAIL("-B and -T must be positive (got %d, %d)", a->B, a->T);
-    if (a->steps <= 0) FAIL("--steps must be positive (got %d)", a->steps);
-    if (a->warmup < 0 || a->eval_every < 0 || a->eval_batches <= 0) FAIL("--warmup and --eval-every must be >= 0, --eval-batches > 0");
-    if (a->recompute < 0 || a->recompute > 2) FAIL("--recompute takes 0, 1 or 2 (got %d)", a->recompute);
-    if (!(a->lr > 0) || a->min_lr_frac < 0 || a->min_lr_frac > 1) FAIL("--lr must be positive and --min-lr-frac in [0, 1]");
-    if (!(a->decay_frac > 0 && a->decay_frac <= 1)) FAIL("--decay-frac must be in (0, 1]");
+    if (a->B <= 0 || a->T <= 0)
+        FAIL("-B and -T must be positive (got %d, %d)", a->B, a->T);
+    if (a->steps <= 0)
+        FAIL("--steps must be positive (got %d)", a->steps);
+    if (a->warmup < 0 || a->eval_every < 0 || a->eval_batches <= 0)
+        FAIL("--warmup and --eval-every must be >= 0, --eval-batches > 0");
+    if (a->recompute < 0 || a->recompute > 2)
+        FAIL("--recompute takes 0, 1 or 2 (got %d)", a->recompute);
+    if (!(a->lr > 0) || a->min_lr_frac < 0 || a->min_lr_frac > 1)
+        FAIL("--lr must be positive and --min-lr-frac in [0, 1]");
+    if (!(a->decay_frac > 0 && a->decay_frac <= 1))
+        FAIL("--decay-frac must be in (0, 1]");
     if (!(a->opt.beta1 >= 0 && a->opt.beta1 < 1 && a->opt.beta2 >= 0 && a->opt.beta2 < 1 && a->opt.eps > 0))
         FAIL("AdamW needs 0 <= beta1, beta2 < 1 and eps > 0");
-    if (!(a->logits_budget_mb > 0)) FAIL("--logits-budget-mb must be positive");
+    if (!(a->logits_budget_mb > 0))
+        FAIL("--logits-budget-mb must be positive");
     if (a->init_from && (a->preset || a->shape.d_model || a->shape.n_layer || a->shape.vocab_size))
         FAIL("--init-from takes the model shape from the file; drop --preset and the shape flags");
 }
@@ -558,20 +663,29 @@ static LlamaConfig config_from_args(const Args *a)
     const char *preset = a->preset ? a->preset : "tiny";
     if (llama_preset(preset, &c) != 0) {
         fprintf(stderr, "error: unknown preset '%s'; known presets:", preset);
-        for (int i = 0; i < LLAMA_N_PRESETS; i++) fprintf(stderr, " %s", LLAMA_PRESETS[i].name);
+        for (int i = 0; i < LLAMA_N_PRESETS; i++)
+            fprintf(stderr, " %s", LLAMA_PRESETS[i].name);
         fprintf(stderr, "\n");
         exit(1);
     }
-    if (a->shape.vocab_size) c.vocab_size = a->shape.vocab_size;
-    if (a->shape.d_model) c.d_model = a->shape.d_model;
-    if (a->shape.n_layer) c.n_layer = a->shape.n_layer;
-    if (a->shape.n_head) c.n_head = a->shape.n_head;
-    if (a->shape.n_kv_head) c.n_kv_head = a->shape.n_kv_head;
-    if (a->shape.ffn_dim) c.ffn_dim = a->shape.ffn_dim;
+    if (a->shape.vocab_size)
+        c.vocab_size = a->shape.vocab_size;
+    if (a->shape.d_model)
+        c.d_model = a->shape.d_model;
+    if (a->shape.n_layer)
+        c.n_layer = a->shape.n_layer;
+    if (a->shape.n_head)
+        c.n_head = a->shape.n_head;
+    if (a->shape.n_kv_head)
+        c.n_kv_head = a->shape.n_kv_head;
+    if (a->shape.ffn_dim)
+        c.ffn_dim = a->shape.ffn_dim;
     c.head_dim = a->shape.head_dim ? a->shape.head_dim : c.d_model / c.n_head;
-    if (a->untied) c.tie_embeddings = 0;
+    if (a->untied)
+        c.tie_embeddings = 0;
     char err[512];
-    if (llama_config_check(&c, err, sizeof(err)) != 0) FAIL("bad model shape: %s", err);
+    if (llama_config_check(&c, err, sizeof(err)) != 0)
+        FAIL("bad model shape: %s", err);
     return c;
 }
 
@@ -592,8 +706,10 @@ static void batch_next(BatchSource *src, int64_t N, const int **inputs, const in
         *targets = src->loader.targets;
         return;
     }
-    for (int64_t i = 0; i < N; i++) src->inputs[i] = (int)(splitmix64(&src->rng) % (uint64_t)src->vocab);
-    for (int64_t i = 0; i < N; i++) src->targets[i] = (int)(splitmix64(&src->rng) % (uint64_t)src->vocab);
+    for (int64_t i = 0; i < N; i++)
+        src->inputs[i] = (int)(splitmix64(&src->rng) % (uint64_t)src->vocab);
+    for (int64_t i = 0; i < N; i++)
+        src->targets[i] = (int)(splitmix64(&src->rng) % (uint64_t)src->vocab);
     *inputs = src->inputs;
     *targets = src->targets;
 }
@@ -603,6 +719,24 @@ static double now_seconds(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The profiled step's time per kernel class, to stdout and the log. */
+static void print_profile(FILE *log, int step, double wall_ms)
+{
+    float ms[PROF_CLASSES];
+    float busy = profile_end_step(ms);
+    printf("profile of step %d: %.1f ms wall\n", step, wall_ms);
+    for (int c = 0; c < PROF_CLASSES; c++) {
+        printf("  %-28s %8.2f ms %5.1f%%\n", PROFILE_CLASS_NAMES[c], ms[c], 100.0 * ms[c] / wall_ms);
+    }
+    printf("  %-28s %8.2f ms %5.1f%%\n", "idle (gaps, host, sync)", wall_ms - busy, 100.0 * (wall_ms - busy) / wall_ms);
+    if (!log)
+        return;
+    fprintf(log, "{\"step\": %d, \"profile_ms\": {", step);
+    for (int c = 0; c < PROF_CLASSES; c++)
+        fprintf(log, "\"%s\": %.4f, ", PROFILE_CLASS_NAMES[c], ms[c]);
+    fprintf(log, "\"idle\": %.4f, \"wall\": %.4f}}\n", wall_ms - busy, wall_ms);
 }
 
 static float evaluate(Llama *m, DataLoader *val, int batches, cudaStream_t s)
@@ -631,15 +765,15 @@ int main(int argc, char **argv)
     /* flags, model and data are all checked before the GPU is touched */
     LlamaConfig config = config_from_args(&a);
     if (config.d_model % 8 != 0 || config.head_dim % 8 != 0 || config.ffn_dim % 8 != 0)
-        FAIL("the GPU kernels need d_model, head_dim and ffn_dim to be multiples of 8 (got %d, %d, %d)",
-             config.d_model, config.head_dim, config.ffn_dim);
+        FAIL("the GPU kernels need d_model, head_dim and ffn_dim to be multiples of 8 (got %d, %d, %d)", config.d_model,
+             config.head_dim, config.ffn_dim);
     if (a.T > config.max_seq_len)
         FAIL("-T %d exceeds the model's max_seq_len %d\n  hint: lower -T", a.T, config.max_seq_len);
     int64_t N = (int64_t)a.B * a.T;
     int total_batch = a.total_batch ? a.total_batch : (int)N;
     if (total_batch % N != 0)
-        FAIL("--total-batch %d is not a multiple of B*T = %lld\n  hint: pick a multiple, e.g. %lld",
-             total_batch, (long long)N, (long long)N * ((total_batch + N - 1) / N));
+        FAIL("--total-batch %d is not a multiple of B*T = %lld\n  hint: pick a multiple, e.g. %lld", total_batch,
+             (long long)N, (long long)N * ((total_batch + N - 1) / N));
     int accum = (int)(total_batch / N);
     ScheduleKind kind;
     if (schedule_kind_from_name(a.schedule, &kind) != 0)
@@ -659,13 +793,16 @@ int main(int argc, char **argv)
     }
     int have_val = !src.random && a.val_pattern[0] && a.eval_every > 0;
     DataLoader val;
-    if (have_val) dataloader_init_eval_or_die(&val, a.val_pattern, a.B, a.T, 0, 1, config.vocab_size);
+    if (have_val)
+        dataloader_init_eval_or_die(&val, a.val_pattern, a.B, a.T, 0, 1, config.vocab_size);
 
     int device_count = 0;
     cudaError_t status = cudaGetDeviceCount(&device_count);
     if (status != cudaSuccess || device_count == 0) {
-        fprintf(stderr, "error: no CUDA GPU found (%s)\n  hint: on a machine without a GPU, train with the CPU "
-                "reference instead: ./train_llama_ref --help\n", cudaGetErrorString(status));
+        fprintf(stderr,
+                "error: no CUDA GPU found (%s)\n  hint: on a machine without a GPU, train with the CPU "
+                "reference instead: ./train_llama_ref --help\n",
+                cudaGetErrorString(status));
         return 1;
     }
     cudaDeviceProp prop;
@@ -682,14 +819,17 @@ int main(int argc, char **argv)
     attention_set_deterministic(deterministic);
     Llama model;
     llama_build(&model, &config, a.B, a.T, a.recompute, accum, (size_t)(a.logits_budget_mb * 1048576.0));
-    if (a.init_from) llama_load_weights(&model, a.init_from);
-    else llama_init_random(&model, (uint64_t)a.seed);
+    if (a.init_from)
+        llama_load_weights(&model, a.init_from);
+    else
+        llama_init_random(&model, (uint64_t)a.seed);
     double flops_per_token = llama_flops_per_token(&config, a.T);
     printf("parameters: %.3f M; batch %d x %d x %d accum = %d tokens/step; recompute %d; logits chunk %d rows\n",
            model.layout.total / 1e6, a.B, a.T, accum, total_batch, a.recompute, model.logits_chunk);
     printf("data: %s\n", src.random ? "random tokens" : a.train_pattern);
-    printf("attention backward: %s\n", deterministic ? "deterministic" : "atomic dQ (a deterministic one would need "
-                                                                      "a workspace over 2 GiB)");
+    printf("attention backward: %s\n", deterministic ? "deterministic"
+                                                     : "atomic dQ (a deterministic one would need "
+                                                       "a workspace over 2 GiB)");
 
     FILE *log = NULL;
     if (a.log_path[0]) {
@@ -699,7 +839,8 @@ int main(int argc, char **argv)
             snprintf(dir, sizeof(dir), "%.*s", (int)(slash - a.log_path), a.log_path);
             char cmd[1100];
             snprintf(cmd, sizeof(cmd), "mkdir -p '%s'", dir);
-            if (system(cmd) != 0) FAIL("cannot create the log folder '%s'", dir);
+            if (system(cmd) != 0)
+                FAIL("cannot create the log folder '%s'", dir);
         }
         log = fopen_check(a.log_path, "w");
     }
@@ -718,7 +859,8 @@ int main(int argc, char **argv)
         if (have_val && (step % a.eval_every == 0)) {
             float vl = evaluate(&model, &val, a.eval_batches, stream);
             printf("step %5d | val loss %.4f\n", step, vl);
-            if (log) fprintf(log, "{\"step\": %d, \"val_loss\": %.6f}\n", step, vl);
+            if (log)
+                fprintf(log, "{\"step\": %d, \"val_loss\": %.6f}\n", step, vl);
         }
         /* all micro-batches first: the loss is averaged over the whole step's targets */
         for (int k = 0; k < accum; k++) {
@@ -730,20 +872,26 @@ int main(int argc, char **argv)
         int count = count_targets(step_targets, N * accum);
         float inv_count = count ? 1.0f / (float)count : 0.0f;
         float lr = schedule_lr(&schedule, step);
+        int profiling = step + 1 == a.profile_step;
+        if (profiling)
+            profile_begin_step(stream);
         double wall0 = now_seconds();
-        CUDA_CHECK(cudaMemsetAsync(model.grads, 0, (size_t)model.layout.total * sizeof(float), stream));
+        PROFILED(PROF_OTHER,
+                 CUDA_CHECK(cudaMemsetAsync(model.grads, 0, (size_t)model.layout.total * sizeof(float), stream)));
         for (int k = 0; k < accum; k++) {
             llama_set_batch(&model, step_inputs + (int64_t)k * N, step_targets + (int64_t)k * N, k, stream);
             llama_micro_step(&model, inv_count, k, stream);
         }
         llama_update(&model, &a.opt, lr, stream);
         float norm_sq;
-        CUDA_CHECK(cudaMemcpyAsync(h_parts, model.loss_parts, (size_t)accum * sizeof(float), cudaMemcpyDeviceToHost, stream));
+        CUDA_CHECK(
+            cudaMemcpyAsync(h_parts, model.loss_parts, (size_t)accum * sizeof(float), cudaMemcpyDeviceToHost, stream));
         CUDA_CHECK(cudaMemcpyAsync(&norm_sq, model.grad_norm_sq, sizeof(float), cudaMemcpyDeviceToHost, stream));
         CUDA_CHECK(cudaStreamSynchronize(stream));
         double wall = now_seconds() - wall0;
         double loss = 0.0;
-        for (int k = 0; k < accum; k++) loss += h_parts[k];
+        for (int k = 0; k < accum; k++)
+            loss += h_parts[k];
         loss *= inv_count;
         double tokens_per_s = total_batch / wall;
         double mfu = tokens_per_s * flops_per_token / PEAK_BF16_FLOPS;
@@ -752,12 +900,20 @@ int main(int argc, char **argv)
         /* the attention workspace is allocated in its own translation unit, with its own count */
         double peak_gib = (cuda_bytes_allocated_peak + attention_workspace_bytes()) / 1073741824.0;
         double used_gib = (total_b - free_b) / 1073741824.0;
-        if (step > 0) { tokens_per_s_sum += tokens_per_s; timed_steps++; }
-        printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | MFU %.1f%% | mem %.2f GiB (device %.2f)\n",
+        if (step > 0) {
+            tokens_per_s_sum += tokens_per_s;
+            timed_steps++;
+        }
+        printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | MFU %.1f%% | mem %.2f GiB "
+               "(device %.2f)\n",
                step + 1, a.steps, loss, lr, sqrt(norm_sq), wall * 1e3, tokens_per_s, 100 * mfu, peak_gib, used_gib);
-        if (!isfinite(loss)) FAIL("loss is %f at step %d\n  hint: lower --lr or check the data", loss, step + 1);
+        if (profiling)
+            print_profile(log, step + 1, wall * 1e3);
+        if (!isfinite(loss))
+            FAIL("loss is %f at step %d\n  hint: lower --lr or check the data", loss, step + 1);
         if (log) {
-            fprintf(log, "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, \"ms\": %.3f, "
+            fprintf(log,
+                    "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, \"ms\": %.3f, "
                     "\"tokens_per_s\": %.1f, \"mfu\": %.5f, \"peak_mem_gib\": %.4f, \"device_mem_gib\": %.4f}\n",
                     step + 1, loss, lr, sqrt(norm_sq), wall * 1e3, tokens_per_s, mfu, peak_gib, used_gib);
             fflush(log);
@@ -766,11 +922,14 @@ int main(int argc, char **argv)
     if (have_val) {
         float vl = evaluate(&model, &val, a.eval_batches, stream);
         printf("final val loss %.4f\n", vl);
-        if (log) fprintf(log, "{\"step\": %d, \"val_loss\": %.6f}\n", a.steps, vl);
+        if (log)
+            fprintf(log, "{\"step\": %d, \"val_loss\": %.6f}\n", a.steps, vl);
     }
-    if (timed_steps) printf("mean after the first step: %.0f tok/s, MFU %.1f%%\n", tokens_per_s_sum / timed_steps,
-                            100.0 * tokens_per_s_sum / timed_steps * flops_per_token / PEAK_BF16_FLOPS);
-    if (log) fclose(log);
+    if (timed_steps)
+        printf("mean after the first step: %.0f tok/s, MFU %.1f%%\n", tokens_per_s_sum / timed_steps,
+               100.0 * tokens_per_s_sum / timed_steps * flops_per_token / PEAK_BF16_FLOPS);
+    if (log)
+        fclose(log);
     attention_teardown();
     matmul_teardown();
     return 0;

@@ -4,8 +4,10 @@
 # in .venv with the Python packages below. Safe to run again.
 #   Debian: build-essential (gcc, make), python3, python3-venv, python3-pip,
 #           bible-kjv and fortunes (the default corpus), unzip
-#   Python: numpy, pytest, tiktoken, llama-models (only for its Llama 3
-#           tokenizer file, so installed without its dependencies)
+#   Python: numpy, pytest, matplotlib (benchmark plots), tiktoken,
+#           llama-models (only for its Llama 3 tokenizer file) and
+#           openai-whisper (only for its GPT-2 BPE file), both installed
+#           without their dependencies
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -27,6 +29,6 @@ if [ ! -x .venv/bin/python3 ]; then
     python3 -m venv .venv
 fi
 .venv/bin/python3 -m pip install -q --upgrade pip > /dev/null
-.venv/bin/python3 -m pip install -q numpy pytest tiktoken
-.venv/bin/python3 -m pip install -q --no-deps llama-models
+.venv/bin/python3 -m pip install -q numpy pytest matplotlib tiktoken
+.venv/bin/python3 -m pip install -q --no-deps llama-models openai-whisper
 echo "setup done: Debian packages and .venv ready"

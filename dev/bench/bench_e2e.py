@@ -1,0 +1,764 @@
+#!/usr/bin/env python3
+"""End-to-end training throughput and peak memory on one GPU, side by side:
+
+  hf_eager         HF transformers LlamaForCausalLM, eager attention
+  hf_sdpa          the same with attn_implementation="sdpa"
+  hf_sdpa_compile  sdpa + torch.compile(model)
+  hf_liger         sdpa + liger-kernel (RoPE, RMSNorm, SwiGLU, fused linear cross-entropy)
+  train_llama      ./train_llama --random-data, at each --train-llama-recompute level
+
+Every system trains the same shape on fresh random tokens each step (labels =
+inputs; HF shifts them inside its loss), with AdamW (lr 1e-4, betas 0.9/0.95,
+eps 1e-8, weight decay 0.1 on matrices only, grad clip 1.0) on fp32 master
+weights: the HF models keep fp32 parameters and run under bf16 autocast, with
+torch.optim.AdamW(fused=True).
+
+One step = forward + backward + clip + optimizer.step + zero_grad, timed with
+torch.cuda.synchronize() + perf_counter after warm-up steps (2; 3 for compile).
+tokens/s = B*T / median step time; MFU = tokens/s * (6 N + 12 L H D T) / 989e12,
+N = all parameters but the input embedding (lm_head counted once, tied or not),
+llmc/llama_config.h llama_flops_per_token's convention. Peak memory =
+torch.cuda.max_memory_allocated over the timed steps (reset after warm-up); for
+train_llama its own allocator peak (the peak_mem_gib of its JSON log).
+
+Each (system, model, B, T) runs in its own subprocess with a timeout, so an
+OOM or a compiler crash cannot poison the next run. Once a system OOMs at B=1
+and some T, its longer T are skipped; once it OOMs at some B at the batch
+sweep's T, its larger B are skipped; after two failures (not OOM) of a system
+its remaining runs are skipped. Every record is one JSON line appended to --out.
+
+Time: the default settings of one model take ~8 min on an H100 (--dry-run
+prints a rough estimate per run). Most of it is process start and, for
+hf_sdpa_compile, ~1 min of compilation per run, so by default compile runs only
+at T=2048 with B=1 and the largest B of --batch-sweep (--compile-full for the
+whole sweep). --budget-s (default 540 per model) skips runs that would end past
+the budget by the estimate, recorded as "skipped (time budget)"; the run order
+(train_llama, hf_liger, hf_sdpa, hf_eager, hf_sdpa_compile) decides what is cut.
+
+  python3 dev/bench/bench_e2e.py --dry-run                 # the plan, no torch needed
+  python3 dev/bench/bench_e2e.py --quick                   # smoke test: 2 layers, T=2048, ~3 min
+  python3 dev/bench/bench_e2e.py                           # Llama 3.2 1B, default settings
+  python3 dev/bench/bench_e2e.py --models llama3.1-8b-cut --layers 8
+  python3 dev/bench/bench_e2e.py --systems hf_liger train_llama --seq-lens 8192 65536 --batch-sweep
+  python3 dev/bench/bench_e2e.py --systems train_llama --train-llama-recompute 0 1 2 --batch-sweep 1 2 4 8 16
+
+The HF systems need torch and transformers; hf_liger needs liger_kernel on the
+path (dev/bench/run_all.sh installs the wheel from .whl/); train_llama needs
+the built ./train_llama.
+"""
+import argparse
+import datetime
+import json
+import math
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+PEAK_BF16_FLOPS = 989e12  # dense bf16 peak of an H100 SXM, as train_llama.cu's PEAK_BF16_FLOPS
+GIB = 1024.0 ** 3
+
+# Shapes. rope: Llama 3.1 frequency scaling; train_llama's presets are llmc/llama_config.h's.
+MODELS = {
+    "llama3.2-1b": dict(vocab=128256, hidden=2048, layers=16, heads=32, kv_heads=8, head_dim=64, ffn=8192,
+                        tied=True, rope_theta=500000.0, rope_factor=32.0, rope_low=1.0, rope_high=4.0,
+                        rope_orig=8192, max_pos=131072, eps=1e-5, preset="llama3.2-1b", default_layers=16),
+    # The 8B's layer shape cut to fewer layers. Static memory (fp32 weights, grads and two AdamW moments,
+    # 16 bytes per parameter): 2 x 525M embedding/lm_head + 218M per layer, so 8 layers = 2.80B parameters
+    # = 41.7 GiB, leaving ~35 GiB of an 80 GB H100 for activations: HF at T=2048 needs ~5 GiB, and the
+    # longer T show where each system stops. 12 layers (55 GiB static) still fits HF at T=2048, 14 barely.
+    "llama3.1-8b-cut": dict(vocab=128256, hidden=4096, layers=32, heads=32, kv_heads=8, head_dim=128, ffn=14336,
+                            tied=False, rope_theta=500000.0, rope_factor=8.0, rope_low=1.0, rope_high=4.0,
+                            rope_orig=8192, max_pos=131072, eps=1e-5, preset="llama3.1-8b", default_layers=8),
+}
+HF_SYSTEMS = ["hf_eager", "hf_sdpa", "hf_sdpa_compile", "hf_liger"]
+ALL_SYSTEMS = HF_SYSTEMS + ["train_llama"]
+# Run order: a time budget cuts the last ones first, so the slow-to-start compile runs go last.
+RUN_ORDER = ["train_llama", "hf_liger", "hf_sdpa", "hf_eager", "hf_sdpa_compile"]
+DEFAULT_SEQ_LENS = [2048, 4096, 8192, 16384, 32768, 65536, 131072]
+DEFAULT_BATCH_SWEEP = [4, 8]
+OPTIM = dict(lr=1e-4, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, grad_clip=1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# shapes, FLOPs, rough time and memory estimates (pure Python: the dry run needs no torch)
+
+def model_shape(name, layers=None):
+    s = dict(MODELS[name])
+    s["layers"] = int(layers) if layers else s["default_layers"]
+    return s
+
+
+def param_counts(s):
+    """(all parameters, tied lm_head counted once; N of the FLOPs formula)."""
+    C, V, F, L = s["hidden"], s["vocab"], s["ffn"], s["layers"]
+    QD, KVD = s["heads"] * s["head_dim"], s["kv_heads"] * s["head_dim"]
+    per_layer = 2 * C + C * QD + 2 * C * KVD + QD * C + 3 * C * F
+    total = V * C + L * per_layer + C + (0 if s["tied"] else V * C)
+    # llama_flops_per_token: total minus the embedding, plus lm_head when tied (the embedding is a lookup).
+    n_flops = total - V * C + (V * C if s["tied"] else 0)
+    return total, n_flops
+
+
+def flops_per_token(s, T):
+    _, n = param_counts(s)
+    return 6.0 * n + 12.0 * s["layers"] * s["heads"] * s["head_dim"] * T
+
+
+def estimate_mem_gib(system, s, B, T, recompute=1):
+    """A rough guess of the peak, only to plan the dry run and the time budget; never recorded."""
+    C, F, V, L = s["hidden"], s["ffn"], s["vocab"], s["layers"]
+    KVD, H = s["kv_heads"] * s["head_dim"], s["heads"]
+    total, _ = param_counts(s)
+    static = 16.0 * total  # fp32 params, grads, AdamW m and v
+    per_tok_layer = {"hf_eager": 28 * C + 8 * F + 8 * KVD + 6 * H * T, "hf_sdpa": 28 * C + 8 * F + 8 * KVD,
+                     "hf_sdpa_compile": 20 * C + 6 * F + 8 * KVD, "hf_liger": 18 * C + 4 * F + 8 * KVD}
+    logits_per_tok = {"hf_eager": 12 * V, "hf_sdpa": 12 * V, "hf_sdpa_compile": 6 * V, "hf_liger": 0}
+    if system == "train_llama":
+        static = 18.0 * total
+        act = {0: 16 * C + 8 * F + 4 * KVD, 1: 12 * C + 4 * F + 4 * KVD, 2: 10 * C + 2 * F + 4 * KVD}[recompute]
+        fixed = 1.5 * GIB
+        return (static + B * T * L * act + fixed) / GIB
+    fixed = (2.5 if system == "hf_liger" else 1.5) * GIB
+    return (static + B * T * (L * per_tok_layer[system] + logits_per_tok[system]) + fixed) / GIB
+
+
+def estimate_run_s(system, s, B, T, steps, oom=False):
+    """Rough wall time of one run: process start, model build, compile, steps."""
+    total, _ = param_counts(s)
+    bparams = total / 1e9
+    if system == "train_llama":
+        overhead = 3.0 + 1.0 * bparams
+    else:
+        overhead = 9.0 + 1.5 * bparams + (4.0 if system == "hf_liger" else 0.0)
+        if system == "hf_sdpa_compile":
+            overhead += 15.0 + 3.0 * s["layers"]  # ~1 min for the 16-layer 1B
+    mfu = {"train_llama": 0.45, "hf_liger": 0.38, "hf_sdpa": 0.35, "hf_sdpa_compile": 0.40, "hf_eager": 0.25}[system]
+    step = B * T * flops_per_token(s, T) / (mfu * PEAK_BF16_FLOPS)
+    return overhead + (1.5 * step if oom else (steps + 0.5) * step)
+
+
+# ---------------------------------------------------------------------------------------------
+# the plan
+
+def build_plan(args):
+    """Runs in order, grouped by (model, system variant); each a dict."""
+    plan = []
+    for mname in args.models:
+        s = model_shape(mname, args.layers)
+        for system in RUN_ORDER:
+            if system not in args.systems:
+                continue
+            levels = args.train_llama_recompute if system == "train_llama" else [None]
+            for r in levels:
+                if system == "hf_sdpa_compile":
+                    bs, ts = sorted(set(args.compile_batch_sweep)), sorted(set(args.compile_seq_lens))
+                else:
+                    bs, ts = sorted(set(args.batch_sweep)), sorted(set(args.seq_lens))
+                settings = [(1, args.batch_t)] if (args.batch_t in ts or 1 in bs) else []
+                settings += [(b, args.batch_t) for b in bs if b != 1]
+                settings += [(1, t) for t in ts if t != args.batch_t]
+                for B, T in settings:
+                    warm = args.compile_warmup if system == "hf_sdpa_compile" else args.warmup
+                    plan.append(dict(system=system, model=mname, shape=s, layers=s["layers"], B=B, T=T,
+                                     recompute=r, warmup=warm, steps=args.steps, batch_t=args.batch_t))
+    return plan
+
+
+def level(run):
+    return 1 if run["recompute"] is None else run["recompute"]
+
+
+def variant(run):
+    return run["system"] if run["recompute"] is None else "%s(r%d)" % (run["system"], run["recompute"])
+
+
+def skip_reason(run, results):
+    """'OOM (skipped, ...)' when a smaller setting of the same variant already ran out of memory;
+    'skipped (...)' after two failures (not OOM) of the variant, so a broken setup costs little."""
+    failures = [p for p in results if p["model"] == run["model"] and variant_of_record(p) == variant(run)
+                and (p["status"].startswith("failed") or p["status"].startswith("timeout"))]
+    if len(failures) >= 2:
+        return "skipped (2 failures before)"
+    for prev in results:
+        if prev["model"] != run["model"] or variant_of_record(prev) != variant(run) \
+                or not prev["status"].startswith("OOM"):
+            continue
+        if run["B"] == 1 and prev["B"] == 1 and prev["T"] < run["T"]:
+            return "OOM (skipped, smaller T already OOM)"
+        if run["T"] == run["batch_t"] and prev["T"] == run["T"] and prev["B"] < run["B"]:
+            return "OOM (skipped, smaller B already OOM)"
+    return None
+
+
+def variant_of_record(rec):
+    return rec["system"] if rec.get("recompute") is None else "%s(r%d)" % (rec["system"], rec["recompute"])
+
+
+def train_llama_cmd(args, run, log_path):
+    s = run["shape"]
+    cmd = [args.train_llama, "--preset", s["preset"], "--random-data", "-B", str(run["B"]), "-T", str(run["T"]),
+           "--steps", str(run["warmup"] + run["steps"]), "--warmup", "1", "--recompute", str(run["recompute"]),
+           "--lr", repr(OPTIM["lr"]), "--beta1", repr(OPTIM["beta1"]), "--beta2", repr(OPTIM["beta2"]),
+           "--eps", repr(OPTIM["eps"]), "--weight-decay", repr(OPTIM["weight_decay"]),
+           "--grad-clip", repr(OPTIM["grad_clip"]), "--seed", str(args.seed), "--log", log_path]
+    if run["layers"] != s["default_layers"] or s["preset"] != run["model"]:
+        cmd += ["--n-layer", str(run["layers"])]
+    return cmd
+
+
+def print_plan(args, plan):
+    print("plan: %d runs; %d timed steps after %d warm-up (%d for compile); per-run timeout %ds; budget %s"
+          % (len(plan), args.steps, args.warmup, args.compile_warmup, args.timeout,
+             "%ds per model" % args.budget_s if args.budget_s else "none"))
+    for mname in args.models:
+        s = model_shape(mname, args.layers)
+        total, n = param_counts(s)
+        print("model %s: %d layers, hidden %d, ffn %d, heads %d/%d, vocab %d, %s; %.3fB params, static "
+              "(fp32 weights + grads + AdamW) %.1f GiB; FLOPs/token at T=2048: %.3g"
+              % (mname, s["layers"], s["hidden"], s["ffn"], s["heads"], s["kv_heads"], s["vocab"],
+                 "tied" if s["tied"] else "untied", total / 1e9, 16 * total / GIB, flops_per_token(s, 2048)))
+        fit = [L for L in range(1, s["default_layers"] * 2 + 1)
+               if all(estimate_mem_gib(x, model_shape(mname, L), 1, args.batch_t) <= args.gpu_mem_gib
+                      for x in args.systems)]
+        if fit:
+            print("  rough guess: %s %d layers of this shape fit every selected system at B=1, T=%d"
+                  % ("at least" if max(fit) == s["default_layers"] * 2 else "up to", max(fit), args.batch_t))
+    print("estimates below are rough guesses (memory model, MFU guesses) against %.0f GiB of GPU memory"
+          % args.gpu_mem_gib)
+    sim, model_t, total_t = [], {}, 0.0
+    for run in plan:
+        reason = skip_reason(run, sim)
+        mem = estimate_mem_gib(run["system"], run["shape"], run["B"], run["T"], level(run))
+        oom = mem > args.gpu_mem_gib
+        est = 0.0 if reason else estimate_run_s(run["system"], run["shape"], run["B"], run["T"], run["steps"], oom)
+        spent = model_t.get(run["model"], 0.0)
+        if not reason and args.budget_s and spent + est > args.budget_s:
+            reason = "skipped (time budget)"
+            est = 0.0
+        model_t[run["model"]] = spent + est
+        total_t += est
+        status = reason or ("OOM?" if oom else "ok?")
+        sim.append(dict(model=run["model"], system=run["system"], recompute=run["recompute"], B=run["B"],
+                        T=run["T"], status="OOM" if status == "OOM?" else status))
+        line = "  %-15s %-16s L=%-2d B=%-2d T=%-6d mem~%6.1f GiB  time~%5.0fs  %s" % (
+            run["model"], variant(run), run["layers"], run["B"], run["T"], mem, est, status)
+        print(line)
+        if run["system"] == "train_llama" and not reason and args.verbose:
+            print("      " + " ".join(shlex.quote(c) for c in train_llama_cmd(args, run, "LOG.jsonl")))
+    for m, t in model_t.items():
+        print("estimated wall time %s: %.1f min" % (m, t / 60))
+    print("estimated wall time in all: %.1f min (plus ~10 s for the version probe)" % (total_t / 60))
+
+
+# ---------------------------------------------------------------------------------------------
+# the parent: environment, subprocesses, records
+
+def git_commit():
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10)
+        if out.returncode == 0 and out.stdout.strip():
+            commit = out.stdout.strip()
+            dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                                   capture_output=True, text=True, timeout=10)
+            return commit + ("-dirty" if dirty.returncode == 0 and dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return os.environ.get("BENCH_GIT_COMMIT", "unknown")
+
+
+def probe_env(args):
+    """Versions and GPU name, from a child (the parent never creates a CUDA context)."""
+    env = {"gpu": "unknown", "torch": None, "transformers": None, "liger_kernel": None, "triton": None,
+           "cuda": None, "cudnn": None, "python": sys.version.split()[0], "driver": None}
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+        if out.returncode == 0 and out.stdout.strip():
+            first = out.stdout.strip().splitlines()[0].split(",")
+            env["gpu"] = first[0].strip()
+            env["driver"] = first[1].strip() if len(first) > 1 else None
+            env["gpu_mem_total"] = first[2].strip() if len(first) > 2 else None
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        out = subprocess.run([args.python, os.path.abspath(__file__), "--probe"], capture_output=True, text=True,
+                             timeout=120, cwd=REPO)
+        for line in out.stdout.splitlines():
+            if line.startswith("PROBE "):
+                env.update({k: v for k, v in json.loads(line[6:]).items() if v is not None})
+    except (OSError, subprocess.SubprocessError, ValueError):
+        pass
+    env["git_commit"] = git_commit()
+    return env
+
+
+def child_probe():
+    info = {}
+    try:
+        import torch
+        info.update(torch=torch.__version__, cuda=torch.version.cuda)
+        try:
+            info["cudnn"] = torch.backends.cudnn.version()
+        except Exception:  # noqa: BLE001
+            info["cudnn"] = None
+    except Exception:  # noqa: BLE001
+        pass
+    for mod, key in (("transformers", "transformers"), ("triton", "triton"), ("liger_kernel", "liger_kernel")):
+        try:
+            from importlib import metadata
+            info[key] = metadata.version({"liger_kernel": "liger-kernel"}.get(mod, mod))
+        except Exception:  # noqa: BLE001
+            try:
+                info[key] = __import__(mod).__version__
+            except Exception:  # noqa: BLE001
+                info[key] = None
+    print("PROBE " + json.dumps(info), flush=True)
+
+
+def last_error_line(text):
+    lines = [l.strip() for l in text.splitlines() if l.strip()]
+    for l in reversed(lines):
+        if l.startswith("error") or "Error" in l or "error:" in l or "FAIL" in l:
+            return l[:300]
+    return lines[-1][:300] if lines else "no output"
+
+
+def is_oom_text(text):
+    t = text.lower()
+    return ("out of memory" in t or "out of gpu memory" in t or "outofmemoryerror" in t
+            or "cublas_status_alloc_failed" in t or "cudaerrormemoryallocation" in t)
+
+
+def quantile(xs, q):
+    xs = sorted(xs)
+    if not xs:
+        return None
+    pos = (len(xs) - 1) * q
+    lo, hi = int(math.floor(pos)), int(math.ceil(pos))
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def run_subprocess(cmd, timeout, log_base, env=None):
+    """(returncode or 'timeout', stdout text, stderr text); the child's process group dies on timeout."""
+    with open(log_base + ".out", "w") as fo, open(log_base + ".err", "w") as fe:
+        p = subprocess.Popen(cmd, stdout=fo, stderr=fe, cwd=REPO, env=env, start_new_session=True)
+        try:
+            rc = p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+        # the child's own session: also ends helpers it left behind (e.g. compile workers holding memory)
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        p.wait()
+    with open(log_base + ".out") as fo, open(log_base + ".err") as fe:
+        return rc, fo.read(), fe.read()
+
+
+def run_train_llama(args, run, log_base):
+    jsonl = log_base + ".jsonl"
+    if os.path.exists(jsonl):
+        os.remove(jsonl)
+    binary = args.train_llama if os.path.isabs(args.train_llama) else os.path.join(REPO, args.train_llama)
+    if not os.path.exists(binary):
+        return {"status": "failed: %s not found (make -j16 train_llama)" % args.train_llama}
+    cmd = train_llama_cmd(args, run, jsonl)
+    rc, out, err = run_subprocess(cmd, args.timeout, log_base)
+    rec = {"command": " ".join(shlex.quote(c) for c in cmd)}
+    steps = []
+    try:
+        with open(jsonl) as f:
+            steps = [json.loads(l) for l in f if '"loss"' in l]
+    except (OSError, ValueError):
+        pass
+    text = out + "\n" + err
+    if rc == "timeout":
+        rec["status"] = "timeout (%ds)" % args.timeout
+    elif rc != 0 or len(steps) < run["warmup"] + run["steps"]:
+        rec["status"] = "OOM" if is_oom_text(text) else "failed: %s" % last_error_line(text)
+    else:
+        timed = steps[run["warmup"]:]
+        ms = [st["ms"] for st in timed]
+        med = quantile(ms, 0.5)
+        rec.update(status="ok", step_ms_median=med, step_ms_q20=quantile(ms, 0.2), step_ms_q80=quantile(ms, 0.8),
+                   tokens_per_s=run["B"] * run["T"] / (med / 1e3),
+                   mfu_reported=quantile([st["mfu"] for st in timed], 0.5),
+                   peak_mem_gib=max(st["peak_mem_gib"] for st in steps),
+                   device_mem_gib=max(st["device_mem_gib"] for st in steps),
+                   reserved_gib=None, n_timed_steps=len(timed),
+                   loss_first=steps[0]["loss"], loss_last=steps[-1]["loss"])
+    return rec
+
+
+def run_hf(args, run, log_base):
+    spec = dict(system=run["system"], shape=run["shape"], B=run["B"], T=run["T"], warmup=run["warmup"],
+                steps=run["steps"], seed=args.seed, optim=OPTIM)
+    env = dict(os.environ)
+    if args.expandable_segments:
+        env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    cmd = [args.python, os.path.abspath(__file__), "--child", json.dumps(spec)]
+    rc, out, err = run_subprocess(cmd, args.timeout, log_base, env=env)
+    result = None
+    for line in out.splitlines():
+        if line.startswith("RESULT "):
+            result = json.loads(line[7:])
+    if result is not None:
+        return result
+    text = out + "\n" + err
+    if rc == "timeout":
+        return {"status": "timeout (%ds)" % args.timeout}
+    return {"status": "OOM" if is_oom_text(text) else "failed: %s" % last_error_line(text)}
+
+
+def make_record(args, run, env, res, wall):
+    s = run["shape"]
+    total, n = param_counts(s)
+    fpt = flops_per_token(s, run["T"])
+    rec = dict(system=run["system"], model=run["model"], layers=run["layers"], B=run["B"], T=run["T"],
+               status=res.get("status", "failed: no status"), tokens_per_s=None, mfu=None, peak_mem_gib=None,
+               reserved_gib=None, device_mem_gib=None, step_ms_median=None, step_ms_q20=None, step_ms_q80=None)
+    rec.update({k: v for k, v in res.items() if k not in ("status",)})
+    if rec["tokens_per_s"] is not None:
+        rec["mfu"] = rec["tokens_per_s"] * fpt / PEAK_BF16_FLOPS
+    rec.update(recompute=run["recompute"], warmup_steps=run["warmup"], timed_steps=run["steps"],
+               params_total=total, params_flops=n, flops_per_token=fpt, peak_flops=PEAK_BF16_FLOPS,
+               gpu=rec.get("gpu") or env.get("gpu"),
+               date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+               torch=env.get("torch"), transformers=env.get("transformers"), liger_kernel=env.get("liger_kernel"),
+               triton=env.get("triton"), cuda=env.get("cuda"), cudnn=env.get("cudnn"), driver=env.get("driver"),
+               python=env.get("python"), git_commit=env.get("git_commit"), wall_s=round(wall, 1),
+               optimizer="AdamW lr %g betas (%g, %g) eps %g wd %g (matrices) clip %g" % (
+                   OPTIM["lr"], OPTIM["beta1"], OPTIM["beta2"], OPTIM["eps"], OPTIM["weight_decay"],
+                   OPTIM["grad_clip"]))
+    if run["system"] != "train_llama" and args.expandable_segments:
+        rec["alloc_conf"] = "expandable_segments:True"
+    return rec
+
+
+def append_record(rec, paths):
+    line = json.dumps(rec)
+    for p in paths:
+        if not p:
+            continue
+        d = os.path.dirname(os.path.abspath(p))
+        os.makedirs(d, exist_ok=True)
+        with open(p, "a") as f:
+            f.write(line + "\n")
+
+
+def cell(rec):
+    if rec is None:
+        return ""
+    st = rec["status"]
+    if st == "ok":
+        return "%6.1fk %4.1f%% %5.1fG" % (rec["tokens_per_s"] / 1e3, 100 * rec["mfu"], rec["peak_mem_gib"])
+    if st.startswith("OOM"):
+        return "OOM" + ("*" if "skipped" in st else "")
+    if st.startswith("skipped"):
+        return "skipped"
+    if st.startswith("timeout"):
+        return "timeout"
+    return "failed"
+
+
+def print_table(records):
+    if not records:
+        return
+    cols = []
+    for r in records:
+        v = variant_of_record(r)
+        if v not in cols:
+            cols.append(v)
+    order = {v: i for i, v in enumerate(["hf_eager", "hf_sdpa", "hf_sdpa_compile", "hf_liger"])}
+    cols.sort(key=lambda v: (order.get(v, 10), v))
+    width = 21
+    for model in sorted(set((r["model"], r["layers"]) for r in records)):
+        rows = sorted(set((r["B"], r["T"]) for r in records if (r["model"], r["layers"]) == model),
+                      key=lambda bt: (bt[1], bt[0]))
+        print("\n%s, %d layers: tokens/s, MFU, peak GiB (OOM* = skipped after a smaller setting ran out)"
+              % model)
+        print("%-12s" % "B x T" + "".join("%-*s" % (width, c[:width - 1]) for c in cols))
+        for B, T in rows:
+            line = "%-12s" % ("%d x %d" % (B, T))
+            for c in cols:
+                rec = None
+                for r in records:
+                    if (r["model"], r["layers"]) == model and (r["B"], r["T"]) == (B, T) and variant_of_record(r) == c:
+                        rec = r
+                line += "%-*s" % (width, cell(rec))
+            print(line)
+
+
+def main_parent(args):
+    plan = build_plan(args)
+    if args.dry_run:
+        print_plan(args, plan)
+        return 0
+    out = os.path.abspath(args.out)
+    logs = os.path.abspath(args.logs_dir or os.path.join(os.path.dirname(out), "logs"))
+    os.makedirs(logs, exist_ok=True)
+    env = probe_env(args)
+    print("env: " + json.dumps(env), flush=True)
+    records, model_t = [], {}
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
+    for run in plan:
+        reason = skip_reason(run, records)
+        spent = model_t.get(run["model"], 0.0)
+        if not reason and args.budget_s:
+            mem = estimate_mem_gib(run["system"], run["shape"], run["B"], run["T"], level(run))
+            est = estimate_run_s(run["system"], run["shape"], run["B"], run["T"], run["steps"],
+                                 mem > args.gpu_mem_gib)
+            if spent + min(est, args.timeout) > args.budget_s:
+                reason = "skipped (time budget)"
+        t0 = time.perf_counter()
+        if reason:
+            res = {"status": reason}
+        else:
+            tag = "%s_%s_L%d_%s_B%d_T%d" % (stamp, run["model"], run["layers"], variant(run).replace("(", "_")
+                                            .replace(")", ""), run["B"], run["T"])
+            log_base = os.path.join(logs, tag)
+            print("run %-16s %-15s L=%d B=%d T=%d ..." % (variant(run), run["model"], run["layers"], run["B"],
+                                                          run["T"]), end=" ", flush=True)
+            res = run_train_llama(args, run, log_base) if run["system"] == "train_llama" else \
+                run_hf(args, run, log_base)
+            res["log"] = os.path.relpath(log_base, REPO) if log_base.startswith(REPO + os.sep) else log_base
+        wall = time.perf_counter() - t0
+        model_t[run["model"]] = spent + wall
+        rec = make_record(args, run, env, res, wall)
+        records.append(rec)
+        append_record(rec, [out, args.mirror])
+        if not reason:
+            print("%s (%.0fs)" % (cell(rec) if rec["status"] in ("ok",) or rec["status"].startswith("OOM")
+                                  else rec["status"], wall), flush=True)
+    print_table(records)
+    print("\nrecords appended to %s" % os.path.relpath(out, os.getcwd()))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# the child: one HF run (imports torch; never imported by the parent)
+
+def child_main(spec):
+    result = {"status": "failed: child did not finish"}
+    try:
+        result = child_run(spec)
+    except Exception as e:  # noqa: BLE001
+        import traceback
+        traceback.print_exc()
+        msg = "%s: %s" % (type(e).__name__, str(e).strip().splitlines()[0] if str(e).strip() else "")
+        result = {"status": "OOM" if is_oom_text(type(e).__name__ + " " + str(e)) else "failed: " + msg[:300]}
+    print("RESULT " + json.dumps(result), flush=True)
+    sys.stdout.flush()
+    os._exit(0)  # skip teardown (compile workers, CUDA) that could hang or crash after the result
+
+
+def hf_config(s, attn):
+    from transformers import LlamaConfig
+    rope = {"rope_type": "llama3", "rope_theta": s["rope_theta"], "factor": s["rope_factor"],
+            "low_freq_factor": s["rope_low"], "high_freq_factor": s["rope_high"],
+            "original_max_position_embeddings": s["rope_orig"]}
+    config = LlamaConfig(
+        vocab_size=s["vocab"], hidden_size=s["hidden"], intermediate_size=s["ffn"], num_hidden_layers=s["layers"],
+        num_attention_heads=s["heads"], num_key_value_heads=s["kv_heads"], head_dim=s["head_dim"],
+        max_position_embeddings=s["max_pos"], rms_norm_eps=s["eps"], initializer_range=0.02,
+        tie_word_embeddings=bool(s["tied"]), rope_parameters=rope, attention_bias=False, mlp_bias=False,
+        hidden_act="silu", use_cache=False, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    config._attn_implementation = attn
+    return config
+
+
+def child_run(spec):
+    import torch
+    system, s, B, T = spec["system"], spec["shape"], spec["B"], spec["T"]
+    torch.manual_seed(spec["seed"])
+    torch.backends.cuda.matmul.allow_tf32 = True  # only fp32 matmuls outside autocast (none in the model)
+    torch.backends.cudnn.allow_tf32 = True
+    info = {"gpu": torch.cuda.get_device_name(0)}
+
+    if system == "hf_liger":
+        # Before the model exists: it swaps modeling_llama's LlamaRMSNorm, LlamaMLP and
+        # apply_rotary_pos_emb, and LlamaForCausalLM.forward for its fused linear cross-entropy
+        # forward, which in training mode with labels never materialises the logits.
+        from liger_kernel.transformers import apply_liger_kernel_to_llama
+        apply_liger_kernel_to_llama(rope=True, rms_norm=True, swiglu=True, fused_linear_cross_entropy=True,
+                                    cross_entropy=False)
+    from transformers import LlamaForCausalLM
+    from transformers.models.llama import modeling_llama
+
+    attn = "eager" if system == "hf_eager" else "sdpa"
+    config = hf_config(s, attn)
+    try:
+        with torch.device("cuda"):
+            model = LlamaForCausalLM(config)
+    except Exception as e:  # noqa: BLE001 -- fall back to building on the CPU, unless out of memory
+        if is_oom_text(type(e).__name__ + " " + str(e)):
+            raise
+        print("building on cuda failed (%s); building on the CPU" % e, file=sys.stderr)
+        model = LlamaForCausalLM(config).to("cuda")
+    model = model.float().train()
+    assert model.config._attn_implementation == attn, model.config._attn_implementation
+    params = list(model.parameters())
+    assert all(p.dtype == torch.float32 and p.is_cuda for p in params)
+    if s["tied"]:
+        assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr(), "lm_head is not tied"
+    info["params_counted"] = sum(p.numel() for p in params)
+    info["attn_implementation"] = attn
+    if system == "hf_liger":
+        layer = model.model.layers[0]
+        patched = dict(mlp=type(layer.mlp).__name__, norm=type(layer.input_layernorm).__name__,
+                       rope=getattr(modeling_llama.apply_rotary_pos_emb, "__module__", "?"),
+                       forward=getattr(type(model).forward, "__module__", "?"))
+        info["liger_patched"] = patched
+        if "Liger" not in patched["mlp"] or "Liger" not in patched["norm"] or "liger" not in patched["rope"] \
+                or "liger" not in patched["forward"]:
+            raise RuntimeError("liger did not patch the model: %s" % patched)
+
+    decay = [p for p in params if p.ndim >= 2]
+    no_decay = [p for p in params if p.ndim < 2]
+    o = spec["optim"]
+    groups = [{"params": decay, "weight_decay": o["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}]
+    try:
+        opt = torch.optim.AdamW(groups, lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"], fused=True)
+        info["optimizer_impl"] = "fused"
+    except (TypeError, RuntimeError) as e:
+        print("fused AdamW unavailable (%s); foreach" % e, file=sys.stderr)
+        opt = torch.optim.AdamW(groups, lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"], foreach=True)
+        info["optimizer_impl"] = "foreach"
+
+    fwd = model
+    if system == "hf_sdpa_compile":
+        fwd = torch.compile(model)
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(spec["seed"])
+
+    def step():
+        x = torch.randint(0, s["vocab"], (B, T), device="cuda", generator=gen)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            # only the loss is kept: the output's logits (when there are any) die before backward,
+            # as in a usual training loop
+            loss = fwd(input_ids=x, labels=x, use_cache=False).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, o["grad_clip"])
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        return time.perf_counter() - t0, loss.item()
+
+    losses, warm_s = [], []
+    for _ in range(spec["warmup"]):
+        dt, l = step()
+        warm_s.append(dt)
+        losses.append(l)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    times = []
+    for _ in range(spec["steps"]):
+        dt, l = step()
+        times.append(dt)
+        losses.append(l)
+    if not all(math.isfinite(l) for l in losses):
+        raise RuntimeError("non-finite loss: %s" % losses)
+    free_b, total_b = torch.cuda.mem_get_info()
+    ms = [t * 1e3 for t in times]
+    med = quantile(ms, 0.5)
+    info.update(status="ok", step_ms_median=med, step_ms_q20=quantile(ms, 0.2), step_ms_q80=quantile(ms, 0.8),
+                tokens_per_s=B * T / (med / 1e3), peak_mem_gib=torch.cuda.max_memory_allocated() / GIB,
+                reserved_gib=torch.cuda.max_memory_reserved() / GIB, device_mem_gib=(total_b - free_b) / GIB,
+                gpu_mem_total_gib=total_b / GIB, n_timed_steps=len(times), loss_first=losses[0],
+                loss_last=losses[-1], warmup_ms=[round(t * 1e3, 1) for t in warm_s],
+                step_ms_all=[round(t, 2) for t in ms])
+    return info
+
+
+# ---------------------------------------------------------------------------------------------
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", nargs="+", default=["llama3.2-1b"], choices=sorted(MODELS))
+    p.add_argument("--layers", type=int, default=None,
+                   help="cut the model to this many layers (default: 16 for llama3.2-1b, 8 for llama3.1-8b-cut, "
+                        "the most that leaves HF room to train at T=2048 and beyond; train_llama gets --n-layer)")
+    p.add_argument("--systems", nargs="+", default=list(ALL_SYSTEMS), choices=ALL_SYSTEMS)
+    p.add_argument("--seq-lens", nargs="*", type=int, default=list(DEFAULT_SEQ_LENS), help="T at B=1")
+    p.add_argument("--batch-sweep", nargs="*", type=int, default=list(DEFAULT_BATCH_SWEEP),
+                   help="B at T=--batch-t (e.g. 1 2 4 8 16 for the largest B that fits)")
+    p.add_argument("--batch-t", type=int, default=2048)
+    p.add_argument("--compile-seq-lens", nargs="*", type=int, default=None,
+                   help="T at B=1 for hf_sdpa_compile (default: only --batch-t: each compile run costs ~1 min "
+                        "of compilation on the 1B, so the default sweep is trimmed to keep the run short)")
+    p.add_argument("--compile-batch-sweep", nargs="*", type=int, default=None,
+                   help="B at --batch-t for hf_sdpa_compile (default: the largest of --batch-sweep)")
+    p.add_argument("--compile-full", action="store_true",
+                   help="hf_sdpa_compile gets the same --seq-lens and --batch-sweep as the others")
+    p.add_argument("--train-llama-recompute", nargs="+", type=int, default=[1], choices=[0, 1, 2])
+    p.add_argument("--steps", type=int, default=5, help="timed steps (>= 5; the median is reported)")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--compile-warmup", type=int, default=3)
+    p.add_argument("--timeout", type=int, default=420, help="seconds per run")
+    p.add_argument("--budget-s", type=float, default=540,
+                   help="per model: skip runs that would end after this many seconds (0 = no budget)")
+    p.add_argument("--gpu-mem-gib", type=float, default=79.0, help="for the rough OOM guesses of the plan only")
+    p.add_argument("--out", default=os.path.join(REPO, "dev/bench/results/e2e.jsonl"))
+    p.add_argument("--mirror", default=None, help="also append every record here (e.g. $OUT/results/e2e.jsonl)")
+    p.add_argument("--logs-dir", default=None, help="per-run logs (default: logs/ next to --out)")
+    p.add_argument("--train-llama", default="./train_llama")
+    p.add_argument("--python", default=sys.executable)
+    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--expandable-segments", action="store_true",
+                   help="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True for the HF runs (recorded)")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke test: llama3.2-1b cut to 2 layers, T=2048 at B=1 and 2, no budget, "
+                        "--out dev/bench/results/e2e_quick.jsonl unless given")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and estimates; imports no torch")
+    p.add_argument("--verbose", action="store_true", help="with --dry-run: the train_llama command lines")
+    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.models = ["llama3.2-1b"] if "--models" not in argv else args.models
+        args.layers = args.layers or 2
+        args.seq_lens = [2048] if "--seq-lens" not in argv else args.seq_lens
+        args.batch_sweep = [2] if "--batch-sweep" not in argv else args.batch_sweep
+        args.budget_s = 0 if "--budget-s" not in argv else args.budget_s
+        if "--out" not in argv:
+            args.out = os.path.join(REPO, "dev/bench/results/e2e_quick.jsonl")
+    if args.compile_full:
+        args.compile_seq_lens, args.compile_batch_sweep = list(args.seq_lens), list(args.batch_sweep)
+    if args.compile_seq_lens is None:
+        args.compile_seq_lens = [args.batch_t] if args.batch_t in args.seq_lens else list(args.seq_lens)
+    if args.compile_batch_sweep is None:
+        args.compile_batch_sweep = [max(args.batch_sweep)] if args.batch_sweep else []
+    if args.steps < 5:
+        p.error("--steps must be >= 5 (the median of at least 5 timed steps)")
+    if args.warmup < 1 or args.compile_warmup < 1:
+        p.error("--warmup and --compile-warmup must be >= 1")
+    if any(t <= 0 for t in args.seq_lens + args.batch_sweep) or args.batch_t <= 0:
+        p.error("sequence lengths and batch sizes must be positive")
+    if args.layers is not None and args.layers <= 0:
+        p.error("--layers must be positive")
+    if not args.seq_lens and not args.batch_sweep:
+        p.error("nothing to run: empty --seq-lens and --batch-sweep")
+    return args
+
+
+def main(argv):
+    if "--probe" in argv:
+        child_probe()
+        return 0
+    if "--child" in argv:
+        child_main(json.loads(argv[argv.index("--child") + 1]))
+        return 0
+    return main_parent(parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -23,6 +23,7 @@ of runs that were skipped never replace measured ones.
 """
 import argparse
 import datetime
+import glob
 import json
 import math
 import os
@@ -450,7 +451,33 @@ def environment_lines(records):
     return lines
 
 
-def write_report(e2e, kernels, docs_dir, plot=True):
+def profile_section(profiles):
+    """Where one train_llama step's GPU time goes: profile_*.jsonl, written by
+    `train_llama --profile-step N --log FILE` (one "profile_ms" record each)."""
+    lines = ["## Where a train_llama step goes", "",
+             "GPU time of one step by kernel class, from `train_llama --profile-step 6` (CUDA events around every "
+             "kernel of that step; idle = wall time minus the kernels' time: launch gaps, host work, syncs). "
+             "Llama 3.2 1B shape, random tokens, recompute 1.", ""]
+    for name, rec in profiles:
+        prof = rec["profile_ms"]
+        wall = prof["wall"]
+        rows = [[k, "%.2f" % v, "%.1f%%" % (100.0 * v / wall)] for k, v in prof.items() if k != "wall"]
+        lines += ["%s, step %d: %.1f ms" % (name, rec["step"], wall), ""]
+        lines += [md_table(["class", "ms", "share of the step"], rows), ""]
+    return lines
+
+
+def load_profiles(results_dir):
+    profiles = []
+    for path in sorted(glob.glob(os.path.join(results_dir, "profile_*.jsonl"))):
+        recs = [r for r in load_jsonl(path) if "profile_ms" in r]
+        if recs:
+            name = os.path.basename(path)[len("profile_"):-len(".jsonl")].replace("_", ", ")
+            profiles.append((name, recs[-1]))
+    return profiles
+
+
+def write_report(e2e, kernels, docs_dir, plot=True, profiles=()):
     img_dir = os.path.join(docs_dir, "img")
     os.makedirs(img_dir, exist_ok=True)
     plt = None
@@ -480,6 +507,8 @@ def write_report(e2e, kernels, docs_dir, plot=True):
         if not e2e:
             lines += environment_lines(kernels)
         lines += kernel_section(kernels, img_dir, plt)
+    if profiles:
+        lines += profile_section(profiles)
     if not e2e and not kernels:
         lines += ["No benchmark records yet: run `dev/bench/run_all.sh` on the GPU machine.", ""]
     lines.append("Generated %s by `dev/bench/report.py`." %
@@ -505,7 +534,7 @@ def main(argv):
     kernels = [r for f in k_files for r in load_jsonl(f)]
     e2e = [r for r in e2e if all(k in r for k in ("system", "model", "B", "T", "status"))]
     kernels = [r for r in kernels if "kernel" in r and ("system" in r or "impl" in r)]
-    path = write_report(e2e, kernels, args.docs_dir, plot=not args.no_plots)
+    path = write_report(e2e, kernels, args.docs_dir, plot=not args.no_plots, profiles=load_profiles(args.results_dir))
     print("wrote %s (%d e2e records, %d kernel records)" % (os.path.relpath(path, os.getcwd()), len(e2e),
                                                           len(kernels)))
     return 0

@@ -26,7 +26,7 @@ NVCC_LDLIBS = -lcublasLt -lcublas -lcudnn -lnvrtc $(if $(OPENMP),-lgomp)
 CUDNN_FRONTEND = third_party/cudnn-frontend/include/cudnn_frontend.h
 GPU_PROGRAMS = train_llama test_llama
 
-.PHONY: all cpu gpu test test-c test-python test-cli clean
+.PHONY: all cpu gpu test test-c test-python test-cli test-checkpoint clean
 all: cpu $(if $(HAVE_NVCC),gpu)
 cpu: train_llama_ref $(CPU_TESTS)
 gpu: $(GPU_PROGRAMS)
@@ -51,7 +51,7 @@ tests/test_%: tests/test_%.c $(LLMC_HEADERS)
 
 # Where nvcc exists the GPU programs are built too, so CUDA code that no longer
 # compiles fails the tests even on a machine without a GPU.
-test: test-c test-python test-cli
+test: test-c test-python test-cli test-checkpoint
 test-c: $(CPU_TESTS)
 	./test_llama_ref
 	./tests/test_tensorfile
@@ -60,6 +60,8 @@ test-python:
 	$(PYTHON) -m pytest -q tests
 test-cli: train_llama_ref $(if $(HAVE_NVCC),gpu)
 	bash tests/test_cli.sh
+test-checkpoint: train_llama_ref
+	PYTHON=$(PYTHON) bash tests/test_checkpoint.sh
 
 clean:
 	rm -rf train_llama_ref $(CPU_TESTS) $(GPU_PROGRAMS) build

@@ -27,6 +27,7 @@
 #pragma GCC diagnostic ignored "-Wunknown-pragmas"
 #endif
 
+#include "llmc/checkpoint.h"
 #include "llmc/dataloader.h"
 #include "llmc/llama_config.h"
 #include "llmc/schedule.h"
@@ -750,7 +751,8 @@ static double now_seconds(void)
 }
 
 typedef struct {
-    const char *train_pattern, *val_pattern, *preset, *init_from, *log_path, *lr_schedule;
+    const char *train_pattern, *val_pattern, *preset, *init_from, *log_path, *lr_schedule, *checkpoint_dir;
+    int save_every, keep, resume;
     int d_model, n_layer, n_head, n_kv_head, ffn_dim, vocab; /* -1: the preset's */
     int B, T, grad_accum, steps, warmup, eval_every, eval_batches, seed;
     double lr, min_lr_frac, weight_decay, beta1, beta2, eps, grad_clip;
@@ -758,7 +760,7 @@ typedef struct {
 
 typedef struct {
     const char *name;
-    char type; /* 'i' int, 'd' double, 's' string */
+    char type; /* 'i' int, 'd' double, 's' string, 'b' switch (no value; sets the int to 1) */
     size_t offset;
     const char *help;
 } Flag;
@@ -792,6 +794,10 @@ static const Flag FLAGS[] = {
     FLAG("--eval-batches", 'i', eval_batches, "validation batches per evaluation"),
     FLAG("--seed", 'i', seed, "seed of the weight init and the data order"),
     FLAG("--log", 's', log_path, "append JSON lines (step, loss, lr, grad_norm, tokens_per_s, val_loss) here"),
+    FLAG("--checkpoint-dir", 's', checkpoint_dir, "save checkpoints (HF safetensors + optimizer state) under this directory"),
+    FLAG("--save-every", 'i', save_every, "checkpoint every N steps; 0: only at the end (needs --checkpoint-dir)"),
+    FLAG("--keep", 'i', keep, "keep the newest K complete checkpoints; 0: all"),
+    FLAG("--resume", 'b', resume, "continue from the newest complete checkpoint in --checkpoint-dir (fresh if none)"),
 };
 #define N_FLAGS ((int)(sizeof(FLAGS) / sizeof(FLAGS[0])))
 
@@ -803,7 +809,7 @@ static void usage(FILE *out, const Args *defaults)
         const Flag *f = &FLAGS[i];
         const char *field = (const char *)defaults + f->offset;
         char def[64] = "";
-        if (f->type == 'i' && *(const int *)field >= 0) snprintf(def, sizeof(def), " (default %d)", *(const int *)field);
+        if (f->type == 'i' && *(const int *)field >= 0 && f->offset != offsetof(Args, resume)) snprintf(def, sizeof(def), " (default %d)", *(const int *)field);
         if (f->type == 'd') snprintf(def, sizeof(def), " (default %g)", *(const double *)field);
         if (f->type == 's' && *(const char *const *)field) snprintf(def, sizeof(def), " (default %s)", *(const char *const *)field);
         fprintf(out, "  %-15s %s%s\n", f->name, f->help, def);
@@ -830,6 +836,10 @@ static void parse_args(Args *args, int argc, char **argv)
             if (strcmp(argv[i], FLAGS[k].name) == 0) f = &FLAGS[k];
         }
         if (f == NULL) FAIL("unknown option '%s'; ./train_llama_ref --help lists them", argv[i]);
+        if (f->type == 'b') {
+            *(int *)((char *)args + f->offset) = 1;
+            continue;
+        }
         if (i + 1 >= argc) FAIL("option %s needs a value; see --help", argv[i]);
         const char *value = argv[++i];
         char *field = (char *)args + f->offset, *end;
@@ -870,6 +880,10 @@ static void check_args(const Args *a)
         !(a->grad_clip >= 0.0)) {
         FAIL("need 0 <= --beta1, --beta2 < 1 (got %g, %g), --eps > 0 (got %g), --grad-clip >= 0 (got %g)", a->beta1,
              a->beta2, a->eps, a->grad_clip);
+    }
+    if (a->save_every < 0 || a->keep < 0) FAIL("--save-every %d and --keep %d must not be negative", a->save_every, a->keep);
+    if ((a->resume || a->save_every > 0) && a->checkpoint_dir == NULL) {
+        FAIL("--resume and --save-every need --checkpoint-dir DIR");
     }
     ScheduleKind kind;
     if (schedule_kind_from_name(a->lr_schedule, &kind) != 0) {
@@ -925,7 +939,7 @@ static float evaluate(Llama *m, DataLoader *val, int eval_batches)
 
 int main(int argc, char **argv)
 {
-    Args a = {NULL, NULL, "tiny", NULL, NULL, "cosine", -1, -1, -1, -1, -1, -1,
+    Args a = {NULL, NULL, "tiny", NULL, NULL, "cosine", NULL, 0, 3, 0, -1, -1, -1, -1, -1, -1,
               4, 256, 1, 100, 10, 50, 8, 1337, 6e-4, 0.1, 0.1, 0.9, 0.95, 1e-8, 1.0};
     parse_args(&a, argc, argv);
     check_args(&a);
@@ -960,6 +974,26 @@ int main(int argc, char **argv)
            a.B, a.T, a.grad_accum);
     FILE *log = a.log_path ? fopen_check(a.log_path, "a") : NULL;
 
+    /* Resume: weights, AdamW moments and step, data position; the schedule
+     * follows the global step, so the run continues as if never stopped. */
+    int start_step = 0;
+    if (a.resume) {
+        char ckpt[CKPT_PATH_MAX];
+        if (checkpoint_find_latest(a.checkpoint_dir, ckpt, sizeof(ckpt)) != 0) {
+            printf("resume: no complete checkpoint in '%s'; starting fresh\n", a.checkpoint_dir);
+        } else {
+            CheckpointState st;
+            model.adam_m = (float *)calloc_check((size_t)model.layout.total, sizeof(float), "AdamW first moments");
+            model.adam_v = (float *)calloc_check((size_t)model.layout.total, sizeof(float), "AdamW second moments");
+            checkpoint_load(ckpt, c, &model.layout, model.params, model.adam_m, model.adam_v, &st);
+            if (st.step > (uint64_t)INT_MAX || st.adam_step > (uint64_t)INT_MAX) FAIL("'%s': step %llu is out of range", ckpt, (unsigned long long)st.step);
+            model.adam_step = (int)st.adam_step;
+            dataloader_set_state_or_die(&train, &st.data);
+            start_step = (int)st.step;
+            printf("resumed from '%s' at step %d\n", ckpt, start_step);
+        }
+    }
+
     /* All micro-batches of a step are loaded first, so that the loss can be the
      * mean over the counted targets of the whole step, as one big batch would give. */
     int64_t bt = (int64_t)a.B * a.T;
@@ -969,7 +1003,7 @@ int main(int argc, char **argv)
     ScheduleKind kind;
     schedule_kind_from_name(a.lr_schedule, &kind);
     LrSchedule schedule = {kind, (float)a.lr, (float)a.min_lr_frac, a.warmup, a.steps, 0.2f};
-    for (int step = 0; step <= a.steps; step++) {
+    for (int step = start_step; step <= a.steps; step++) {
         int last = step == a.steps;
         if (a.val_pattern && (last || (a.eval_every > 0 && step % a.eval_every == 0))) {
             float val_loss = evaluate(&model, &val, a.eval_batches);
@@ -1003,9 +1037,25 @@ int main(int argc, char **argv)
         printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s\n", step + 1, a.steps, loss,
                opt.lr, norm, 1e3 * seconds, tokens_per_s);
         if (log) {
-            fprintf(log, "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, \"tokens_per_s\": %.1f}\n",
+            fprintf(log, "{\"step\": %d, \"loss\": %.9g, \"lr\": %.6e, \"grad_norm\": %.6f, \"tokens_per_s\": %.1f}\n",
                     step + 1, loss, opt.lr, norm, tokens_per_s);
             fflush(log);
+        }
+        if (a.checkpoint_dir && ((a.save_every > 0 && (step + 1) % a.save_every == 0) || step + 1 == a.steps)) {
+            CheckpointState st;
+            memset(&st, 0, sizeof(st));
+            st.step = (uint64_t)(step + 1);
+            st.adam_step = (uint64_t)model.adam_step;
+            st.rng_state = (uint64_t)a.seed; /* training draws no random numbers after the init */
+            st.rank = 0;
+            st.world = 1;
+            st.shard_offset = 0;
+            st.shard_count = model.layout.total;
+            dataloader_get_state(&train, &st.data);
+            char saved[CKPT_PATH_MAX];
+            checkpoint_save(a.checkpoint_dir, c, &model.layout, model.params, model.adam_m, model.adam_v, &st, a.keep,
+                            saved, sizeof(saved));
+            printf("saved checkpoint '%s'\n", saved);
         }
     }
 

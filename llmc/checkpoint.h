@@ -1,0 +1,864 @@
+/*
+ * checkpoint.h: save and resume training: weights, AdamW state, data position.
+ *
+ * A checkpoint is a directory <dir>/step_<08d>/ (step = optimizer steps done):
+ *   model.safetensors  the weights, HF safetensors: u64 little-endian header
+ *                      length n, n bytes of JSON header (space padded to a
+ *                      multiple of 8), then the data. The header maps each HF
+ *                      name (ParamLayout) to {"dtype":"F32","shape":[...],
+ *                      "data_offsets":[begin,end]} (bytes, relative to the
+ *                      data start), plus "__metadata__":{"format":"pt"}.
+ *                      fp32, row-major, in layout order; a tied model has no
+ *                      lm_head.weight, as HF writes it. Loads with
+ *                      LlamaForCausalLM.from_pretrained(<dir>/step_<08d>).
+ *   config.json        HF LlamaConfig of the model.
+ *   train_state.bin    what else training needs to continue bit for bit,
+ *                      little-endian, CKPT_STATE_HEADER_BYTES of header:
+ *                        0  char[8] magic "LLMCKPT\0"   8 u32 version (1)
+ *                       12  u32 header bytes (128)      16 u64 step
+ *                       24  u64 AdamW step count        32 u64 RNG state
+ *                       40  i32 rank   44 i32 world     48 i64 total (layout.total)
+ *                       56  i64 shard offset            64 i64 shard count
+ *                       72  DataLoaderState: u64 epoch, shard, window, seed, layout
+ *                      112  zeros to 128
+ *                      then AdamW m[shard count] and v[shard count], fp32:
+ *                      the range [offset, offset + count) of the flat buffers.
+ *                      A single process writes rank 0 of 1 with the whole range;
+ *                      sharded optimizers can write one file per rank later.
+ *   COMPLETE           marker: the checkpoint is whole.
+ *
+ * Atomicity: everything is written into <dir>/step_<08d>.tmp<pid>/, each file
+ * fsync'ed, the directory renamed to step_<08d>/ (an existing one of that step
+ * is moved aside first), then COMPLETE written under a temporary name, fsync'ed
+ * and renamed into place, and the directory fsync'ed. A checkpoint without
+ * COMPLETE (a write killed midway) is ignored by checkpoint_find_latest; the
+ * next save removes it and every leftover *.tmp* directory (never a complete
+ * checkpoint), then keeps only the newest K complete checkpoints (K = 0: all).
+ *
+ * Loading validates everything against the model built from the run's flags:
+ * config.json's shape fields, every tensor's dtype/shape/offsets and the file
+ * size of model.safetensors, train_state.bin's magic, version and sizes.
+ *
+ * The *_try functions return 0, or -1 with a message naming the file in err;
+ * the plain ones print it and exit(1). Plain C (POSIX); compiles as C++ too.
+ */
+#ifndef LLMC_CHECKPOINT_H
+#define LLMC_CHECKPOINT_H
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "dataloader.h"
+#include "llama_config.h"
+#include "utils.h"
+
+#define CKPT_STATE_MAGIC "LLMCKPT"
+#define CKPT_STATE_VERSION 1
+#define CKPT_STATE_HEADER_BYTES 128
+#define CKPT_PATH_MAX 1024
+
+typedef struct {
+    uint64_t step;      /* optimizer steps completed */
+    uint64_t adam_step; /* AdamW's step count (bias correction) */
+    uint64_t rng_state;
+    int32_t rank, world;
+    int64_t shard_offset, shard_count; /* range of the flat AdamW buffers in this file */
+    DataLoaderState data;
+} CheckpointState;
+
+#define CKPT_ERR(...) do { ckpt_path(err, errlen, __VA_ARGS__); goto fail; } while (0)
+
+/* ------------------------------------------------------------------------- */
+/* small helpers                                                              */
+
+static inline void ckpt_put_u32(unsigned char *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i)); }
+static inline void ckpt_put_u64(unsigned char *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i)); }
+static inline uint32_t ckpt_get_u32(const unsigned char *p) { uint32_t v = 0; for (int i = 3; i >= 0; i--) v = v << 8 | p[i]; return v; }
+static inline uint64_t ckpt_get_u64(const unsigned char *p) { uint64_t v = 0; for (int i = 7; i >= 0; i--) v = v << 8 | p[i]; return v; }
+
+/* snprintf for paths: -1 if it did not fit (vsnprintf, so that gcc does not
+ * warn about the truncation that the return value reports). */
+static inline int ckpt_path(char *out, size_t n, const char *fmt, ...)
+{
+    va_list args;
+    va_start(args, fmt);
+    int r = vsnprintf(out, n, fmt, args);
+    va_end(args);
+    return r < 0 || (size_t)r >= n ? -1 : 0;
+}
+
+/* mkdir -p */
+static inline int ckpt_mkdirs(const char *path)
+{
+    char buf[CKPT_PATH_MAX];
+    ckpt_path(buf, sizeof(buf), "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+    return 0;
+}
+
+static inline int ckpt_fsync_path(const char *path)
+{
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+/* Remove a directory and the plain files in it (checkpoints hold nothing else). */
+static inline int ckpt_remove_dir(const char *path)
+{
+    DIR *d = opendir(path);
+    if (!d) return -1;
+    struct dirent *e;
+    char buf[CKPT_PATH_MAX];
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        ckpt_path(buf, sizeof(buf), "%s/%s", path, e->d_name);
+        unlink(buf);
+    }
+    closedir(d);
+    return rmdir(path);
+}
+
+static inline int ckpt_exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+/* step if name is exactly "step_" followed by digits, else -1 */
+static inline int64_t ckpt_parse_step_name(const char *name)
+{
+    if (strncmp(name, "step_", 5) != 0 || name[5] == '\0') return -1;
+    int64_t step = 0;
+    for (const char *p = name + 5; *p; p++) {
+        if (*p < '0' || *p > '9' || step > INT64_MAX / 10 - 10) return -1;
+        step = step * 10 + (*p - '0');
+    }
+    return step;
+}
+
+static inline int ckpt_is_complete(const char *dir, const char *name)
+{
+    char buf[CKPT_PATH_MAX];
+    ckpt_path(buf, sizeof(buf), "%s/%s/COMPLETE", dir, name);
+    return ckpt_exists(buf);
+}
+
+/* Write n bytes to a new file, fsync it, close it. */
+static inline int ckpt_write_file(const char *path, const void *data, size_t n, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        ckpt_path(err, errlen, "cannot create '%s': %s", path, strerror(errno));
+        return -1;
+    }
+    int ok = fwrite(data, 1, n, f) == n && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    int saved = errno;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok) {
+        ckpt_path(err, errlen, "cannot write '%s': %s\n  hint: is the disk full?", path, strerror(saved));
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------- */
+/* writing                                                                    */
+
+static inline int ckpt_write_safetensors(const char *path, const ParamLayout *layout, const float *params,
+                                         char *err, size_t errlen)
+{
+    size_t cap = 256 + (size_t)layout->n_tensors * 256, len = 0;
+    char *hdr = (char *)malloc_check(cap, "safetensors header");
+    FILE *f = NULL;
+    int saved, ok;
+    len += (size_t)snprintf(hdr + len, cap - len, "{\"__metadata__\":{\"format\":\"pt\"}");
+    for (int i = 0; i < layout->n_tensors; i++) {
+        const ParamTensor *t = &layout->tensors[i];
+        long long begin = (long long)t->offset * 4, end = (long long)(t->offset + t->numel) * 4;
+        if (t->cols == 1) {
+            len += (size_t)snprintf(hdr + len, cap - len, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld],"
+                                    "\"data_offsets\":[%lld,%lld]}", t->name, (long long)t->rows, begin, end);
+        } else {
+            len += (size_t)snprintf(hdr + len, cap - len, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld,%lld],"
+                                    "\"data_offsets\":[%lld,%lld]}", t->name, (long long)t->rows,
+                                    (long long)t->cols, begin, end);
+        }
+    }
+    len += (size_t)snprintf(hdr + len, cap - len, "}");
+    while (len % 8 != 0) hdr[len++] = ' ';
+    unsigned char n8[8];
+    ckpt_put_u64(n8, (uint64_t)len);
+    f = fopen(path, "wb");
+    if (!f) CKPT_ERR("cannot create '%s': %s", path, strerror(errno));
+    ok = fwrite(n8, 1, 8, f) == 8 && fwrite(hdr, 1, len, f) == len &&
+         fwrite(params, sizeof(float), (size_t)layout->total, f) == (size_t)layout->total && fflush(f) == 0 &&
+         fsync(fileno(f)) == 0;
+    saved = errno;
+    ok = (fclose(f) == 0) && ok;
+    f = NULL;
+    if (!ok) CKPT_ERR("cannot write '%s': %s\n  hint: is the disk full?", path, strerror(saved));
+    free(hdr);
+    return 0;
+fail:
+    if (f) fclose(f);
+    free(hdr);
+    return -1;
+}
+
+static inline int ckpt_write_config(const char *path, const LlamaConfig *c, char *err, size_t errlen)
+{
+    char buf[4096], rope[512];
+    if (c->rope_scaling_llama3) {
+        snprintf(rope, sizeof(rope), "{\"rope_type\": \"llama3\", \"factor\": %g, \"low_freq_factor\": %g, "
+                 "\"high_freq_factor\": %g, \"original_max_position_embeddings\": %d",
+                 (double)c->rope_factor, (double)c->rope_low_freq_factor, (double)c->rope_high_freq_factor,
+                 c->rope_original_max_pos);
+    } else {
+        snprintf(rope, sizeof(rope), "{\"rope_type\": \"default\"");
+    }
+    int n = snprintf(buf, sizeof(buf),
+        "{\n"
+        "  \"architectures\": [\"LlamaForCausalLM\"],\n"
+        "  \"model_type\": \"llama\",\n"
+        "  \"vocab_size\": %d,\n"
+        "  \"hidden_size\": %d,\n"
+        "  \"intermediate_size\": %d,\n"
+        "  \"num_hidden_layers\": %d,\n"
+        "  \"num_attention_heads\": %d,\n"
+        "  \"num_key_value_heads\": %d,\n"
+        "  \"head_dim\": %d,\n"
+        "  \"max_position_embeddings\": %d,\n"
+        "  \"rms_norm_eps\": %g,\n"
+        "  \"rope_theta\": %.1f,\n"
+        "  \"rope_scaling\": %s%s,\n"
+        "  \"rope_parameters\": %s, \"rope_theta\": %.1f},\n"
+        "  \"tie_word_embeddings\": %s,\n"
+        "  \"hidden_act\": \"silu\",\n"
+        "  \"attention_bias\": false,\n"
+        "  \"attention_dropout\": 0.0,\n"
+        "  \"mlp_bias\": false,\n"
+        "  \"initializer_range\": %g,\n"
+        "  \"torch_dtype\": \"float32\",\n"
+        "  \"bos_token_id\": 128000,\n"
+        "  \"eos_token_id\": 128001\n"
+        "}\n",
+        c->vocab_size, c->d_model, c->ffn_dim, c->n_layer, c->n_head, c->n_kv_head, c->head_dim, c->max_seq_len,
+        (double)c->norm_eps, (double)c->rope_theta, c->rope_scaling_llama3 ? rope : "null",
+        c->rope_scaling_llama3 ? "}" : "", rope, (double)c->rope_theta, c->tie_embeddings ? "true" : "false",
+        (double)c->init_std);
+    if (n < 0 || (size_t)n >= sizeof(buf)) {
+        ckpt_path(err, errlen, "config.json for '%s' does not fit its buffer", path);
+        return -1;
+    }
+    return ckpt_write_file(path, buf, (size_t)n, err, errlen);
+}
+
+static inline int ckpt_write_state(const char *path, const CheckpointState *st, int64_t total, const float *adam_m,
+                                   const float *adam_v, char *err, size_t errlen)
+{
+    unsigned char h[CKPT_STATE_HEADER_BYTES];
+    FILE *f = NULL;
+    int ok, saved;
+    int64_t count = st->shard_count;
+    memset(h, 0, sizeof(h));
+    memcpy(h, CKPT_STATE_MAGIC, 8);
+    ckpt_put_u32(h + 8, CKPT_STATE_VERSION);
+    ckpt_put_u32(h + 12, CKPT_STATE_HEADER_BYTES);
+    ckpt_put_u64(h + 16, st->step);
+    ckpt_put_u64(h + 24, st->adam_step);
+    ckpt_put_u64(h + 32, st->rng_state);
+    ckpt_put_u32(h + 40, (uint32_t)st->rank);
+    ckpt_put_u32(h + 44, (uint32_t)st->world);
+    ckpt_put_u64(h + 48, (uint64_t)total);
+    ckpt_put_u64(h + 56, (uint64_t)st->shard_offset);
+    ckpt_put_u64(h + 64, (uint64_t)count);
+    ckpt_put_u64(h + 72, st->data.epoch);
+    ckpt_put_u64(h + 80, st->data.shard);
+    ckpt_put_u64(h + 88, st->data.window);
+    ckpt_put_u64(h + 96, st->data.seed);
+    ckpt_put_u64(h + 104, st->data.layout);
+    f = fopen(path, "wb");
+    if (!f) CKPT_ERR("cannot create '%s': %s", path, strerror(errno));
+    ok = fwrite(h, 1, sizeof(h), f) == sizeof(h);
+    for (int which = 0; which < 2 && ok; which++) {
+        const float *src = which == 0 ? adam_m : adam_v;
+        if (src) {
+            ok = fwrite(src + st->shard_offset, sizeof(float), (size_t)count, f) == (size_t)count;
+        } else { /* no AdamW step yet: zero moments */
+            static const float zeros[1024] = {0};
+            for (int64_t i = 0; i < count && ok; i += 1024) {
+                size_t n = (size_t)(count - i < 1024 ? count - i : 1024);
+                ok = fwrite(zeros, sizeof(float), n, f) == n;
+            }
+        }
+    }
+    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    saved = errno;
+    ok = (fclose(f) == 0) && ok;
+    f = NULL;
+    if (!ok) CKPT_ERR("cannot write '%s': %s\n  hint: is the disk full?", path, strerror(saved));
+    return 0;
+fail:
+    if (f) fclose(f);
+    return -1;
+}
+
+/* Removes leftover *.tmp* directories and step dirs without COMPLETE, then all
+ * but the newest keep complete checkpoints (keep <= 0: all). */
+static inline void ckpt_cleanup(const char *dir, int keep)
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    int64_t *steps = NULL;
+    int n = 0, cap = 0;
+    struct dirent *e;
+    char buf[CKPT_PATH_MAX];
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "step_", 5) != 0) continue;
+        ckpt_path(buf, sizeof(buf), "%s/%s", dir, e->d_name);
+        int64_t step = ckpt_parse_step_name(e->d_name);
+        if (step < 0) {
+            if (strstr(e->d_name, ".tmp") && !ckpt_is_complete(dir, e->d_name)) ckpt_remove_dir(buf);
+            continue;
+        }
+        if (!ckpt_is_complete(dir, e->d_name)) {
+            ckpt_remove_dir(buf);
+            continue;
+        }
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            steps = (int64_t *)realloc(steps, (size_t)cap * sizeof(int64_t));
+            if (!steps) FAIL("out of host memory listing checkpoints in '%s'", dir);
+        }
+        steps[n++] = step;
+    }
+    closedir(d);
+    if (keep > 0 && n > keep) {
+        /* sort descending, remove the tail */
+        for (int i = 1; i < n; i++) {
+            int64_t v = steps[i];
+            int j = i;
+            for (; j > 0 && steps[j - 1] < v; j--) steps[j] = steps[j - 1];
+            steps[j] = v;
+        }
+        for (int i = keep; i < n; i++) {
+            ckpt_path(buf, sizeof(buf), "%s/step_%08lld/COMPLETE", dir, (long long)steps[i]);
+            unlink(buf); /* incomplete first, so a crash midway leaves nothing that looks whole */
+            ckpt_path(buf, sizeof(buf), "%s/step_%08lld", dir, (long long)steps[i]);
+            ckpt_remove_dir(buf);
+        }
+    }
+    free(steps);
+}
+
+/* Writes <dir>/step_<08d>/ atomically (see the top of this file), then keeps
+ * the newest `keep` complete checkpoints (0: all). params and adam_m/adam_v
+ * hold layout->total floats; adam_m/adam_v may be NULL before the first AdamW
+ * step (written as zeros). out_path (may be NULL) receives the directory. */
+static inline int checkpoint_save_try(const char *dir, const LlamaConfig *config, const ParamLayout *layout,
+                                      const float *params, const float *adam_m, const float *adam_v,
+                                      const CheckpointState *state, int keep, char *out_path, size_t out_len,
+                                      char *err, size_t errlen)
+{
+    char tmp[CKPT_PATH_MAX], final_dir[CKPT_PATH_MAX], file[CKPT_PATH_MAX + 64], aside[CKPT_PATH_MAX + 64];
+    char marker_tmp[CKPT_PATH_MAX + 64];
+    if (state->shard_offset < 0 || state->shard_count < 0 || state->shard_offset + state->shard_count > layout->total) {
+        ckpt_path(err, errlen, "checkpoint shard [%lld, +%lld) is outside the %lld parameters",
+                 (long long)state->shard_offset, (long long)state->shard_count, (long long)layout->total);
+        return -1;
+    }
+    if (ckpt_mkdirs(dir) != 0) {
+        ckpt_path(err, errlen, "cannot create checkpoint directory '%s': %s", dir, strerror(errno));
+        return -1;
+    }
+    ckpt_path(final_dir, sizeof(final_dir), "%s/step_%08llu", dir, (unsigned long long)state->step);
+    ckpt_path(tmp, sizeof(tmp), "%s.tmp%ld", final_dir, (long)getpid());
+    if (ckpt_exists(tmp)) ckpt_remove_dir(tmp);
+    if (mkdir(tmp, 0755) != 0) {
+        ckpt_path(err, errlen, "cannot create '%s': %s", tmp, strerror(errno));
+        return -1;
+    }
+    ckpt_path(file, sizeof(file), "%s/model.safetensors", tmp);
+    if (ckpt_write_safetensors(file, layout, params, err, errlen) != 0) return -1;
+    ckpt_path(file, sizeof(file), "%s/config.json", tmp);
+    if (ckpt_write_config(file, config, err, errlen) != 0) return -1;
+    ckpt_path(file, sizeof(file), "%s/train_state.bin", tmp);
+    if (ckpt_write_state(file, state, layout->total, adam_m, adam_v, err, errlen) != 0) return -1;
+    ckpt_fsync_path(tmp);
+    if (ckpt_exists(final_dir)) { /* the same step saved before: move it aside, the cleanup removes it */
+        ckpt_path(aside, sizeof(aside), "%s.tmp%ld.old", final_dir, (long)getpid());
+        ckpt_path(file, sizeof(file), "%s/COMPLETE", final_dir);
+        unlink(file);
+        if (rename(final_dir, aside) != 0) {
+            ckpt_path(err, errlen, "cannot move the old '%s' aside: %s", final_dir, strerror(errno));
+            return -1;
+        }
+    }
+    if (rename(tmp, final_dir) != 0) {
+        ckpt_path(err, errlen, "cannot rename '%s' to '%s': %s", tmp, final_dir, strerror(errno));
+        return -1;
+    }
+    ckpt_fsync_path(dir);
+    ckpt_path(marker_tmp, sizeof(marker_tmp), "%s/COMPLETE.tmp", final_dir);
+    ckpt_path(file, sizeof(file), "%s/COMPLETE", final_dir);
+    char marker[64];
+    int mn = snprintf(marker, sizeof(marker), "step %llu\n", (unsigned long long)state->step);
+    if (ckpt_write_file(marker_tmp, marker, (size_t)mn, err, errlen) != 0) return -1;
+    if (rename(marker_tmp, file) != 0) {
+        ckpt_path(err, errlen, "cannot rename '%s' to '%s': %s", marker_tmp, file, strerror(errno));
+        return -1;
+    }
+    ckpt_fsync_path(final_dir);
+    ckpt_cleanup(dir, keep);
+    if (out_path) ckpt_path(out_path, out_len, "%s", final_dir);
+    return 0;
+}
+
+static inline void checkpoint_save(const char *dir, const LlamaConfig *config, const ParamLayout *layout,
+                                   const float *params, const float *adam_m, const float *adam_v,
+                                   const CheckpointState *state, int keep, char *out_path, size_t out_len)
+{
+    char err[2048];
+    if (checkpoint_save_try(dir, config, layout, params, adam_m, adam_v, state, keep, out_path, out_len, err,
+                            sizeof(err)) != 0) {
+        FAIL("saving a checkpoint: %s", err);
+    }
+}
+
+/* 0 and the newest complete checkpoint's directory in out_path, or -1 if dir
+ * holds none (or does not exist). */
+static inline int checkpoint_find_latest(const char *dir, char *out_path, size_t out_len)
+{
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int64_t best = -1;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        int64_t step = ckpt_parse_step_name(e->d_name);
+        if (step > best && ckpt_is_complete(dir, e->d_name)) best = step;
+    }
+    closedir(d);
+    if (best < 0) return -1;
+    ckpt_path(out_path, out_len, "%s/step_%08lld", dir, (long long)best);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------- */
+/* a JSON reader just big enough for safetensors headers and config.json      */
+
+typedef struct {
+    const char *s;
+    size_t pos, len;
+} CkptJson;
+
+static inline void ckj_ws(CkptJson *j)
+{
+    while (j->pos < j->len && (j->s[j->pos] == ' ' || j->s[j->pos] == '\t' || j->s[j->pos] == '\n' ||
+                               j->s[j->pos] == '\r'))
+        j->pos++;
+}
+
+static inline int ckj_expect(CkptJson *j, char ch)
+{
+    ckj_ws(j);
+    if (j->pos >= j->len || j->s[j->pos] != ch) return -1;
+    j->pos++;
+    return 0;
+}
+
+/* A string into out (escapes other than \uXXXX decoded; \u kept verbatim). */
+static inline int ckj_string(CkptJson *j, char *out, size_t outlen)
+{
+    if (ckj_expect(j, '"')) return -1;
+    size_t n = 0;
+    while (j->pos < j->len && j->s[j->pos] != '"') {
+        char ch = j->s[j->pos++];
+        if (ch == '\\') {
+            if (j->pos >= j->len) return -1;
+            ch = j->s[j->pos++];
+            if (ch == 'n') ch = '\n';
+            else if (ch == 't') ch = '\t';
+        }
+        if (out) {
+            if (n + 1 >= outlen) return -1;
+            out[n++] = ch;
+        }
+    }
+    if (j->pos >= j->len) return -1;
+    j->pos++;
+    if (out) out[n] = '\0';
+    return 0;
+}
+
+static inline int ckj_number(CkptJson *j, double *out)
+{
+    ckj_ws(j);
+    char buf[64];
+    size_t n = 0;
+    while (j->pos < j->len && n + 1 < sizeof(buf) && strchr("+-0123456789.eE", j->s[j->pos])) buf[n++] = j->s[j->pos++];
+    buf[n] = '\0';
+    if (n == 0) return -1;
+    char *end;
+    *out = strtod(buf, &end);
+    return *end == '\0' ? 0 : -1;
+}
+
+static inline int ckj_skip(CkptJson *j, int depth)
+{
+    if (depth > 32) return -1;
+    ckj_ws(j);
+    if (j->pos >= j->len) return -1;
+    char ch = j->s[j->pos];
+    if (ch == '"') return ckj_string(j, NULL, 0);
+    if (ch == '{' || ch == '[') {
+        char close = ch == '{' ? '}' : ']';
+        j->pos++;
+        ckj_ws(j);
+        if (j->pos < j->len && j->s[j->pos] == close) { j->pos++; return 0; }
+        for (;;) {
+            if (ch == '{') {
+                if (ckj_string(j, NULL, 0) || ckj_expect(j, ':')) return -1;
+            }
+            if (ckj_skip(j, depth + 1)) return -1;
+            ckj_ws(j);
+            if (j->pos < j->len && j->s[j->pos] == ',') { j->pos++; continue; }
+            return ckj_expect(j, close);
+        }
+    }
+    const char *words[] = {"true", "false", "null"};
+    for (int i = 0; i < 3; i++) {
+        size_t n = strlen(words[i]);
+        if (j->len - j->pos >= n && memcmp(j->s + j->pos, words[i], n) == 0) { j->pos += n; return 0; }
+    }
+    double v;
+    return ckj_number(j, &v);
+}
+
+/* Object iteration: call ckj_expect(j, '{') first; then each call gives 1 with
+ * the next key (the cursor at its value), 0 at the closing brace, -1 on junk. */
+static inline int ckj_next_key(CkptJson *j, int *first, char *key, size_t keylen)
+{
+    ckj_ws(j);
+    if (j->pos < j->len && j->s[j->pos] == '}') { j->pos++; return 0; }
+    if (!*first && ckj_expect(j, ',')) return -1;
+    *first = 0;
+    if (ckj_string(j, key, keylen) || ckj_expect(j, ':')) return -1;
+    return 1;
+}
+
+static inline int ckj_int_array(CkptJson *j, int64_t *out, int max, int *n)
+{
+    *n = 0;
+    if (ckj_expect(j, '[')) return -1;
+    ckj_ws(j);
+    if (j->pos < j->len && j->s[j->pos] == ']') { j->pos++; return 0; }
+    for (;;) {
+        double v;
+        if (*n >= max || ckj_number(j, &v) || v < 0 || v != (double)(int64_t)v) return -1;
+        out[(*n)++] = (int64_t)v;
+        ckj_ws(j);
+        if (j->pos < j->len && j->s[j->pos] == ',') { j->pos++; continue; }
+        return ckj_expect(j, ']');
+    }
+}
+
+/* ------------------------------------------------------------------------- */
+/* loading                                                                    */
+
+typedef struct {
+    char name[256];
+    char dtype[16];
+    int ndim;
+    int64_t shape[8];
+    int64_t begin, end;
+} CkptTensorInfo;
+
+/* Read model.safetensors at path into params (layout->total floats), by HF name. */
+static inline int checkpoint_load_safetensors_try(const char *path, const ParamLayout *layout, float *params,
+                                                  char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    char *hdr = NULL;
+    CkptTensorInfo *infos = NULL;
+    int n_infos = 0, cap = 0;
+    unsigned char n8[8];
+    int64_t file_size, data_start, data_len = 0;
+    uint64_t hlen;
+    CkptJson j;
+    int first = 1, rc;
+    char key[256];
+    if (!f) CKPT_ERR("cannot open '%s': %s", path, strerror(errno));
+    fseeko(f, 0, SEEK_END);
+    file_size = (int64_t)ftello(f);
+    fseeko(f, 0, SEEK_SET);
+    if (file_size < 8 || fread(n8, 1, 8, f) != 8) CKPT_ERR("'%s' is too short to be a safetensors file", path);
+    hlen = ckpt_get_u64(n8);
+    if (hlen < 2 || hlen > (uint64_t)100000000 || (int64_t)hlen > file_size - 8)
+        CKPT_ERR("'%s': bad safetensors header length %llu for a file of %lld bytes (truncated or corrupt)", path,
+                 (unsigned long long)hlen, (long long)file_size);
+    hdr = (char *)malloc_check((size_t)hlen + 1, "safetensors header");
+    if (fread(hdr, 1, (size_t)hlen, f) != (size_t)hlen) CKPT_ERR("'%s': short read of the header", path);
+    hdr[hlen] = '\0';
+    data_start = 8 + (int64_t)hlen;
+    j.s = hdr;
+    j.pos = 0;
+    j.len = (size_t)hlen;
+    if (ckj_expect(&j, '{')) CKPT_ERR("'%s': the safetensors header is not a JSON object (corrupt)", path);
+    while ((rc = ckj_next_key(&j, &first, key, sizeof(key))) == 1) {
+        if (strcmp(key, "__metadata__") == 0) {
+            if (ckj_skip(&j, 0)) CKPT_ERR("'%s': bad JSON in the header's __metadata__", path);
+            continue;
+        }
+        if (n_infos == cap) {
+            cap = cap ? 2 * cap : 64;
+            infos = (CkptTensorInfo *)realloc(infos, (size_t)cap * sizeof(CkptTensorInfo));
+            if (!infos) FAIL("out of host memory reading '%s'", path);
+        }
+        CkptTensorInfo *t = &infos[n_infos++];
+        memset(t, 0, sizeof(*t));
+        t->begin = t->end = -1;
+        t->ndim = -1;
+        snprintf(t->name, sizeof(t->name), "%s", key);
+        int tfirst = 1, trc;
+        char field[64];
+        if (ckj_expect(&j, '{')) CKPT_ERR("'%s': tensor '%s' in the header is not an object", path, key);
+        while ((trc = ckj_next_key(&j, &tfirst, field, sizeof(field))) == 1) {
+            int n;
+            int64_t offs[2];
+            if (strcmp(field, "dtype") == 0) {
+                if (ckj_string(&j, t->dtype, sizeof(t->dtype))) CKPT_ERR("'%s': bad dtype of tensor '%s'", path, key);
+            } else if (strcmp(field, "shape") == 0) {
+                if (ckj_int_array(&j, t->shape, 8, &n)) CKPT_ERR("'%s': bad shape of tensor '%s'", path, key);
+                t->ndim = n;
+            } else if (strcmp(field, "data_offsets") == 0) {
+                if (ckj_int_array(&j, offs, 2, &n) || n != 2 || offs[1] < offs[0])
+                    CKPT_ERR("'%s': bad data_offsets of tensor '%s'", path, key);
+                t->begin = offs[0];
+                t->end = offs[1];
+            } else if (ckj_skip(&j, 0)) {
+                CKPT_ERR("'%s': bad JSON in tensor '%s'", path, key);
+            }
+        }
+        if (trc < 0) CKPT_ERR("'%s': bad JSON in tensor '%s' of the header (corrupt)", path, key);
+        if (t->ndim < 0 || t->begin < 0 || t->dtype[0] == '\0')
+            CKPT_ERR("'%s': tensor '%s' lacks dtype, shape or data_offsets", path, key);
+        if (t->end > data_len) data_len = t->end;
+    }
+    if (rc < 0) CKPT_ERR("'%s': the safetensors header is not valid JSON (corrupt)", path);
+    if (data_start + data_len != file_size)
+        CKPT_ERR("'%s' is %lld bytes but its header describes %lld (truncated or corrupt)", path,
+                 (long long)file_size, (long long)(data_start + data_len));
+    for (int i = 0; i < layout->n_tensors; i++) {
+        const ParamTensor *p = &layout->tensors[i];
+        const CkptTensorInfo *t = NULL;
+        for (int k = 0; k < n_infos; k++) {
+            if (strcmp(infos[k].name, p->name) == 0) t = &infos[k];
+        }
+        if (!t) CKPT_ERR("'%s' has no tensor '%s' (does the checkpoint belong to this model?)", path, p->name);
+        if (strcmp(t->dtype, "F32") != 0) CKPT_ERR("'%s': tensor '%s' is %s, expected F32", path, p->name, t->dtype);
+        int want_ndim = p->cols == 1 ? 1 : 2;
+        if (t->ndim != want_ndim || t->shape[0] != p->rows || (want_ndim == 2 && t->shape[1] != p->cols)) {
+            char got[128] = "";
+            for (int d = 0; d < t->ndim && d < 8; d++) {
+                size_t l = strlen(got);
+                snprintf(got + l, sizeof(got) - l, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+            }
+            CKPT_ERR("'%s': tensor '%s' has shape [%s], this model's is [%lld%s%lld] "
+                     "(does the checkpoint belong to this model?)", path, p->name, got, (long long)p->rows,
+                     want_ndim == 2 ? ", " : "", want_ndim == 2 ? (long long)p->cols : 0LL);
+        }
+        if (t->end - t->begin != p->numel * 4)
+            CKPT_ERR("'%s': tensor '%s' spans %lld bytes, its shape needs %lld", path, p->name,
+                     (long long)(t->end - t->begin), (long long)(p->numel * 4));
+        if (fseeko(f, (off_t)(data_start + t->begin), SEEK_SET) != 0 ||
+            fread(params + p->offset, sizeof(float), (size_t)p->numel, f) != (size_t)p->numel)
+            CKPT_ERR("'%s': short read of tensor '%s' (truncated?)", path, p->name);
+    }
+    fclose(f);
+    free(hdr);
+    free(infos);
+    return 0;
+fail:
+    if (f) fclose(f);
+    free(hdr);
+    free(infos);
+    return -1;
+}
+
+/* Check config.json's shape fields against the model config. */
+static inline int checkpoint_check_config_try(const char *path, const LlamaConfig *c, char *err, size_t errlen)
+{
+    static const char *keys[] = {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                                 "num_attention_heads", "num_key_value_heads", "head_dim", "tie_word_embeddings"};
+    const int nkeys = (int)(sizeof(keys) / sizeof(keys[0]));
+    double want[8] = {(double)c->vocab_size, (double)c->d_model, (double)c->ffn_dim, (double)c->n_layer,
+                      (double)c->n_head, (double)c->n_kv_head, (double)c->head_dim, (double)c->tie_embeddings};
+    double got[8];
+    int found[8] = {0};
+    char *buf = NULL, key[128];
+    int64_t size;
+    CkptJson j;
+    int first = 1, rc;
+    FILE *f = fopen(path, "rb");
+    if (!f) CKPT_ERR("cannot open '%s': %s", path, strerror(errno));
+    fseeko(f, 0, SEEK_END);
+    size = (int64_t)ftello(f);
+    fseeko(f, 0, SEEK_SET);
+    if (size <= 0 || size > 1000000) CKPT_ERR("'%s' has an unlikely size of %lld bytes", path, (long long)size);
+    buf = (char *)malloc_check((size_t)size + 1, "config.json");
+    if (fread(buf, 1, (size_t)size, f) != (size_t)size) CKPT_ERR("'%s': short read", path);
+    j.s = buf;
+    j.pos = 0;
+    j.len = (size_t)size;
+    if (ckj_expect(&j, '{')) CKPT_ERR("'%s' is not a JSON object", path);
+    while ((rc = ckj_next_key(&j, &first, key, sizeof(key))) == 1) {
+        int idx = -1;
+        for (int i = 0; i < nkeys; i++) {
+            if (strcmp(key, keys[i]) == 0) idx = i;
+        }
+        if (idx < 0) {
+            if (ckj_skip(&j, 0)) CKPT_ERR("'%s': bad JSON at key '%s'", path, key);
+            continue;
+        }
+        ckj_ws(&j);
+        if (idx == nkeys - 1 && j.len - j.pos >= 4 && (memcmp(j.s + j.pos, "true", 4) == 0)) {
+            got[idx] = 1.0;
+            j.pos += 4;
+        } else if (idx == nkeys - 1 && j.len - j.pos >= 5 && memcmp(j.s + j.pos, "false", 5) == 0) {
+            got[idx] = 0.0;
+            j.pos += 5;
+        } else if (ckj_number(&j, &got[idx])) {
+            CKPT_ERR("'%s': '%s' is not a number", path, key);
+        }
+        found[idx] = 1;
+    }
+    if (rc < 0) CKPT_ERR("'%s' is not valid JSON", path);
+    for (int i = 0; i < nkeys; i++) {
+        if (!found[i]) CKPT_ERR("'%s' has no '%s'", path, keys[i]);
+        if (got[i] != want[i])
+            CKPT_ERR("'%s' has %s = %g but this run's model has %g\n"
+                     "  hint: resume with the same model flags as the checkpoint", path, keys[i], got[i], want[i]);
+    }
+    fclose(f);
+    free(buf);
+    return 0;
+fail:
+    if (f) fclose(f);
+    free(buf);
+    return -1;
+}
+
+/* Read train_state.bin at path: the header into state, AdamW moments of the
+ * file's shard into adam_m/adam_v (each of `total` floats, at the shard offset). */
+static inline int checkpoint_load_state_try(const char *path, int64_t total, CheckpointState *state, float *adam_m,
+                                            float *adam_v, char *err, size_t errlen)
+{
+    unsigned char h[CKPT_STATE_HEADER_BYTES];
+    int64_t size, file_total;
+    uint32_t version;
+    FILE *f = fopen(path, "rb");
+    if (!f) CKPT_ERR("cannot open '%s': %s", path, strerror(errno));
+    fseeko(f, 0, SEEK_END);
+    size = (int64_t)ftello(f);
+    fseeko(f, 0, SEEK_SET);
+    if (size < CKPT_STATE_HEADER_BYTES || fread(h, 1, sizeof(h), f) != sizeof(h))
+        CKPT_ERR("'%s' is too short (%lld bytes) to be a train_state.bin", path, (long long)size);
+    if (memcmp(h, CKPT_STATE_MAGIC "\0", 8) != 0) CKPT_ERR("'%s' is not a train_state.bin (bad magic)", path);
+    version = ckpt_get_u32(h + 8);
+    if (version != CKPT_STATE_VERSION)
+        CKPT_ERR("'%s' has version %u, this build reads version %d", path, version, CKPT_STATE_VERSION);
+    if (ckpt_get_u32(h + 12) != CKPT_STATE_HEADER_BYTES)
+        CKPT_ERR("'%s' has a header of %u bytes, expected %d (corrupt)", path, ckpt_get_u32(h + 12),
+                 CKPT_STATE_HEADER_BYTES);
+    state->step = ckpt_get_u64(h + 16);
+    state->adam_step = ckpt_get_u64(h + 24);
+    state->rng_state = ckpt_get_u64(h + 32);
+    state->rank = (int32_t)ckpt_get_u32(h + 40);
+    state->world = (int32_t)ckpt_get_u32(h + 44);
+    file_total = (int64_t)ckpt_get_u64(h + 48);
+    state->shard_offset = (int64_t)ckpt_get_u64(h + 56);
+    state->shard_count = (int64_t)ckpt_get_u64(h + 64);
+    state->data.epoch = ckpt_get_u64(h + 72);
+    state->data.shard = ckpt_get_u64(h + 80);
+    state->data.window = ckpt_get_u64(h + 88);
+    state->data.seed = ckpt_get_u64(h + 96);
+    state->data.layout = ckpt_get_u64(h + 104);
+    if (file_total != total)
+        CKPT_ERR("'%s' holds optimizer state of %lld parameters, this model has %lld", path, (long long)file_total,
+                 (long long)total);
+    if (state->world < 1 || state->rank < 0 || state->rank >= state->world || state->shard_offset < 0 ||
+        state->shard_count < 0 || state->shard_offset > total || state->shard_count > total - state->shard_offset)
+        CKPT_ERR("'%s': rank %d of %d, shard [%lld, +%lld) of %lld parameters is impossible (corrupt)", path,
+                 state->rank, state->world, (long long)state->shard_offset, (long long)state->shard_count,
+                 (long long)total);
+    if (size != CKPT_STATE_HEADER_BYTES + 8 * state->shard_count)
+        CKPT_ERR("'%s' is %lld bytes, its header describes %lld (truncated or corrupt)", path, (long long)size,
+                 (long long)(CKPT_STATE_HEADER_BYTES + 8 * state->shard_count));
+    if (fread(adam_m + state->shard_offset, sizeof(float), (size_t)state->shard_count, f) != (size_t)state->shard_count ||
+        fread(adam_v + state->shard_offset, sizeof(float), (size_t)state->shard_count, f) != (size_t)state->shard_count)
+        CKPT_ERR("'%s': short read of the AdamW moments", path);
+    fclose(f);
+    return 0;
+fail:
+    if (f) fclose(f);
+    return -1;
+}
+
+/* Load a whole checkpoint directory (written by checkpoint_save) into a model
+ * built with `config`: weights, AdamW moments and the state. A single-process
+ * resume needs the whole range: a file of rank r of n > 1 is refused. */
+static inline int checkpoint_load_try(const char *ckpt_dir, const LlamaConfig *config, const ParamLayout *layout,
+                                      float *params, float *adam_m, float *adam_v, CheckpointState *state,
+                                      char *err, size_t errlen)
+{
+    char path[CKPT_PATH_MAX + 64];
+    ckpt_path(path, sizeof(path), "%s/COMPLETE", ckpt_dir);
+    if (!ckpt_exists(path)) {
+        ckpt_path(err, errlen, "'%s' has no COMPLETE marker: the checkpoint was not finished", ckpt_dir);
+        return -1;
+    }
+    ckpt_path(path, sizeof(path), "%s/config.json", ckpt_dir);
+    if (checkpoint_check_config_try(path, config, err, errlen) != 0) return -1;
+    ckpt_path(path, sizeof(path), "%s/model.safetensors", ckpt_dir);
+    if (checkpoint_load_safetensors_try(path, layout, params, err, errlen) != 0) return -1;
+    ckpt_path(path, sizeof(path), "%s/train_state.bin", ckpt_dir);
+    if (checkpoint_load_state_try(path, layout->total, state, adam_m, adam_v, err, errlen) != 0) return -1;
+    if (state->shard_offset != 0 || state->shard_count != layout->total) {
+        ckpt_path(err, errlen, "'%s' holds AdamW state for [%lld, +%lld) of %lld parameters (rank %d of %d); "
+                 "this loader needs the whole range", path, (long long)state->shard_offset,
+                 (long long)state->shard_count, (long long)layout->total, state->rank, state->world);
+        return -1;
+    }
+    return 0;
+}
+
+static inline void checkpoint_load(const char *ckpt_dir, const LlamaConfig *config, const ParamLayout *layout,
+                                   float *params, float *adam_m, float *adam_v, CheckpointState *state)
+{
+    char err[2048];
+    if (checkpoint_load_try(ckpt_dir, config, layout, params, adam_m, adam_v, state, err, sizeof(err)) != 0) {
+        FAIL("resuming from a checkpoint: %s", err);
+    }
+}
+
+#undef CKPT_ERR
+
+#endif /* LLMC_CHECKPOINT_H */

@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# Checkpoints of ./train_llama_ref (llmc/checkpoint.h): resumed runs give
+# bit-identical losses and weights, keep-last-K, interrupted writes ignored and
+# cleaned, corrupt files refused with messages naming them, and the safetensors
+# / config.json output readable by Python's safetensors where it is installed.
+set -u
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-$([ -x .venv/bin/python3 ] && echo .venv/bin/python3 || echo python3)}
+tmp=$(mktemp -d)
+trap '[ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"' EXIT
+pass=0
+fail=0
+export OMP_NUM_THREADS=1 # one thread: reductions in the same order in every run
+
+ok() { echo "PASS $1"; pass=$((pass + 1)); }
+bad() { echo "FAIL $1"; fail=$((fail + 1)); }
+check() { # check NAME COMMAND...: passes when the command succeeds
+    local name=$1
+    shift
+    if "$@"; then ok "$name"; else bad "$name"; fi
+}
+
+# A shard of 5000 tokens of a 512-token vocabulary (docs/shard_format.md).
+python3 - "$tmp" <<'PY'
+import struct, sys, random
+header = [0] * 256
+header[0:4] = [0x4C4C5453, 1, 4, 512]
+header[6:8] = [0, 1]
+random.seed(2)
+tokens = [random.randrange(512) for _ in range(5000)]
+with open(f"{sys.argv[1]}/data_000000.bin", "wb") as f:
+    f.write(struct.pack("<256i", *header))
+    f.seek(16)
+    f.write(struct.pack("<Q", len(tokens)))
+    f.seek(1024)
+    f.write(struct.pack(f"<{len(tokens)}I", *tokens))
+PY
+train() { ./train_llama_ref --preset nano --vocab 512 -B 2 -T 32 --warmup 2 --lr 3e-3 --seed 5 --train "$tmp/data_*.bin" "$@"; }
+# losses LOG FIRST LAST: "step loss" lines of the JSON log (loss printed with %.9g: exact floats)
+losses() { sed -n 's/.*"step": \([0-9]*\), "loss": \([^,]*\),.*/\1 \2/p' "$1" | awk -v a="$2" -v b="$3" '$1 >= a && $1 <= b'; }
+complete_steps() { # the complete checkpoints in a directory, one per line
+    for d in "$1"/step_*; do [ -f "$d/COMPLETE" ] && basename "$d"; done 2>/dev/null
+}
+
+# (a) cosine schedule: 6 steps straight, saving every 2; then resume from a copy of step 2
+train --steps 6 --checkpoint-dir "$tmp/a" --save-every 2 --keep 0 --log "$tmp/a.jsonl" > "$tmp/a.out" 2>&1
+check "uninterrupted run saves steps 2, 4, 6" \
+    [ "$(complete_steps "$tmp/a" | tr '\n' ' ')" = "step_00000002 step_00000004 step_00000006 " ]
+mkdir -p "$tmp/r1" && cp -r "$tmp/a/step_00000002" "$tmp/r1/"
+train --steps 6 --checkpoint-dir "$tmp/r1" --resume --keep 0 --log "$tmp/r1.jsonl" > "$tmp/r1.out" 2>&1
+check "resume says where it resumed" grep -q "resumed from '$tmp/r1/step_00000002' at step 2" "$tmp/r1.out"
+check "resumed losses of steps 3..6 are bit-identical" \
+    [ -n "$(losses "$tmp/a.jsonl" 3 6)" -a "$(losses "$tmp/a.jsonl" 3 6)" = "$(losses "$tmp/r1.jsonl" 1 6)" ]
+check "resumed final weights are bit-identical" \
+    cmp -s "$tmp/a/step_00000006/model.safetensors" "$tmp/r1/step_00000006/model.safetensors"
+check "resumed final optimizer state is bit-identical" \
+    cmp -s "$tmp/a/step_00000006/train_state.bin" "$tmp/r1/step_00000006/train_state.bin"
+
+# (a') constant schedule: a 3-step run (saves at its end), resumed to 6
+train --steps 6 --schedule constant --log "$tmp/c6.jsonl" > /dev/null 2>&1
+train --steps 3 --schedule constant --checkpoint-dir "$tmp/c" > /dev/null 2>&1
+check "a run with --save-every 0 saves at its end" [ "$(complete_steps "$tmp/c")" = "step_00000003" ]
+train --steps 6 --schedule constant --checkpoint-dir "$tmp/c" --resume --log "$tmp/c3.jsonl" > /dev/null 2>&1
+check "3 steps + resume to 6: losses of steps 4..6 are bit-identical" \
+    [ -n "$(losses "$tmp/c6.jsonl" 4 6)" -a "$(losses "$tmp/c6.jsonl" 4 6)" = "$(losses "$tmp/c3.jsonl" 1 6)" ]
+
+# --resume with nothing to resume from starts fresh
+train --steps 1 --checkpoint-dir "$tmp/empty" --resume > "$tmp/empty.out" 2>&1
+check "--resume without a checkpoint starts fresh" grep -q "no complete checkpoint" "$tmp/empty.out"
+
+# (b) keep-last-K
+train --steps 5 --checkpoint-dir "$tmp/k" --save-every 1 --keep 2 > /dev/null 2>&1
+check "--keep 2 leaves exactly the newest 2" \
+    [ "$(ls "$tmp/k" | tr '\n' ' ')" = "step_00000004 step_00000005 " ]
+
+# (c) an interrupted write: a .tmp directory and a step without COMPLETE
+mkdir -p "$tmp/i"
+cp -r "$tmp/a/step_00000002" "$tmp/i/"
+cp -r "$tmp/a/step_00000004" "$tmp/i/step_00000004" && rm "$tmp/i/step_00000004/COMPLETE"
+mkdir "$tmp/i/step_00000005.tmp12345" && echo junk > "$tmp/i/step_00000005.tmp12345/model.safetensors"
+train --steps 6 --checkpoint-dir "$tmp/i" --resume --save-every 1 --keep 0 --log "$tmp/i.jsonl" > "$tmp/i.out" 2>&1
+check "resume skips the unfinished checkpoints" grep -q "resumed from '$tmp/i/step_00000002' at step 2" "$tmp/i.out"
+check "the next save removed the leftovers; all checkpoints complete" \
+    [ "$(ls "$tmp/i" | tr '\n' ' ')" = "step_00000002 step_00000003 step_00000004 step_00000005 step_00000006 " \
+      -a "$(complete_steps "$tmp/i" | wc -l)" -eq 5 ]
+check "losses after skipping the unfinished checkpoints are bit-identical" \
+    [ "$(losses "$tmp/a.jsonl" 3 6)" = "$(losses "$tmp/i.jsonl" 1 6)" ]
+
+# (d) corrupt checkpoints: clear errors naming the file, non-zero exit
+expect() { # expect NAME TEXT COMMAND...
+    local name=$1 want=$2
+    shift 2
+    local out rc
+    out=$("$@" 2>&1)
+    rc=$?
+    if [ $rc -ne 0 ] && grep -qF -- "$want" <<< "$out"; then
+        ok "$name"
+    else
+        bad "$name: exit $rc, wanted '$want' in:"
+        tail -3 <<< "$out" | sed 's/^/    /'
+    fi
+}
+mkdir -p "$tmp/d1" "$tmp/d2" "$tmp/d3"
+cp -r "$tmp/a/step_00000006" "$tmp/d1/" && cp -r "$tmp/a/step_00000006" "$tmp/d2/" && cp -r "$tmp/a/step_00000006" "$tmp/d3/"
+f=$tmp/d1/step_00000006/model.safetensors
+head -c 100000 "$f" > "$f.cut" && mv "$f.cut" "$f"
+expect "truncated model.safetensors" "'$f' is 100000 bytes" train --steps 8 --checkpoint-dir "$tmp/d1" --resume
+f=$tmp/d2/step_00000006/train_state.bin
+printf 'BADMAGIC' | dd of="$f" conv=notrunc status=none
+expect "train_state.bin with a bad magic" "'$f' is not a train_state.bin (bad magic)" \
+    train --steps 8 --checkpoint-dir "$tmp/d2" --resume
+f=$tmp/d3/step_00000006/model.safetensors
+printf '\x10\x00\x00\x00\x00\x00\x00\x00{"a":[1,2}     ' | dd of="$f" conv=notrunc status=none
+expect "model.safetensors with a bad header" "'$f'" train --steps 8 --checkpoint-dir "$tmp/d3" --resume
+expect "resume into another model shape" "config.json' has num_hidden_layers = 2" \
+    train --steps 8 --checkpoint-dir "$tmp/a" --resume --n-layer 3
+expect "--resume needs --checkpoint-dir" "--checkpoint-dir" train --steps 1 --resume
+
+# (e) the format, read by Python: config.json always, safetensors where installed
+ck=$tmp/a/step_00000006
+check "config.json and the safetensors header are what HF expects" "$PYTHON" - "$ck" <<'PY'
+import json, struct, sys
+d = sys.argv[1]
+cfg = json.load(open(f"{d}/config.json"))
+want = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 512, "hidden_size": 64,
+        "intermediate_size": 176, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "head_dim": 16, "max_position_embeddings": 1024, "tie_word_embeddings": True, "hidden_act": "silu",
+        "attention_bias": False, "mlp_bias": False, "torch_dtype": "float32", "bos_token_id": 128000,
+        "eos_token_id": 128001, "rope_theta": 500000.0, "rope_scaling": None, "rms_norm_eps": 1e-5}
+bad = {k: (cfg.get(k), v) for k, v in want.items() if cfg.get(k) != v}
+assert not bad, bad
+raw = open(f"{d}/model.safetensors", "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+assert n % 8 == 0
+hdr = json.loads(raw[8:8 + n])
+assert hdr.pop("__metadata__") == {"format": "pt"}
+assert "lm_head.weight" not in hdr and len(hdr) == 2 + 2 * 9, sorted(hdr)
+assert hdr["model.embed_tokens.weight"]["shape"] == [512, 64]
+assert hdr["model.layers.1.self_attn.k_proj.weight"]["shape"] == [32, 64]
+assert hdr["model.layers.0.input_layernorm.weight"]["shape"] == [64]
+assert all(t["dtype"] == "F32" for t in hdr.values())
+ends = sorted(t["data_offsets"] for t in hdr.values())
+assert ends[0][0] == 0 and all(a[1] == b[0] for a, b in zip(ends, ends[1:])) and ends[-1][1] == len(raw) - 8 - n
+PY
+if "$PYTHON" -c "import safetensors.numpy" 2> /dev/null; then
+    check "safetensors.numpy loads the checkpoint" "$PYTHON" - "$ck" <<'PY'
+import json, struct, sys
+import numpy as np
+from safetensors.numpy import load_file
+d = sys.argv[1]
+t = load_file(f"{d}/model.safetensors")
+assert len(t) == 20 and all(v.dtype == np.float32 for v in t.values())
+assert t["model.layers.0.mlp.gate_proj.weight"].shape == (176, 64)
+assert t["model.norm.weight"].shape == (64,)
+# the values: the first tensor's bytes straight from the file
+raw = open(f"{d}/model.safetensors", "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+b, e = json.loads(raw[8:8 + n])["model.embed_tokens.weight"]["data_offsets"]
+ref = np.frombuffer(raw[8 + n + b:8 + n + e], dtype="<f4").reshape(512, 64)
+assert np.array_equal(t["model.embed_tokens.weight"], ref) and np.isfinite(ref).all() and ref.std() > 0.01
+PY
+else
+    echo "SKIP safetensors.numpy is not installed (pip install safetensors)"
+fi
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

@@ -657,9 +657,21 @@ static void llama_backward(Llama *m, float loss_scale)
  * when that is below 1. Returns the global L2 norm before clipping. */
 static float clip_grad_norm(float *grads, int64_t n, float max_norm)
 {
+    /* Fixed chunks summed in a fixed order: the same bits for any thread count
+     * (an OpenMP reduction combines its threads' sums in no set order). */
+    enum { CHUNK = 1 << 16 };
+    int64_t n_chunks = (n + CHUNK - 1) / CHUNK;
+    double *partial = (double *)malloc_check((size_t)n_chunks * sizeof(double), "grad norm partial sums");
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < n_chunks; c++) {
+        double sum = 0.0;
+        int64_t end = (c + 1) * CHUNK < n ? (c + 1) * CHUNK : n;
+        for (int64_t i = c * CHUNK; i < end; i++) sum += (double)grads[i] * grads[i];
+        partial[c] = sum;
+    }
     double ss = 0.0;
-#pragma omp parallel for reduction(+ : ss) schedule(static)
-    for (int64_t i = 0; i < n; i++) ss += (double)grads[i] * grads[i];
+    for (int64_t c = 0; c < n_chunks; c++) ss += partial[c];
+    free(partial);
     float norm = (float)sqrt(ss);
     float coef = max_norm / (norm + 1e-6f);
     if (coef < 1.0f) {

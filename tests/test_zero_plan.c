@@ -1,0 +1,68 @@
+/* Tests of llmc/zero_plan.h on the test models and the published shapes, at
+ * world sizes that divide nothing evenly: every element owned exactly once,
+ * equal aligned shares, little padding, buckets along the layers. */
+#include "llmc/zero_plan.h"
+
+static int passed = 0, failed = 0;
+
+static void check(int ok, const char *what, const char *model, int world)
+{
+    printf("%s %s (%s, world %d)\n", ok ? "PASS" : "FAIL", what, model, world);
+    ok ? passed++ : failed++;
+}
+
+static void test_model(const char *name, const LlamaConfig *c)
+{
+    ParamLayout layout = llama_param_layout(c);
+    int worlds[] = {1, 2, 3, 4, 7, 8, 16};
+    for (size_t w = 0; w < sizeof(worlds) / sizeof(worlds[0]); w++) {
+        int world = worlds[w];
+        ZeroPlan plan = zero_plan(c, &layout, world);
+        int contiguous = 1, equal_aligned = 1, little_padding = 1, layers = plan.n_buckets == c->n_layer + 2;
+        int64_t owned = 0, next = 0, next_padded = 0;
+        for (int b = 0; b < plan.n_buckets; b++) {
+            const ZeroBucket *z = &plan.buckets[b];
+            contiguous &= z->offset == next && z->padded_offset == next_padded;
+            next += z->numel;
+            next_padded += z->padded;
+            equal_aligned &= z->shard * world == z->padded && z->shard % ZERO_ALIGN == 0;
+            little_padding &= z->padded - z->numel < (int64_t)world * ZERO_ALIGN;
+            int64_t last_end = z->offset;
+            for (int r = 0; r < world; r++) {
+                int64_t begin, end;
+                zero_owned_range(&plan, b, r, &begin, &end);
+                contiguous &= begin == last_end && end >= begin; /* ranks tile the bucket in order */
+                owned += end - begin;
+                last_end = end;
+            }
+            contiguous &= last_end == z->offset + z->numel;
+            if (b >= 1 && b <= c->n_layer) /* a layer bucket is exactly that layer's tensors */
+                layers &= z->offset == layout.tensors[param_index_layer(b - 1, 0)].offset &&
+                          z->numel == layout.tensors[param_index_layer(b - 1, LAYER_TENSORS - 1)].offset +
+                                          layout.tensors[param_index_layer(b - 1, LAYER_TENSORS - 1)].numel - z->offset;
+        }
+        check(owned == layout.total && next == layout.total && contiguous, "every element owned by exactly one rank",
+              name, world);
+        check(equal_aligned, "equal shares, multiples of ZERO_ALIGN", name, world);
+        check(little_padding && plan.padded_total == next_padded, "padding under world * ZERO_ALIGN per bucket", name,
+              world);
+        check(layers, "one bucket per layer between the embedding and the head", name, world);
+        zero_plan_free(&plan);
+    }
+    llama_param_layout_free(&layout);
+}
+
+int main(void)
+{
+    const char *dumps[] = {"testdata/tiny_gqa_tied.weights.llmt", "testdata/small_mha_untied_rope31.weights.llmt"};
+    for (int i = 0; i < 2; i++) {
+        TensorFile tf;
+        tensorfile_open(&tf, dumps[i]);
+        LlamaConfig c = llama_config_from_tensorfile(&tf);
+        tensorfile_close(&tf);
+        test_model(dumps[i], &c);
+    }
+    for (int i = 0; i < LLAMA_N_PRESETS; i++) test_model(LLAMA_PRESETS[i].name, &LLAMA_PRESETS[i].config);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}

@@ -21,20 +21,7 @@ check() { # check NAME COMMAND...: passes when the command succeeds
 }
 
 # A shard of 5000 tokens of a 512-token vocabulary (docs/shard_format.md).
-python3 - "$tmp" <<'PY'
-import struct, sys, random
-header = [0] * 256
-header[0:4] = [0x4C4C5453, 1, 4, 512]
-header[6:8] = [0, 1]
-random.seed(2)
-tokens = [random.randrange(512) for _ in range(5000)]
-with open(f"{sys.argv[1]}/data_000000.bin", "wb") as f:
-    f.write(struct.pack("<256i", *header))
-    f.seek(16)
-    f.write(struct.pack("<Q", len(tokens)))
-    f.seek(1024)
-    f.write(struct.pack(f"<{len(tokens)}I", *tokens))
-PY
+python3 tests/make_random_shard.py "$tmp/data_000000.bin" 512 5000 2 0 1
 train() { ./train_llama_ref --preset nano --vocab 512 -B 2 -T 32 --warmup 2 --lr 3e-3 --seed 5 --train "$tmp/data_*.bin" "$@"; }
 # losses LOG FIRST LAST: "step loss" lines of the JSON log (loss printed with %.9g: exact floats)
 losses() { sed -n 's/.*"step": \([0-9]*\), "loss": \([^,]*\),.*/\1 \2/p' "$1" | awk -v a="$2" -v b="$3" '$1 >= a && $1 <= b'; }

@@ -10,20 +10,7 @@ pass=0
 fail=0
 
 # A valid shard (header per docs/shard_format.md) of 5000 tokens of a 128256 vocab.
-python3 - "$tmp" <<'PY'
-import struct, sys, random
-header = [0] * 256
-header[0:4] = [0x4C4C5453, 1, 4, 128256]
-header[6:8] = [128000, 128001]
-random.seed(1)
-tokens = [random.randrange(128256) for _ in range(5000)]
-with open(f"{sys.argv[1]}/good_000000.bin", "wb") as f:
-    f.write(struct.pack("<256i", *header))
-    f.seek(16)
-    f.write(struct.pack("<Q", len(tokens)))
-    f.seek(1024)
-    f.write(struct.pack(f"<{len(tokens)}I", *tokens))
-PY
+python3 tests/make_random_shard.py "$tmp/good_000000.bin" 128256 5000 1 128000 128001
 head -c 3000 "$tmp/good_000000.bin" > "$tmp/cut_000000.bin"
 printf 'NOTASHARD' > "$tmp/junk_000000.bin"
 head -c 1000 testdata/tiny_gqa_tied.weights.llmt > "$tmp/cut.weights.llmt"

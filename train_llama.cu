@@ -1,6 +1,11 @@
 /*
  * train_llama.cu: trains a Llama 3 family model (llmc/llama_config.h) on one
- * GPU in bf16 with fp32 master weights, fp32 gradients and fp32 AdamW moments.
+ * GPU in bf16 with fp32 master weights, bf16 gradients and fp32 AdamW moments:
+ * 14 bytes per parameter. The fp32 master is the bf16 weights plus a 16-bit
+ * residual (llmc/master_weights.h), exact and without a second weight copy.
+ * Gradients are bf16 as in llm.c: each is one fp32-accumulated GEMM or kernel
+ * rounded once, plus one rounding per extra logits chunk (lm_head) and per extra
+ * micro-step; the first micro-step writes them, later ones add.
  *
  * One micro-step, N = B*T tokens:
  *   forward:  embedding -> per layer [rmsnorm -> fused QKV GEMM -> RoPE in place
@@ -13,7 +18,8 @@
  *             than stored (--recompute 1, the default); --recompute 2 also
  *             recomputes the gate/up GEMM, for long sequences
  * then, once per optimizer step: global grad norm -> clip coefficient (on the
- * device, no host sync) -> AdamW per tensor (decay on matrices only).
+ * device, no host sync) -> one AdamW launch over all parameters (decay on
+ * matrices only).
  *
  * Parameters, gradients and moments are flat buffers with the layout of
  * llama_param_layout(), so q/k/v and gate/up are single fused matrices.
@@ -57,11 +63,12 @@ typedef struct {
     int B, T, recompute;
     int logits_chunk;
 
-    /* flat [layout.total] buffers */
-    float *master;
+    /* flat [layout.total] buffers; the fp32 master weights are (params, master_lo) */
     bf16 *params;
-    float *grads;
+    int16_t *master_lo;
+    bf16 *grads;
     float *adam_m, *adam_v;
+    AdamWRuns decay_runs; /* weight decay on the matrices, not on the norm weights */
     int adam_step;
 
     /* activations kept for backward: per layer, or one shared buffer that
@@ -113,7 +120,7 @@ static inline bf16 *pweight(const Llama *m, int index)
 {
     return m->params + ptensor(m, index)->offset;
 }
-static inline float *pgrad(const Llama *m, int index)
+static inline bf16 *pgrad(const Llama *m, int index)
 {
     return m->grads + ptensor(m, index)->offset;
 }
@@ -144,27 +151,19 @@ static bf16 **alloc_per_layer(int L, int64_t n, int shared, const char *what)
     return p;
 }
 
-static uint16_t float_to_bf16_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);         /* round to nearest even */
-    return (uint16_t)(u >> 16);
-}
-
-/* Copy the fp32 master weights (host) to the device master and bf16 copies. */
+/* Copy the fp32 master weights (host) to the device, split into bf16 weights and residuals. */
 static void llama_upload_params(Llama *m, const float *host_master)
 {
     int64_t P = m->layout.total;
-    CUDA_CHECK(cudaMemcpy(m->master, host_master, (size_t)P * sizeof(float), cudaMemcpyHostToDevice));
-    uint16_t *bits = (uint16_t *)malloc_check((size_t)P * sizeof(uint16_t), "bf16 parameter staging");
+    uint16_t *hi = (uint16_t *)malloc_check((size_t)P * sizeof(uint16_t), "bf16 parameter staging");
+    int16_t *lo = (int16_t *)malloc_check((size_t)P * sizeof(int16_t), "master residual staging");
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < P; i++)
-        bits[i] = float_to_bf16_bits(host_master[i]);
-    CUDA_CHECK(cudaMemcpy(m->params, bits, (size_t)P * sizeof(uint16_t), cudaMemcpyHostToDevice));
-    free(bits);
+        master_split(host_master[i], &hi[i], &lo[i]);
+    CUDA_CHECK(cudaMemcpy(m->params, hi, (size_t)P * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(m->master_lo, lo, (size_t)P * sizeof(int16_t), cudaMemcpyHostToDevice));
+    free(hi);
+    free(lo);
 }
 
 static void llama_build(Llama *m, const LlamaConfig *config, int B, int T, int recompute, int max_accum,
@@ -183,13 +182,23 @@ static void llama_build(Llama *m, const LlamaConfig *config, int B, int T, int r
     int64_t QKV = (int64_t)(c->n_head + 2 * c->n_kv_head) * c->head_dim, HD = (int64_t)c->n_head * c->head_dim;
     int64_t P = m->layout.total;
 
-    m->master = alloc_f32(P, "fp32 master weights");
     m->params = alloc_bf16(P, "bf16 weights");
-    m->grads = alloc_f32(P, "fp32 gradients");
+    m->master_lo = (int16_t *)cuda_malloc_named((size_t)P * sizeof(int16_t), "fp32 master weights' low halves");
+    m->grads = alloc_bf16(P, "bf16 gradients");
     m->adam_m = alloc_f32(P, "AdamW first moments");
     m->adam_v = alloc_f32(P, "AdamW second moments");
+    CUDA_CHECK(cudaMemset(m->grads, 0, (size_t)P * sizeof(bf16)));
     CUDA_CHECK(cudaMemset(m->adam_m, 0, (size_t)P * sizeof(float)));
     CUDA_CHECK(cudaMemset(m->adam_v, 0, (size_t)P * sizeof(float)));
+    int64_t *run_start = (int64_t *)malloc_check(sizeof(int64_t) * m->layout.n_tensors, "AdamW runs");
+    unsigned char *run_decay = (unsigned char *)malloc_check((size_t)m->layout.n_tensors, "AdamW runs");
+    for (int i = 0; i < m->layout.n_tensors; i++) {
+        run_start[i] = m->layout.tensors[i].offset;
+        run_decay[i] = (unsigned char)m->layout.tensors[i].is_matrix;
+    }
+    m->decay_runs = adamw_runs_create(run_start, run_decay, m->layout.n_tensors);
+    free(run_start);
+    free(run_decay);
 
     m->embedded = alloc_bf16(N * C, "embedding output");
     m->res_attn_in = (bf16 **)malloc_check(sizeof(bf16 *) * L, "residual pointers");
@@ -352,8 +361,9 @@ static void llama_forward(Llama *m, cudaStream_t s)
     }
 }
 
-/* Backward from the classifier's d_ln (gradient of the final norm output). */
-static void llama_backward(Llama *m, cudaStream_t s)
+/* Backward from the classifier's d_ln (gradient of the final norm output). The
+ * weight gradients are written, or added to when accumulate (later micro-steps). */
+static void llama_backward(Llama *m, int accumulate, cudaStream_t s)
 {
     const LlamaConfig *c = &m->config;
     int N = (int)llama_tokens(m), C = c->d_model, L = c->n_layer, H = c->n_head, KV = c->n_kv_head, D = c->head_dim;
@@ -361,7 +371,7 @@ static void llama_backward(Llama *m, cudaStream_t s)
     PROFILED(PROF_OTHER, CUDA_CHECK(cudaMemsetAsync(m->d_res, 0, (size_t)N * C * sizeof(bf16), s)));
     int fn = param_index_final_norm(c);
     PROFILED(PROF_NORM, rmsnorm_backward(m->d_res, pgrad(m, fn), m->norm_scratch, m->d_ln, m->res_final, pweight(m, fn),
-                                         m->rstd_final, N, C, s));
+                                         m->rstd_final, N, C, accumulate, s));
     for (int l = L - 1; l >= 0; l--) {
         /* MLP: d_res is the gradient of the block's output, so also of the down_proj output */
         if (m->recompute >= 1)
@@ -371,36 +381,44 @@ static void llama_backward(Llama *m, cudaStream_t s)
         if (m->recompute >= 1)
             swiglu_forward(m->swiglu_out[l], m->gate_up[l], N, F, s);
         int down = param_index_layer(l, LAYER_DOWN), gate = param_index_layer(l, LAYER_GATE);
-        PROFILED(PROF_GEMM, matmul_backward_weight(pgrad(m, down), m->d_res, m->swiglu_out[l], N, F, C, s));
+        PROFILED(PROF_GEMM, matmul_backward_weight(pgrad(m, down), m->d_res, m->swiglu_out[l], N, F, C, accumulate, s));
         PROFILED(PROF_GEMM, matmul_backward_input(m->d_swiglu, m->d_res, pweight(m, down), N, F, C, s));
         PROFILED(PROF_SWIGLU,
                  swiglu_backward(m->gate_up[l], m->d_swiglu, m->gate_up[l], N, F, s)); /* in place: now d gate_up */
-        PROFILED(PROF_GEMM, matmul_backward_weight(pgrad(m, gate), m->gate_up[l], m->ln_mlp[l], N, C, 2 * F, s));
+        PROFILED(PROF_GEMM,
+                 matmul_backward_weight(pgrad(m, gate), m->gate_up[l], m->ln_mlp[l], N, C, 2 * F, accumulate, s));
         PROFILED(PROF_GEMM, matmul_backward_input(m->d_ln, m->gate_up[l], pweight(m, gate), N, C, 2 * F, s));
         int mlp_norm = param_index_layer(l, LAYER_MLP_NORM);
         PROFILED(PROF_NORM, rmsnorm_backward(m->d_res, pgrad(m, mlp_norm), m->norm_scratch, m->d_ln, m->res_mlp_in[l],
-                                             pweight(m, mlp_norm), m->rstd_mlp + (int64_t)l * N, N, C, s));
+                                             pweight(m, mlp_norm), m->rstd_mlp + (int64_t)l * N, N, C, accumulate, s));
         /* attention */
         int o = param_index_layer(l, LAYER_O), q = param_index_layer(l, LAYER_Q);
-        PROFILED(PROF_GEMM, matmul_backward_weight(pgrad(m, o), m->d_res, m->att_out[l], N, H * D, C, s));
+        PROFILED(PROF_GEMM, matmul_backward_weight(pgrad(m, o), m->d_res, m->att_out[l], N, H * D, C, accumulate, s));
         PROFILED(PROF_GEMM, matmul_backward_input(m->d_att_out, m->d_res, pweight(m, o), N, H * D, C, s));
         PROFILED(PROF_ATTENTION, attention_backward(m->d_qkv, m->d_att_out, m->qkv[l], m->att_out[l], m->att_stats[l],
                                                     m->B, m->T, H, KV, D, s));
         PROFILED(PROF_ROPE, rope_backward(m->d_qkv, m->freqs_cis, m->B, m->T, H, KV, D, s));
         if (m->recompute >= 1)
             attn_norm_forward(m, l, s);
-        PROFILED(PROF_GEMM, matmul_backward_weight(pgrad(m, q), m->d_qkv, m->ln_attn[l], N, C, QKV, s));
+        PROFILED(PROF_GEMM, matmul_backward_weight(pgrad(m, q), m->d_qkv, m->ln_attn[l], N, C, QKV, accumulate, s));
         PROFILED(PROF_GEMM, matmul_backward_input(m->d_ln, m->d_qkv, pweight(m, q), N, C, QKV, s));
         int attn_norm = param_index_layer(l, LAYER_ATTN_NORM);
-        PROFILED(PROF_NORM, rmsnorm_backward(m->d_res, pgrad(m, attn_norm), m->norm_scratch, m->d_ln, m->res_attn_in[l],
-                                             pweight(m, attn_norm), m->rstd_attn + (int64_t)l * N, N, C, s));
+        PROFILED(PROF_NORM,
+                 rmsnorm_backward(m->d_res, pgrad(m, attn_norm), m->norm_scratch, m->d_ln, m->res_attn_in[l],
+                                  pweight(m, attn_norm), m->rstd_attn + (int64_t)l * N, N, C, accumulate, s));
     }
+    /* tied: the classifier already wrote this micro-step's lm_head gradient into the
+     * same tensor; untied: rows of tokens not in the batch must start from zero */
+    if (!accumulate && !c->tie_embeddings)
+        PROFILED(PROF_EMBEDDING,
+                 CUDA_CHECK(cudaMemsetAsync(pgrad(m, 0), 0, (size_t)ptensor(m, 0)->numel * sizeof(bf16), s)));
     PROFILED(PROF_EMBEDDING, embedding_backward(pgrad(m, 0), m->d_res, m->emb_bucket_token, m->emb_bucket_start,
                                                 m->emb_positions, m->emb_buckets, C, s));
 }
 
 /* Forward, loss and backward of one micro-batch already set with llama_set_batch;
- * gradients accumulate. The micro-step's summed loss lands in loss_parts[micro]. */
+ * micro-step 0 writes the gradients, later ones add to them. The micro-step's summed
+ * loss lands in loss_parts[micro]. */
 static void llama_micro_step(Llama *m, float inv_count, int micro, cudaStream_t s)
 {
     const LlamaConfig *c = &m->config;
@@ -409,9 +427,9 @@ static void llama_micro_step(Llama *m, float inv_count, int micro, cudaStream_t 
     llama_forward(m, s);
     PROFILED(PROF_LOSS, fused_classifier_forward_backward(m->losses, m->d_ln, pgrad(m, lm), m->logits, m->ln_final,
                                                           pweight(m, lm), m->targets, N, c->d_model, c->vocab_size,
-                                                          m->logits_chunk, inv_count, s));
+                                                          m->logits_chunk, inv_count, micro > 0, s));
     PROFILED(PROF_LOSS, loss_sum(m->loss_parts + micro, m->losses, N, s));
-    llama_backward(m, s);
+    llama_backward(m, micro > 0, s);
 }
 
 /* Mean loss of the current batch without gradients (evaluation). */
@@ -432,13 +450,9 @@ static void llama_update(Llama *m, const AdamWConfig *opt, float lr, cudaStream_
     PROFILED(PROF_OPTIMIZER,
              global_norm_squared(m->grad_norm_sq, m->norm_reduce_scratch, m->grads, m->layout.total, s));
     PROFILED(PROF_OPTIMIZER, clip_coefficient(m->clip_coef, m->grad_norm_sq, opt->grad_clip, s));
-    for (int i = 0; i < m->layout.n_tensors; i++) {
-        const ParamTensor *t = &m->layout.tensors[i];
-        PROFILED(PROF_OPTIMIZER,
-                 adamw_update(m->master + t->offset, m->params + t->offset, m->grads + t->offset, m->adam_m + t->offset,
-                              m->adam_v + t->offset, t->numel, lr, opt->beta1, opt->beta2, opt->eps,
-                              t->is_matrix ? opt->weight_decay : 0.0f, m->clip_coef, m->adam_step, s));
-    }
+    PROFILED(PROF_OPTIMIZER,
+             adamw_update(m->params, m->master_lo, m->grads, m->adam_m, m->adam_v, 0, m->layout.total, &m->decay_runs,
+                          lr, opt->beta1, opt->beta2, opt->eps, opt->weight_decay, m->clip_coef, m->adam_step, s));
 }
 
 static int count_targets(const int *targets, int64_t n)
@@ -876,8 +890,6 @@ int main(int argc, char **argv)
         if (profiling)
             profile_begin_step(stream);
         double wall0 = now_seconds();
-        PROFILED(PROF_OTHER,
-                 CUDA_CHECK(cudaMemsetAsync(model.grads, 0, (size_t)model.layout.total * sizeof(float), stream)));
         for (int k = 0; k < accum; k++) {
             llama_set_batch(&model, step_inputs + (int64_t)k * N, step_targets + (int64_t)k * N, k, stream);
             llama_micro_step(&model, inv_count, k, stream);

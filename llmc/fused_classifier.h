@@ -10,11 +10,12 @@
  *               dlogits_i = (softmax(logits_i) - onehot(y_i)) * inv_count   bf16, over logits
  *   rows with y_i == -100 (ignored): loss 0, dlogits 0
  *   dx_r = dlogits @ W                                 [n, C] bf16, overwritten
- *   dW  += dlogits^T @ x_r                             [V, C] fp32, accumulated
+ *   dW (= or +=) dlogits^T @ x_r                       [V, C] bf16; the first chunk
+ *                                                      overwrites unless accumulate
  * inv_count = 1 / (non-ignored targets in the whole optimizer step, all micro-steps), so
  * dW and dx are gradients of the step's mean loss. losses are per row and unscaled.
  *
- * Memory: reads x, W, targets; writes losses and dx; adds into dW; uses the scratch,
+ * Memory: reads x, W, targets; writes losses and dx; writes or adds into dW; uses the scratch,
  * [chunk, V] bf16 (fused_classifier_chunk_rows sizes it from a byte budget).
  * A target outside [0, V) other than -100 gives a NaN loss: bad data shows in the
  * loss instead of becoming an out-of-bounds read.
@@ -53,8 +54,8 @@ __device__ __forceinline__ float xent_grad(float logit, int j, int target, float
  * and writes the gradient over it.
  */
 template <int WRITE_GRAD>
-__global__ void __launch_bounds__(XENT_BLOCK) cross_entropy_rows_kernel(float *losses, bf16 *logits, const int *targets,
-                                                                        int V, float inv_count)
+__global__ void __launch_bounds__(XENT_BLOCK)
+    cross_entropy_rows_kernel(float *losses, bf16 *logits, const int *targets, int V, float inv_count)
 {
     __shared__ float shared_m[WARP_SIZE], shared_s[WARP_SIZE];
     bf16 *row = logits + (int64_t)blockIdx.x * V;
@@ -66,13 +67,16 @@ __global__ void __launch_bounds__(XENT_BLOCK) cross_entropy_rows_kernel(float *l
 
     float target_logit = NAN;
     /* read before pass 2 overwrites the row; the reductions' barriers order it */
-    if (threadIdx.x == 0 && target >= 0 && target < V) target_logit = __bfloat162float(row[target]);
+    if (threadIdx.x == 0 && target >= 0 && target < V)
+        target_logit = __bfloat162float(row[target]);
 
     float lse = 0.0f;
     if (!ignored) {
         float m = -FLT_MAX, s = 0.0f;
-        for (int i = threadIdx.x; i < head; i += blockDim.x) lse_merge(m, s, __bfloat162float(row[i]), 1.0f);
-        for (int i = body_end + threadIdx.x; i < V; i += blockDim.x) lse_merge(m, s, __bfloat162float(row[i]), 1.0f);
+        for (int i = threadIdx.x; i < head; i += blockDim.x)
+            lse_merge(m, s, __bfloat162float(row[i]), 1.0f);
+        for (int i = body_end + threadIdx.x; i < V; i += blockDim.x)
+            lse_merge(m, s, __bfloat162float(row[i]), 1.0f);
         for (int i = head + threadIdx.x * 8; i < body_end; i += blockDim.x * 8) {
             bf16x8 v = load16(row + i);
             float f[8], vmax = m;
@@ -81,7 +85,8 @@ __global__ void __launch_bounds__(XENT_BLOCK) cross_entropy_rows_kernel(float *l
                 vmax = fmaxf(vmax, f[k]);
             }
             s *= __expf(m - vmax);
-            for (int k = 0; k < 8; k++) s += __expf(f[k] - vmax);
+            for (int k = 0; k < 8; k++)
+                s += __expf(f[k] - vmax);
             m = vmax;
         }
         for (int offset = WARP_SIZE / 2; offset > 0; offset >>= 1) {
@@ -100,7 +105,8 @@ __global__ void __launch_bounds__(XENT_BLOCK) cross_entropy_rows_kernel(float *l
         }
         lse = m + logf(s); /* every warp ends with the same block-wide pair */
     }
-    if (threadIdx.x == 0) losses[blockIdx.x] = ignored ? 0.0f : lse - target_logit;
+    if (threadIdx.x == 0)
+        losses[blockIdx.x] = ignored ? 0.0f : lse - target_logit;
     if (WRITE_GRAD) {
         for (int i = threadIdx.x; i < head; i += blockDim.x) {
             row[i] = __float2bfloat16(xent_grad(__bfloat162float(row[i]), i, target, lse, inv_count, ignored));
@@ -123,9 +129,11 @@ __global__ void __launch_bounds__(1024) loss_sum_kernel(float *out, const float 
 {
     __shared__ float shared[WARP_SIZE];
     float s = 0.0f;
-    for (int i = threadIdx.x; i < N; i += blockDim.x) s += losses[i];
+    for (int i = threadIdx.x; i < N; i += blockDim.x)
+        s += losses[i];
     s = block_sum(s, shared);
-    if (threadIdx.x == 0) out[0] = s;
+    if (threadIdx.x == 0)
+        out[0] = s;
 }
 
 /* Rows per chunk so that the [chunk, V] bf16 logits fit in budget_bytes: a multiple of 128
@@ -133,8 +141,10 @@ __global__ void __launch_bounds__(1024) loss_sum_kernel(float *out, const float 
 static inline int fused_classifier_chunk_rows(int N, int V, size_t budget_bytes)
 {
     size_t rows = budget_bytes / ((size_t)V * sizeof(bf16));
-    if (rows >= 128) rows = rows / 128 * 128;
-    if (rows > (size_t)N) rows = (size_t)N;
+    if (rows >= 128)
+        rows = rows / 128 * 128;
+    if (rows > (size_t)N)
+        rows = (size_t)N;
     return rows < 1 ? 1 : (int)rows;
 }
 
@@ -145,9 +155,10 @@ static inline void fused_classifier_logits(bf16 *logits, const bf16 *x, const bf
     matmul_forward(logits, x, W, rows, C, V, stream);
 }
 
-static inline void fused_classifier_forward_backward(float *losses, bf16 *dx, float *dW, bf16 *logits_scratch,
+static inline void fused_classifier_forward_backward(float *losses, bf16 *dx, bf16 *dW, bf16 *logits_scratch,
                                                      const bf16 *x, const bf16 *W, const int *targets, int N, int C,
-                                                     int V, int chunk, float inv_count, cudaStream_t stream)
+                                                     int V, int chunk, float inv_count, int accumulate,
+                                                     cudaStream_t stream)
 {
     for (int r = 0; r < N; r += chunk) {
         int n = N - r < chunk ? N - r : chunk;
@@ -157,7 +168,7 @@ static inline void fused_classifier_forward_backward(float *losses, bf16 *dx, fl
             <<<n, XENT_BLOCK, 0, stream>>>(losses + r, logits_scratch, targets + r, V, inv_count);
         CUDA_CHECK_LAST();
         matmul_backward_input(dx + (int64_t)r * C, logits_scratch, W, n, C, V, stream);
-        matmul_backward_weight(dW, logits_scratch, x_r, n, C, V, stream);
+        matmul_backward_weight(dW, logits_scratch, x_r, n, C, V, accumulate || r > 0, stream);
     }
 }
 

@@ -3,8 +3,10 @@
  * operands, fp32 accumulation. Row-major throughout; W is [out, in] (HF layout).
  *   forward          out[N, out]  = inp[N, in] @ W[out, in]^T           (bf16 out)
  *   backward input   dinp[N, in] (= or +=) dout[N, out] @ W[out, in]    (bf16 out)
- *   backward weight  dW[out, in] += dout[N, out]^T @ inp[N, in]         (fp32 out, always accumulated)
+ *   backward weight  dW[out, in] (= or +=) dout[N, out]^T @ inp[N, in]  (bf16 out)
  * Each reads its two operands (and its output when accumulating) and writes only its output.
+ * Accumulating into a bf16 output rounds twice (cuBLASLt rounds the product to
+ * bf16 before adding C): half a bf16 ulp of the product plus half of the sum.
  *
  * cuBLASLt is column-major: a row-major [r, c] matrix is a column-major [c, r]
  * one with leading dimension c, so each product is computed transposed
@@ -77,15 +79,19 @@ static inline void matmul_setup(void)
 
 static inline void matmul_plan_release(MatmulPlan *plan)
 {
-    if (!plan->in_use) return;
-    for (int i = 0; i < 4; i++) CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(plan->layout[i]));
+    if (!plan->in_use)
+        return;
+    for (int i = 0; i < 4; i++)
+        CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(plan->layout[i]));
     plan->in_use = 0;
 }
 
 static inline void matmul_teardown(void)
 {
-    for (int i = 0; i < MATMUL_CACHE_SIZE; i++) matmul_plan_release(&matmul_cache[i]);
-    for (int kind = 0; kind < MATMUL_KINDS; kind++) CUBLAS_CHECK(cublasLtMatmulDescDestroy(matmul_desc[kind]));
+    for (int i = 0; i < MATMUL_CACHE_SIZE; i++)
+        matmul_plan_release(&matmul_cache[i]);
+    for (int kind = 0; kind < MATMUL_KINDS; kind++)
+        CUBLAS_CHECK(cublasLtMatmulDescDestroy(matmul_desc[kind]));
     CUDA_CHECK(cudaFree(matmul_workspace));
     cuda_bytes_allocated -= MATMUL_WORKSPACE_BYTES;
     matmul_workspace = NULL;
@@ -98,7 +104,8 @@ static inline int matmul_alignment(const void *p)
 {
     uintptr_t a = (uintptr_t)p;
     int align = 256;
-    while (align > 1 && a % (uintptr_t)align != 0) align /= 2;
+    while (align > 1 && a % (uintptr_t)align != 0)
+        align /= 2;
     return align;
 }
 
@@ -108,8 +115,8 @@ static inline int matmul_alignment(const void *p)
  *   backward input   D[in, N]  = (A = W as [in, out]) @ (B = dout as [out, N]),           k = out
  *   backward weight  D[in, out] = (A = inp as [in, N]) @ op_T(B = dout as [out, N]),      k = N
  */
-static inline const MatmulPlan *matmul_plan(int kind, int N, int in_dim, int out_dim, const void *a,
-                                            const void *b, const void *c, const void *d)
+static inline const MatmulPlan *matmul_plan(int kind, int N, int in_dim, int out_dim, const void *a, const void *b,
+                                            const void *c, const void *d)
 {
     int align[4] = {matmul_alignment(a), matmul_alignment(b), matmul_alignment(c), matmul_alignment(d)};
     for (int i = 0; i < MATMUL_CACHE_SIZE; i++) {
@@ -119,7 +126,8 @@ static inline const MatmulPlan *matmul_plan(int kind, int N, int in_dim, int out
             return p;
         }
     }
-    if (matmul_handle == NULL) FAIL("matmul called before matmul_setup()");
+    if (matmul_handle == NULL)
+        FAIL("matmul called before matmul_setup()");
     if (N <= 0 || in_dim <= 0 || out_dim <= 0) {
         FAIL("matmul with an empty shape: N %d, in %d, out %d", N, in_dim, out_dim);
     }
@@ -130,7 +138,6 @@ static inline const MatmulPlan *matmul_plan(int kind, int N, int in_dim, int out
     uint64_t n_tok = (uint64_t)N, in = (uint64_t)in_dim, out = (uint64_t)out_dim;
     /* rows, cols, leading dimension of A, B, C (= D) as stored, column-major */
     uint64_t dims[3][3];
-    cudaDataType_t out_type = CUDA_R_16BF;
     if (kind == MATMUL_FORWARD) {
         uint64_t d3[3][3] = {{in, out, in}, {in, n_tok, in}, {out, n_tok, out}};
         memcpy(dims, d3, sizeof(dims));
@@ -140,12 +147,10 @@ static inline const MatmulPlan *matmul_plan(int kind, int N, int in_dim, int out
     } else {
         uint64_t d3[3][3] = {{in, n_tok, in}, {out, n_tok, out}, {in, out, in}};
         memcpy(dims, d3, sizeof(dims));
-        out_type = CUDA_R_32F;
     }
     for (int i = 0; i < 4; i++) {
         const uint64_t *dm = dims[i < 3 ? i : 2];
-        CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->layout[i], i < 2 ? CUDA_R_16BF : out_type, dm[0], dm[1],
-                                                (int64_t)dm[2]));
+        CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->layout[i], CUDA_R_16BF, dm[0], dm[1], (int64_t)dm[2]));
     }
     plan->in_use = 1;
     plan->kind = kind;
@@ -200,19 +205,19 @@ static inline void matmul_forward(bf16 *out, const bf16 *inp, const bf16 *weight
 }
 
 /* dinp[N, in_dim] = dout[N, out_dim] @ weight[out_dim, in_dim]. Never accumulated:
- * with a bf16 C, cuBLASLt rounds the product to bf16 before adding C (seen on an
- * H100: errors of half a bf16 ulp of the product, not of the sum). */
+ * the residual-stream gradient is summed by the norm kernels in fp32 instead. */
 static inline void matmul_backward_input(bf16 *dinp, const bf16 *dout, const bf16 *weight, int N, int in_dim,
                                          int out_dim, cudaStream_t stream)
 {
     matmul_run(MATMUL_BACKWARD_INPUT, dinp, weight, dout, N, in_dim, out_dim, 0.0f, stream);
 }
 
-/* dweight[out_dim, in_dim] += dout[N, out_dim]^T @ inp[N, in_dim], in fp32 */
-static inline void matmul_backward_weight(float *dweight, const bf16 *dout, const bf16 *inp, int N, int in_dim,
-                                          int out_dim, cudaStream_t stream)
+/* dweight[out_dim, in_dim] = dout[N, out_dim]^T @ inp[N, in_dim], or += when
+ * accumulate (later micro-steps, later logits chunks); fp32 sums, bf16 result. */
+static inline void matmul_backward_weight(bf16 *dweight, const bf16 *dout, const bf16 *inp, int N, int in_dim,
+                                          int out_dim, int accumulate, cudaStream_t stream)
 {
-    matmul_run(MATMUL_BACKWARD_WEIGHT, dweight, inp, dout, N, in_dim, out_dim, 1.0f, stream);
+    matmul_run(MATMUL_BACKWARD_WEIGHT, dweight, inp, dout, N, in_dim, out_dim, accumulate ? 1.0f : 0.0f, stream);
 }
 
 #endif /* LLMC_MATMUL_H */

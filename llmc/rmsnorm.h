@@ -9,7 +9,7 @@
  *
  * Backward, with xhat = x * rstd and g = w * dout:
  *   dx = rstd * (g - xhat * mean_c(g * xhat));  dinp += dx   (residual-stream gradient)
- *   dweight[c] += sum_n dout[n,c] * xhat[n,c]
+ *   dweight[c] (= or +=) sum_n dout[n,c] * xhat[n,c]   (fp32 sum, bf16 result)
  * dweight is deterministic without float atomics: block b writes the column sums of
  * its RMSNORM_BWD_ROWS rows to scratch[b, :], and a second kernel adds the partials
  * in a fixed order. Scratch: rmsnorm_backward_scratch_floats(N, C) floats.
@@ -51,9 +51,9 @@ static inline size_t rmsnorm_backward_scratch_floats(int N, int C)
 
 /* One block per row. With branch != NULL, inp is the residual stream and the block
  * first forms residual_out = bf16(inp + branch). */
-__global__ void __launch_bounds__(RMSNORM_MAX_THREADS) rmsnorm_forward_kernel(bf16 *residual_out, bf16 *__restrict__ out, float *__restrict__ rstd,
-                                       const bf16 *inp, const bf16 *branch, const bf16 *__restrict__ weight,
-                                       int C, float eps)
+__global__ void __launch_bounds__(RMSNORM_MAX_THREADS)
+    rmsnorm_forward_kernel(bf16 *residual_out, bf16 *__restrict__ out, float *__restrict__ rstd, const bf16 *inp,
+                           const bf16 *branch, const bf16 *__restrict__ weight, int C, float eps)
 {
     __shared__ float shared[WARP_SIZE];
     int64_t row_offset = (int64_t)blockIdx.x * C;
@@ -84,7 +84,8 @@ __global__ void __launch_bounds__(RMSNORM_MAX_THREADS) rmsnorm_forward_kernel(bf
     sumsq = block_sum(sumsq, shared);
     /* IEEE sqrt and divide, not rsqrtf: rstd is an fp32 result checked to 1e-5 */
     float r = 1.0f / sqrtf(sumsq / (float)C + eps);
-    if (threadIdx.x == 0) rstd[blockIdx.x] = r;
+    if (threadIdx.x == 0)
+        rstd[blockIdx.x] = r;
 #pragma unroll
     for (int k = 0; k < RMSNORM_VPT; k++) {
         int j = threadIdx.x + k * blockDim.x;
@@ -92,7 +93,8 @@ __global__ void __launch_bounds__(RMSNORM_MAX_THREADS) rmsnorm_forward_kernel(bf
             bf16x8 w = load16(weight + j * 8);
             bf16x8 o;
 #pragma unroll
-            for (int i = 0; i < 8; i++) o.v[i] = __float2bfloat16_rn(x[k][i] * r * __bfloat162float(w.v[i]));
+            for (int i = 0; i < 8; i++)
+                o.v[i] = __float2bfloat16_rn(x[k][i] * r * __bfloat162float(w.v[i]));
             store16(out + row_offset + (int64_t)j * 8, o);
         }
     }
@@ -116,7 +118,8 @@ __global__ void __launch_bounds__(RMSNORM_MAX_THREADS)
     for (int k = 0; k < RMSNORM_VPT; k++) {
         int j = threadIdx.x + k * blockDim.x;
 #pragma unroll
-        for (int i = 0; i < 8; i++) dw[k][i] = 0.0f;
+        for (int i = 0; i < 8; i++)
+            dw[k][i] = 0.0f;
         if (j < vectors) {
             int64_t at = (int64_t)row0 * C + j * 8;
             w[k] = load16(weight + j * 8);
@@ -188,25 +191,29 @@ __global__ void __launch_bounds__(RMSNORM_MAX_THREADS)
     }
 }
 
-/* dweight[c] += sum_b scratch[b, c]: thread row y sums partials y, y+16, ... in order,
+/* dweight[c] (+)= sum_b scratch[b, c]: thread row y sums partials y, y+16, ... in order,
  * then thread row 0 adds the 16 sums in order. Coalesced: a warp reads 32 columns. */
-__global__ void rmsnorm_dweight_reduce_kernel(float *__restrict__ dweight, const float *__restrict__ scratch,
-                                              int n_partials, int C)
+__global__ void rmsnorm_dweight_reduce_kernel(bf16 *__restrict__ dweight, const float *__restrict__ scratch,
+                                              int n_partials, int C, int accumulate)
 {
     __shared__ float sums[RMSNORM_REDUCE_Y][WARP_SIZE + 1];
     int c = blockIdx.x * WARP_SIZE + threadIdx.x;
     float s = 0.0f;
     if (c < C) {
 #pragma unroll 4
-        for (int p = threadIdx.y; p < n_partials; p += RMSNORM_REDUCE_Y) s += scratch[(int64_t)p * C + c];
+        for (int p = threadIdx.y; p < n_partials; p += RMSNORM_REDUCE_Y)
+            s += scratch[(int64_t)p * C + c];
     }
     sums[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
     if (threadIdx.y == 0 && c < C) {
         float total = 0.0f;
 #pragma unroll
-        for (int y = 0; y < RMSNORM_REDUCE_Y; y++) total += sums[y][threadIdx.x];
-        dweight[c] += total;
+        for (int y = 0; y < RMSNORM_REDUCE_Y; y++)
+            total += sums[y][threadIdx.x];
+        if (accumulate)
+            total += __bfloat162float(dweight[c]);
+        dweight[c] = __float2bfloat16_rn(total);
     }
 }
 
@@ -214,12 +221,13 @@ static inline void rmsnorm_check_size(int N, int C)
 {
     if (N <= 0 || C <= 0 || C % 8 != 0 || C > RMSNORM_MAX_C) {
         FAIL("rmsnorm: N = %d, C = %d unsupported: C must be a positive multiple of 8 (16-byte bf16 vectors) "
-             "and at most %d (a row is held in the registers of one block)", N, C, RMSNORM_MAX_C);
+             "and at most %d (a row is held in the registers of one block)",
+             N, C, RMSNORM_MAX_C);
     }
 }
 
-static inline void rmsnorm_forward(bf16 *out, float *rstd, const bf16 *inp, const bf16 *weight, int N, int C,
-                                   float eps, cudaStream_t stream)
+static inline void rmsnorm_forward(bf16 *out, float *rstd, const bf16 *inp, const bf16 *weight, int N, int C, float eps,
+                                   cudaStream_t stream)
 {
     rmsnorm_check_size(N, C);
     rmsnorm_forward_kernel<<<N, rmsnorm_threads(C), 0, stream>>>(NULL, out, rstd, inp, NULL, weight, C, eps);
@@ -231,22 +239,25 @@ static inline void fused_residual_rmsnorm_forward(bf16 *residual_out, bf16 *out,
                                                   cudaStream_t stream)
 {
     rmsnorm_check_size(N, C);
-    rmsnorm_forward_kernel<<<N, rmsnorm_threads(C), 0, stream>>>(residual_out, out, rstd, residual_in, branch,
-                                                                 weight, C, eps);
+    rmsnorm_forward_kernel<<<N, rmsnorm_threads(C), 0, stream>>>(residual_out, out, rstd, residual_in, branch, weight,
+                                                                 C, eps);
     CUDA_CHECK_LAST();
 }
 
-/* scratch: rmsnorm_backward_scratch_floats(N, C) floats, no initialisation needed. */
-static inline void rmsnorm_backward(bf16 *dinp, float *dweight, float *scratch, const bf16 *dout, const bf16 *inp,
-                                    const bf16 *weight, const float *rstd, int N, int C, cudaStream_t stream)
+/* scratch: rmsnorm_backward_scratch_floats(N, C) floats, no initialisation needed.
+ * accumulate: add to dweight (later micro-steps) instead of overwriting it. */
+static inline void rmsnorm_backward(bf16 *dinp, bf16 *dweight, float *scratch, const bf16 *dout, const bf16 *inp,
+                                    const bf16 *weight, const float *rstd, int N, int C, int accumulate,
+                                    cudaStream_t stream)
 {
     rmsnorm_check_size(N, C);
     int n_partials = ceil_div(N, RMSNORM_BWD_ROWS);
-    rmsnorm_backward_kernel<<<n_partials, rmsnorm_threads(C), 0, stream>>>(dinp, scratch, dout, inp, weight, rstd,
-                                                                           N, C);
+    rmsnorm_backward_kernel<<<n_partials, rmsnorm_threads(C), 0, stream>>>(dinp, scratch, dout, inp, weight, rstd, N,
+                                                                           C);
     CUDA_CHECK_LAST();
     dim3 block(WARP_SIZE, RMSNORM_REDUCE_Y);
-    rmsnorm_dweight_reduce_kernel<<<ceil_div(C, WARP_SIZE), block, 0, stream>>>(dweight, scratch, n_partials, C);
+    rmsnorm_dweight_reduce_kernel<<<ceil_div(C, WARP_SIZE), block, 0, stream>>>(dweight, scratch, n_partials, C,
+                                                                                accumulate);
     CUDA_CHECK_LAST();
 }
 

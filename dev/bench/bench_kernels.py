@@ -7,8 +7,9 @@ Llama 3 8B benchmark shapes (hidden 4096, intermediate 14336, vocab 128256,
 32 query / 8 KV heads of 128, B*T tokens from 4096 to 32768, T = 4096).
 
 Kernels and implementations
-  rmsnorm            [N, C] bf16, bf16 weight, eps 1e-5. llmc / liger (LigerRMSNormFunction,
-                     casting "llama", in_place=True: its default) / torch (HF LlamaRMSNorm math)
+  rmsnorm            [N, C] bf16, bf16 weight, eps 1e-5. llmc (dweight bf16, overwritten) / liger
+                     (LigerRMSNormFunction, casting "llama", in_place=True: its default) / torch (HF
+                     LlamaRMSNorm math)
   fused_add_rmsnorm  s = x + r, y = rmsnorm(s); outputs y and s, gradients dy and ds.
                      llmc (fused_residual_rmsnorm_forward; backward = rmsnorm_backward adding
                      into the residual gradient ds) / liger (LigerFusedAddRMSNormFunction,
@@ -22,15 +23,17 @@ Kernels and implementations
                      (LigerFusedGateUpSiLUMulFunction on [N, 2F], in_place=False) / torch
                      (F.silu(g) * u on the halves of gate_up)
   flce               x [N, C] bf16, W [V, C] bf16, random targets, mean loss. llmc
-                     (fused_classifier_forward_backward, logits chunk from --logits-budget-mb; dW fp32)
+                     (fused_classifier_forward_backward, logits chunk from --logits-budget-mb; dW bf16)
                      / liger (LigerFusedLinearCrossEntropyFunction, bf16 dW accumulation: its
                      default) / liger_fp32_accum (accum_dtype=torch.float32) / torch
                      (logits = x @ W.T, F.cross_entropy on logits.float())
-  adamw              one flat fp32 tensor with grad, m, v and a bf16 copy: grad-norm clip (1.0)
-                     + AdamW (lr 3e-4, betas 0.9/0.95, eps 1e-8, wd 0.1) + bf16 copy of the weights.
-                     llmc (global_norm_squared + clip_coefficient + adamw_update) / torch
-                     (clip_grad_norm_ foreach + AdamW foreach + copy_) / torch_fused (AdamW
-                     fused=True) / torch_compile (the foreach step under torch.compile).
+  adamw              one flat tensor: grad-norm clip (1.0) + AdamW (lr 3e-4, betas 0.9/0.95, eps 1e-8,
+                     wd 0.1) + the bf16 weights, from the same fp32 master and the same gradients
+                     (bf16 values). llmc (global_norm_squared + clip_coefficient + adamw_update, one
+                     decay run: the fp32 master as bf16 param + int16 master_lo, bf16 grad, fp32 m, v)
+                     / torch (fp32 master and grad; clip_grad_norm_ foreach + AdamW foreach + copy_
+                     to a bf16 copy) / torch_fused (AdamW fused=True) / torch_compile (the foreach
+                     step under torch.compile).
                      Sizes: 8b_layer (4096 x 14336) and 1b_model (Llama 3.2 1B, 1.236e9 params).
   torch_compile: torch.compile(eager function, dynamic=False), by default at one token count
   (--compile one, --compile-tokens) because every shape compiles anew.
@@ -51,8 +54,9 @@ memory_allocated() just before it (so inputs, weights, saved activations for bac
 excluded), plus the bytes of buffers llmc needs preallocated (its outputs and scratch, and
 for flce the 32 MiB cuBLASLt workspace, which is cudaMalloc'd outside torch's allocator).
 Bandwidth: gbps = minimum bytes of the op (each input read once, each output written once:
-formulas in BYTES below) / median time; pct_of_copy against a device-to-device copy
-(bytes read + written) measured in the same run. flce: tflops = 2*N*C*V per GEMM
+formulas in min_bytes below; per implementation for adamw, whose state's dtypes differ) /
+median time; pct_of_copy against a device-to-device copy (bytes read + written) measured in
+the same run. flce: tflops = 2*N*C*V per GEMM
 (forward 1 GEMM, full 3) / time; pct_of_gemm against torch.matmul bf16 8192^3 in the same run.
 Correctness: before timing, every impl runs once on clones of the same inputs and its
 outputs (forward and gradients) are compared with the eager torch math run in fp32 on the
@@ -79,7 +83,7 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_LIB = os.path.join(HERE, "libllmc_kernels.so")
 DEFAULT_OUT = os.path.join(HERE, "results", "kernels.jsonl")
-CAPI_VERSION = 1
+CAPI_VERSION = 2
 
 # Llama 3 8B (Liger's benchmark model) and the Llama 3.2 1B for the full-model AdamW.
 HIDDEN, INTERMEDIATE, VOCAB = 4096, 14336, 128256
@@ -135,7 +139,7 @@ def shape_of(kernel, size):
     raise ValueError(kernel)
 
 
-def min_bytes(kernel, direction, s):
+def min_bytes(kernel, direction, s, impl=None):
     """Bytes that must move: each input read once, each output written once (bf16 = 2 bytes).
     Small terms (weights of size C, rstd, the RoPE table) are left out."""
     if kernel == "rmsnorm":  # fwd: x -> y; bwd: dy, x -> dx
@@ -151,8 +155,10 @@ def min_bytes(kernel, direction, s):
     if kernel == "swiglu":  # fwd: gate_up -> out; bwd: gate_up, dout -> dgate_up
         nf = s["N"] * s["F"]
         return nf * {"forward": 6, "backward": 10, "full": 16}[direction]
-    if kernel == "adamw":  # read master, grad, m, v (fp32); write master, m, v (fp32), param (bf16)
-        return s["n_params"] * 30
+    if kernel == "adamw":
+        # llmc: read param (bf16), master_lo (int16), grad (bf16), m, v (fp32); write param, master_lo, m, v: 26.
+        # torch: read master, grad, m, v (fp32); write master, m, v (fp32), the bf16 copy: 30.
+        return s["n_params"] * (26 if impl == "llmc" else 30)
     return None
 
 
@@ -179,21 +185,25 @@ class Lib:
         "llmc_rmsnorm_forward": ([P, P, P, P, I, I, F, P], None),
         "llmc_fused_residual_rmsnorm_forward": ([P, P, P, P, P, P, I, I, F, P], None),
         "llmc_rmsnorm_backward_scratch_floats": ([I, I], SZ),
-        "llmc_rmsnorm_backward": ([P, P, P, P, P, P, P, I, I, P], None),
+        "llmc_rmsnorm_backward": ([P, P, P, P, P, P, P, I, I, I, P], None),
         "llmc_rope_table": ([P, I, I, F, I, F, F, F, I], None),
         "llmc_rope_forward": ([P, P, I, I, I, I, I, P], None),
         "llmc_rope_backward": ([P, P, I, I, I, I, I, P], None),
         "llmc_swiglu_forward": ([P, P, I, I, P], None),
         "llmc_swiglu_backward": ([P, P, P, I, I, P], None),
         "llmc_fused_classifier_chunk_rows": ([I, I, SZ], I),
-        "llmc_fused_classifier_forward_backward": ([P, P, P, P, P, P, P, I, I, I, I, F, P], None),
+        "llmc_fused_classifier_forward_backward": ([P, P, P, P, P, P, P, I, I, I, I, F, I, P], None),
         "llmc_fused_classifier_forward": ([P, P, P, P, P, I, I, I, I, P], None),
         "llmc_loss_sum": ([P, P, I, P], None),
         "llmc_norm_scratch_floats": ([], I),
         "llmc_global_norm_squared": ([P, P, P, I64, P], None),
         "llmc_clip_coefficient": ([P, P, F, P], None),
-        "llmc_adamw_update": ([P, P, P, P, P, I64, F, F, F, F, F, P, I, P], None),
-        "llmc_adamw_step": ([P, P, P, P, P, I64, F, F, F, F, F, F, I, P, P], None),
+        "llmc_master_split": ([P, P, P, I64, P], None),
+        "llmc_master_join": ([P, P, P, I64, P], None),
+        "llmc_adamw_runs_create": ([P, P, I], P),
+        "llmc_adamw_runs_free": ([P], None),
+        "llmc_adamw_update": ([P, P, P, P, P, I64, I64, P, F, F, F, F, F, P, I, P], None),
+        "llmc_adamw_step": ([P, P, P, P, P, I64, P, F, F, F, F, F, F, I, P, P], None),
     }
 
     def __init__(self, path):
@@ -505,14 +515,14 @@ class RMSNorm:
         y = torch.empty_like(x)
         rstd = torch.empty(N, device=DEVICE, dtype=torch.float32)
         dx = torch.zeros_like(x)
-        dw = torch.zeros(C, device=DEVICE, dtype=torch.float32)
+        dw = torch.empty(C, device=DEVICE, dtype=torch.bfloat16)  # overwritten: accumulate = 0
         scratch = torch.empty(lib.rmsnorm_backward_scratch_floats(N, C), device=DEVICE, dtype=torch.float32)
 
         def fwd():
             lib.rmsnorm_forward(ptr(y), ptr(rstd), ptr(x), ptr(w), N, C, NORM_EPS, st())
 
         def bwd():
-            lib.rmsnorm_backward(ptr(dx), ptr(dw), ptr(scratch), ptr(dy), ptr(x), ptr(w), ptr(rstd), N, C, st())
+            lib.rmsnorm_backward(ptr(dx), ptr(dw), ptr(scratch), ptr(dy), ptr(x), ptr(w), ptr(rstd), N, C, 0, st())
 
         def full():
             fwd()
@@ -520,16 +530,16 @@ class RMSNorm:
 
         def check():
             dx.zero_()
-            dw.zero_()
             fwd()
             bwd()
-            return {"y": y.float().clone(), "dx": dx.float().clone(), "dw": dw.clone()}
+            return {"y": y.float().clone(), "dx": dx.float().clone(), "dw": dw.float()}
 
         im = Impl()
-        im.notes = "backward adds into dinp (the trainer's residual-gradient accumulation), zeroed for the check"
+        im.notes = ("backward adds into dinp (the trainer's residual-gradient accumulation), zeroed for the check; "
+                    "dweight bf16, overwritten (accumulate=0)")
         im.check = check
         fb = y.numel() * 2 + N * 4
-        bb = dx.numel() * 2 + C * 4 + scratch.numel() * 4
+        bb = dx.numel() * 2 + C * 2 + scratch.numel() * 4
         im.dirs = {"forward": (fwd, None, fb), "backward": (bwd, None, bb), "full": (full, None, fb + bb)}
         fwd()
         return im
@@ -589,7 +599,7 @@ class FusedAddRMSNorm(RMSNorm):
         y, s = torch.empty_like(x), torch.empty_like(x)
         rstd = torch.empty(N, device=DEVICE, dtype=torch.float32)
         dinp = self.ds.clone()  # the residual-stream gradient; backward adds the norm's dx into it
-        dw = torch.zeros(C, device=DEVICE, dtype=torch.float32)
+        dw = torch.empty(C, device=DEVICE, dtype=torch.bfloat16)  # overwritten: accumulate = 0
         scratch = torch.empty(lib.rmsnorm_backward_scratch_floats(N, C), device=DEVICE, dtype=torch.float32)
 
         def fwd():
@@ -597,7 +607,7 @@ class FusedAddRMSNorm(RMSNorm):
                                                st())
 
         def bwd():
-            lib.rmsnorm_backward(ptr(dinp), ptr(dw), ptr(scratch), ptr(dy), ptr(s), ptr(w), ptr(rstd), N, C, st())
+            lib.rmsnorm_backward(ptr(dinp), ptr(dw), ptr(scratch), ptr(dy), ptr(s), ptr(w), ptr(rstd), N, C, 0, st())
 
         def full():
             fwd()
@@ -605,17 +615,17 @@ class FusedAddRMSNorm(RMSNorm):
 
         def check():
             dinp.copy_(self.ds)
-            dw.zero_()
             fwd()
             bwd()
             d = dinp.float().clone()
-            return {"y": y.float().clone(), "s": s.float().clone(), "dx": d, "dr": d, "dw": dw.clone()}
+            return {"y": y.float().clone(), "s": s.float().clone(), "dx": d, "dr": d, "dw": dw.float()}
 
         im = Impl()
-        im.notes = "fused_residual_rmsnorm_forward; backward = rmsnorm_backward adding dx into ds (dx = dr)"
+        im.notes = ("fused_residual_rmsnorm_forward; backward = rmsnorm_backward adding dx into ds (dx = dr); "
+                    "dweight bf16, overwritten (accumulate=0)")
         im.check = check
         fb = 2 * y.numel() * 2 + N * 4
-        bb = dinp.numel() * 2 + C * 4 + scratch.numel() * 4
+        bb = dinp.numel() * 2 + C * 2 + scratch.numel() * 4
         im.dirs = {"forward": (fwd, None, fb), "backward": (bwd, None, bb), "full": (full, None, fb + bb)}
         fwd()
         return im
@@ -927,7 +937,7 @@ class FLCE:
         losses = torch.empty(N, device=DEVICE, dtype=torch.float32)
         total = torch.empty(1, device=DEVICE, dtype=torch.float32)
         dx = torch.empty_like(x)
-        dW = torch.zeros(V, C, device=DEVICE, dtype=torch.float32)
+        dW = torch.empty(V, C, device=DEVICE, dtype=torch.bfloat16)  # overwritten: accumulate = 0
 
         def forward():
             lib.fused_classifier_forward(ptr(losses), ptr(scratch), ptr(x), ptr(W), ptr(y), N, C, V, chunk, st())
@@ -935,24 +945,24 @@ class FLCE:
 
         def full():
             lib.fused_classifier_forward_backward(ptr(losses), ptr(dx), ptr(dW), ptr(scratch), ptr(x), ptr(W), ptr(y),
-                                                  N, C, V, chunk, 1.0 / N, st())
+                                                  N, C, V, chunk, 1.0 / N, 0, st())
             lib.loss_sum(ptr(total), ptr(losses), N, st())
 
         def check():
-            dW.zero_()
             full()
-            res = {"loss": (total[0] / N).clone(), "dx": dx.float().clone(), "dW": dW.clone()}
+            res = {"loss": (total[0] / N).clone(), "dx": dx.float().clone(), "dW": dW.float()}
             forward()
             res["loss_forward_only"] = (total[0] / N).clone()
             return res
 
         im = Impl()
-        im.notes = f"chunk {chunk} rows ({ctx.args.logits_budget_mb:g} MiB logits budget), dW fp32 accumulated"
+        im.notes = (f"chunk {chunk} rows ({ctx.args.logits_budget_mb:g} MiB logits budget), dW bf16: the first chunk "
+                    "overwrites it (accumulate=0), later ones add (one bf16 rounding per chunk)")
         im.check = check
         ws = lib.matmul_workspace_bytes()
         fb = scratch.numel() * 2 + N * 4 + 4 + ws
         im.dirs = {"forward": (forward, None, fb),
-                   "full": (full, None, fb + dx.numel() * 2 + dW.numel() * 4)}
+                   "full": (full, None, fb + dx.numel() * 2 + dW.numel() * 2)}
         return im
 
 
@@ -963,8 +973,9 @@ class AdamW:
         self.ctx, self.s = ctx, s
         n = s["n_params"]
         self.master = rnd(n, dtype=torch.float32, scale=0.02)
-        # grad norm ~1e-3 * sqrt(n) >> max_norm 1.0: the clip is active at both sizes
-        self.grads = [rnd(n, dtype=torch.float32, scale=1e-3)]
+        # grad norm ~1e-3 * sqrt(n) >> max_norm 1.0: the clip is active at both sizes. fp32 tensors of bf16
+        # values: torch reads them as fp32, llmc as bf16 (its gradients' dtype), the same numbers.
+        self.grads = [rnd(n, scale=1e-3).float()]
         self.checked = n <= ctx.args.adamw_check_max_params
         if self.checked:
             self.grads.append(self.grads[0].flip(0))  # a different gradient for the second step
@@ -1044,36 +1055,47 @@ class AdamW:
         lib, st = self.ctx.lib, self.ctx.bench.stream
         h = ADAMW
         n = self.s["n_params"]
-        master = self.master.clone()
+        # the fp32 master as (param, master_lo): master_split of self.master, exact
         param = torch.empty(n, device=DEVICE, dtype=torch.bfloat16)
+        master_lo = torch.empty(n, device=DEVICE, dtype=torch.int16)
         m = torch.zeros(n, device=DEVICE, dtype=torch.float32)
         v = torch.zeros(n, device=DEVICE, dtype=torch.float32)
         work = torch.empty(2 + lib.norm_scratch_floats(), device=DEVICE, dtype=torch.float32)
-        grad = self.grads[0]  # read only
+        grads = [g.to(torch.bfloat16) for g in self.grads]  # exact: the values are bf16; read only
+        runs = self.ctx.adamw_runs()  # one run, decay on: torch's one tensor with weight_decay
         counter = [0]
 
+        def reset_master():
+            lib.master_split(ptr(param), ptr(master_lo), ptr(self.master), n, st())
+
         def step_with(g, t):
-            lib.adamw_step(ptr(master), ptr(param), ptr(g), ptr(m), ptr(v), n, h["lr"], h["beta1"], h["beta2"],
-                           h["eps"], h["weight_decay"], h["max_norm"], t, ptr(work), st())
+            lib.adamw_step(ptr(param), ptr(master_lo), ptr(g), ptr(m), ptr(v), n, runs, h["lr"], h["beta1"],
+                           h["beta2"], h["eps"], h["weight_decay"], h["max_norm"], t, ptr(work), st())
 
         def step():
             counter[0] += 1
-            step_with(grad, counter[0])
+            step_with(grads[0], counter[0])
 
         def check():
-            master.copy_(self.master)
+            reset_master()
             m.zero_()
             v.zero_()
-            for t, g in enumerate(self.grads, start=1):
+            for t, g in enumerate(grads, start=1):
                 step_with(g, t)
+            master = torch.empty(n, device=DEVICE, dtype=torch.float32)
+            lib.master_join(ptr(master), ptr(param), ptr(master_lo), n, st())
             res = {"delta": master - self.master, "m": m.clone(), "v": v.clone(), "param": param.float()}
-            master.copy_(self.master)
+            del master
+            reset_master()
             return res
 
+        reset_master()
         im = Impl()
-        im.notes = "global_norm_squared + clip_coefficient + adamw_update (grad read twice: norm, update)"
+        im.notes = ("global_norm_squared + clip_coefficient + adamw_update (grad read twice: norm, update); fp32 "
+                    "master as bf16 param + int16 master_lo, bf16 grad: 26 bytes/param")
         im.check = check
         im.dirs = {"step": (step, None, work.numel() * 4)}
+        im.keep = grads
         return im
 
 
@@ -1095,6 +1117,17 @@ class Ctx:
         self.lib = None
         self.lib_error = None
         self._tables = {}
+        self._adamw_runs = None
+
+    def adamw_runs(self):
+        """llmc's decay-run table for one tensor with weight decay (one run from 0): made once, outside
+        any timing, and kept for the life of the process."""
+        if self._adamw_runs is None:
+            start = (ctypes.c_int64 * 1)(0)
+            decay = (ctypes.c_ubyte * 1)(1)
+            self._adamw_runs = self.lib.adamw_runs_create(ctypes.cast(start, ctypes.c_void_p),
+                                                          ctypes.cast(decay, ctypes.c_void_p), 1)
+        return self._adamw_runs
 
     def rope_table(self, T, D):
         key = (T, D)
@@ -1224,7 +1257,8 @@ def run_kernel_size(ctx, kernel, size, impls, out):
         if impl == "llmc" and ctx.lib is None:
             out(dict(kernel=kernel, impl=impl, tokens=tokens, **s, error=f"library unavailable: {ctx.lib_error}"))
             continue
-        base = dict(kernel=kernel, impl=impl, tokens=tokens, **s, dtype="bf16" if kernel != "adamw" else "fp32+bf16")
+        dtype = "bf16" if kernel != "adamw" else "bf16+int16 master, bf16 grad" if impl == "llmc" else "fp32+bf16"
+        base = dict(kernel=kernel, impl=impl, tokens=tokens, **s, dtype=dtype)
         im = None
         try:
             im = case.make(impl)
@@ -1244,7 +1278,7 @@ def run_kernel_size(ctx, kernel, size, impls, out):
                     ms, q20, q80, n = ctx.bench.time(fn, prep)
                     peak = ctx.bench.peak(fn, prep, prealloc)
                     rec.update(ms_median=ms, ms_q20=q20, ms_q80=q80, n_runs=n, peak_mem_gib=peak)
-                    nb = min_bytes(kernel, direction, s)
+                    nb = min_bytes(kernel, direction, s, impl)
                     nf = min_flops(kernel, direction, s)
                     if nb:
                         rec["gbps"] = nb / (ms * 1e-3) / 1e9
@@ -1409,7 +1443,7 @@ def dry_run(args):
     items = plan(args)
     print(f"plan: {len(items)} measurements -> {args.out}")
     for k, impl, d, size, s in items:
-        nb, nf = min_bytes(k, d, s), min_flops(k, d, s)
+        nb, nf = min_bytes(k, d, s, impl), min_flops(k, d, s)
         extra = (f"  bytes {nb / 1e9:.3f} GB" if nb else "") + (f"  flops {nf / 1e12:.1f} TF" if nf else "")
         print(f"  {k:<18} {impl:<17} {d:<9} {str(size):>9}  {json.dumps(s)}{extra}")
     if os.path.exists(args.lib):

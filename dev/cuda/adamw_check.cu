@@ -1,23 +1,44 @@
 /*
- * adamw_check: llmc/adamw.h. global_norm_squared against a double sum and for
- * determinism; clip_coefficient against the same float formula on the host;
- * adamw_update against a double-precision CPU AdamW (torch.optim.AdamW's math) on
- * the same fp32 inputs, at steps 1 and 10, with the bf16 copy checked to be exactly
- * round-to-nearest-even of the updated master; timing on a 4096 x 14336 tensor (a
- * Llama 3 8B MLP projection) and sizes with a ragged tail (n % 4 != 0).
+ * adamw_check: llmc/adamw.h.
+ *   global_norm_squared on bf16 gradients against a double sum of their squares, and
+ *   for determinism; clip_coefficient against the same float formula on the host;
+ *   adamw_update against a double-precision CPU AdamW (torch.optim.AdamW's math) run
+ *   on the joined fp32 master, master_join(param, master_lo) (llmc/master_weights.h),
+ *   at steps 1 and 10, with bf16 gradients. Each case is a flat buffer of several
+ *   tensors with different weight-decay flags, updated by one launch through a run
+ *   table, whole and as a shard (a range with first > 0, a multiple of 4 inside a run,
+ *   and n % 4 != 0, so the scalar tail runs too):
+ *     - 3 elements: the tail alone;
+ *     - 1001 elements in 5 tensors, two adjacent ones with the same flag (merged runs);
+ *     - ~1M elements in 700 tensors of alternating flags: more runs than a block has
+ *       threads, so the kernel's copy of the table to shared memory loops;
+ *     - 4096 x 14336 (a Llama 3 8B MLP projection's size) in tensors whose boundaries
+ *       fall in the second and later passes of the grid-stride loop (one pass covers
+ *       ADAMW_MAX_BLOCKS x ADAMW_THREADS x 4 = 8388608 elements) and off block
+ *       boundaries; the whole buffer is timed, the shard spans several passes.
+ *   Elements outside the range must come back bit-identical (param, master_lo, m, v).
  *
  * Tolerances:
- *   norm squared: 1e-5 relative (double sums, float block partials: ~1e-7).
+ *   norm squared: 1e-5 relative (squares of bf16 values are exact in fp32; sums of 8
+ *     of them in fp32, then double; float block partials: ~1e-6 in all).
  *   clip coefficient: 1e-6 relative (the same IEEE float operations on both sides).
- *   master (fp32): 1e-5 relative to max(|ref|, rms): one fp32 rounding of w -
- *     update is an ulp of the weights' scale, not of a weight that happens to
- *     sit near zero (measured 2e-5 with a 1%-of-rms floor, at a 1.7e-5 weight).
+ *   master = master_join(param, master_lo): an exact fp32 number, the kernel's own
+ *     fp32 result, so held to what the fp32 master of before was: 1e-5 relative to
+ *     max(|ref|, rms): one fp32 rounding of w - update is an ulp of the weights'
+ *     scale, not of a weight that happens to sit near zero (measured 2e-5 with a
+ *     1%-of-rms floor, at a 1.7e-5 weight).
  *   m, v (fp32): 1e-5 relative, floor at 1% of the rms (m can cancel).
  *   master - master_before: 1e-4 relative, floor at the rms of the update (~lr): the
  *     fp32 rounding of master (ulp ~2e-9 to 8e-9 for |master| ~ 0.02 to 0.08) is up
- *     to ~3e-5 of a typical update, and more of one that cancels to near zero.
- *   param: bit-identical to bf16_rn(the kernel's own master), and within 4e-3
- *     (half a bf16 ulp, 2^-8 relative at worst) of the reference master.
+ *     to ~3e-5 of a typical update, and more of one that cancels to near zero. A
+ *     decay applied to the wrong run moves the update by lr * wd * w, ~2e-3 of it.
+ *   param: bit-identical to the bf16 nearest to the kernel's joined master, ties
+ *     toward +inf (master_split's rounding, computed here from the round-to-nearest-
+ *     even helper); (param, master_lo) bit-identical to master_split of the joined
+ *     master (the pair is the canonical one); param within 4e-3 (half a bf16 ulp,
+ *     2^-8 relative at worst) of the reference master.
+ * Timing: the update moves 26 bytes per parameter (reads param, master_lo, grad: 2
+ * bytes each, m, v: 4 each; writes param, master_lo, m, v), the norm 2 (reads grad).
  *
  * Usage: adamw_check [--seed N]
  */
@@ -30,33 +51,77 @@
 #define ADAM_EPS 1e-8f
 #define WEIGHT_DECAY 0.1f
 #define GRAD_SCALE 0.5f
+/* elements one pass of adamw_kernel's grid-stride loop covers */
+#define GRID_PASS ((int64_t)ADAMW_MAX_BLOCKS * ADAMW_THREADS * 4)
 
-static void ref_adamw(float *master, float *m, float *v, const float *grad, int64_t n, int step)
+/* AdamW of n elements in double from w0, m0, v0; decay[i]: whether element i decays. */
+static void ref_adamw(float *w_out, float *m_out, float *v_out, const float *w0, const float *m0, const float *v0,
+                      const uint16_t *grad, const unsigned char *decay, int64_t n, int step)
 {
     double bc1 = 1.0 - pow((double)BETA1, step), bc2 = 1.0 - pow((double)BETA2, step);
+#pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) {
-        double g = (double)grad[i] * GRAD_SCALE;
-        double mm = (double)BETA1 * m[i] + (1.0 - (double)BETA1) * g;
-        double vv = (double)BETA2 * v[i] + (1.0 - (double)BETA2) * g * g;
-        double w = master[i] * (1.0 - (double)LR * WEIGHT_DECAY);
+        double g = (double)bf16_float(grad[i]) * GRAD_SCALE;
+        double mm = (double)BETA1 * m0[i] + (1.0 - (double)BETA1) * g;
+        double vv = (double)BETA2 * v0[i] + (1.0 - (double)BETA2) * g * g;
+        double w = w0[i] * (decay[i] ? 1.0 - (double)LR * WEIGHT_DECAY : 1.0);
         w -= ((double)LR / bc1) * mm / (sqrt(vv) / sqrt(bc2) + (double)ADAM_EPS);
-        master[i] = (float)w;
-        m[i] = (float)mm;
-        v[i] = (float)vv;
+        w_out[i] = (float)w;
+        m_out[i] = (float)mm;
+        v_out[i] = (float)vv;
     }
 }
 
+/* The bf16 nearest to w with ties toward +inf, as master_split rounds, written
+ * independently of it: round-to-nearest-even except on exact ties. */
+static uint16_t bf16_nearest_ties_up(float w)
+{
+    uint32_t u;
+    memcpy(&u, &w, 4);
+    if ((u & 0xffffu) != 0x8000u)
+        return bf16_bits(w);
+    return (uint16_t)((u >> 16) + ((u >> 31) ? 0u : 1u)); /* tie: up for w > 0, toward zero for w < 0 */
+}
+
+/* A flat buffer of tensors: tensor r starts at start[r] (multiples of 4, start[0] = 0). */
 typedef struct {
-    int64_t n;
-    float **master, **grad, **m, **v, *scale, *norm, *scratch;
-    bf16 **param;
+    const char *name;
+    int64_t total;
+    int n_tensors;
+    int64_t *start;
+    unsigned char *decay;
+} Layout;
+
+static Layout layout_make(const char *name, int64_t total, int n_tensors)
+{
+    Layout l;
+    l.name = name;
+    l.total = total;
+    l.n_tensors = n_tensors;
+    l.start = (int64_t *)malloc_check(sizeof(int64_t) * n_tensors, "layout starts");
+    l.decay = (unsigned char *)malloc_check((size_t)n_tensors, "layout decay");
+    return l;
+}
+
+static void layout_free(Layout *l)
+{
+    free(l->start);
+    free(l->decay);
+}
+
+typedef struct {
+    int64_t n, first;
+    const AdamWRuns *runs;
+    float **m, **v, *scale, *norm, *scratch;
+    bf16 **param, **grad;
+    int16_t **lo;
 } Bench;
 
 static void run_adamw(void *ctx, int s)
 {
     Bench *b = (Bench *)ctx;
-    adamw_update(b->master[s], b->param[s], b->grad[s], b->m[s], b->v[s], b->n, LR, BETA1, BETA2, ADAM_EPS,
-                 WEIGHT_DECAY, b->scale, 10, 0);
+    adamw_update(b->param[s], b->lo[s], b->grad[s], b->m[s], b->v[s], b->first, b->n, b->runs, LR, BETA1, BETA2,
+                 ADAM_EPS, WEIGHT_DECAY, b->scale, 10, 0);
 }
 static void run_norm(void *ctx, int s)
 {
@@ -67,13 +132,15 @@ static void run_norm(void *ctx, int s)
 static void check_norm(int64_t n)
 {
     char what[128];
-    float *x = (float *)malloc_check((size_t)n * 4, "grad");
+    uint16_t *x = (uint16_t *)malloc_check((size_t)n * 2, "grad");
     /* magnitudes over six decades, as gradients of different tensors have */
-    for (int64_t i = 0; i < n; i++) x[i] = rng_normal() * expf(rng_range(-7.0f, 7.0f));
+    for (int64_t i = 0; i < n; i++)
+        x[i] = bf16_bits(rng_normal() * expf(rng_range(-7.0f, 7.0f)));
     double want = 0.0;
-    for (int64_t i = 0; i < n; i++) want += (double)x[i] * x[i];
-    float *d_x = (float *)dev_upload(x, (size_t)n * 4), *d_out = (float *)dev_alloc(4);
-    float *d_scratch = (float *)dev_alloc(NORM_BLOCKS * 4);
+    for (int64_t i = 0; i < n; i++)
+        want += (double)bf16_float(x[i]) * bf16_float(x[i]);
+    bf16 *d_x = (bf16 *)dev_upload(x, (size_t)n * 2);
+    float *d_out = (float *)dev_alloc(4), *d_scratch = (float *)dev_alloc(NORM_BLOCKS * 4);
     float got[2];
     for (int rep = 0; rep < 2; rep++) {
         poison(d_out, 4);
@@ -82,7 +149,7 @@ static void check_norm(int64_t n)
         download(&got[rep], d_out, 4);
     }
     float want_f = (float)want;
-    snprintf(what, sizeof(what), "global_norm_squared n=%lld", (long long)n);
+    snprintf(what, sizeof(what), "global_norm_squared bf16 n=%lld", (long long)n);
     check_close(what, got, &want_f, 1, 1e-5, 0.0);
     snprintf(what, sizeof(what), "global_norm_squared determinism n=%lld", (long long)n);
     check_identical(what, &got[0], &got[1], 4);
@@ -113,101 +180,155 @@ static void check_clip(void)
     CUDA_CHECK(cudaFree(d_coef));
 }
 
-static void check_adamw(int64_t n, int bench)
+/* ranges[r] = {first, n}; bench: time one update of the whole buffer (and the norm). */
+static void check_adamw(const Layout *L, const int64_t (*ranges)[2], int n_ranges, int bench)
 {
-    char what[128];
-    size_t fb = (size_t)n * 4;
-    printf("-- adamw n = %lld\n", (long long)n);
-    float *master = (float *)malloc_check(fb, "master"), *grad = (float *)malloc_check(fb, "grad");
-    float *m = (float *)malloc_check(fb, "m"), *v = (float *)malloc_check(fb, "v");
-    float *ref_master = (float *)malloc_check(fb, "ref master"), *ref_m = (float *)malloc_check(fb, "ref m");
-    float *ref_v = (float *)malloc_check(fb, "ref v"), *got = (float *)malloc_check(fb, "got");
-    float *got_master = (float *)malloc_check(fb, "got master"), *delta = (float *)malloc_check(fb, "delta");
-    float *ref_delta = (float *)malloc_check(fb, "ref delta"), *param_f = (float *)malloc_check(fb, "param f");
-    uint16_t *param = (uint16_t *)malloc_check((size_t)n * 2, "param");
-    uint16_t *want_param = (uint16_t *)malloc_check((size_t)n * 2, "want param");
-    fill_float(master, n, 0.02f);
-    fill_float(grad, n, 0.01f);
-    fill_float(m, n, 0.005f);
-    for (int64_t i = 0; i < n; i++) v[i] = 1e-4f * fabsf(rng_normal()) * fabsf(rng_normal());
-    float scale = GRAD_SCALE;
-    float *d_master = (float *)dev_alloc(fb), *d_grad = (float *)dev_upload(grad, fb);
-    float *d_m = (float *)dev_alloc(fb), *d_v = (float *)dev_alloc(fb), *d_scale = (float *)dev_upload(&scale, 4);
-    bf16 *d_param = (bf16 *)dev_alloc((size_t)n * 2);
+    char what[160];
+    int64_t total = L->total;
+    size_t fb = (size_t)total * 4, hb = (size_t)total * 2;
+    printf("-- adamw %s: %lld elements, %d tensors\n", L->name, (long long)total, L->n_tensors);
+    float *w0 = (float *)malloc_check(fb, "master"), *m0 = (float *)malloc_check(fb, "m");
+    float *v0 = (float *)malloc_check(fb, "v");
+    uint16_t *hi0 = (uint16_t *)malloc_check(hb, "param"), *grad = (uint16_t *)malloc_check(hb, "grad");
+    int16_t *lo0 = (int16_t *)malloc_check(hb, "master_lo");
+    unsigned char *decay = (unsigned char *)malloc_check((size_t)total, "decay per element");
+    uint16_t *got_hi = (uint16_t *)malloc_check(hb, "got param");
+    int16_t *got_lo = (int16_t *)malloc_check(hb, "got master_lo");
+    float *got_m = (float *)malloc_check(fb, "got m"), *got_v = (float *)malloc_check(fb, "got v");
+    float *ref_w = (float *)malloc_check(fb, "ref master"), *ref_m = (float *)malloc_check(fb, "ref m");
+    float *ref_v = (float *)malloc_check(fb, "ref v"), *got_w = (float *)malloc_check(fb, "got master");
+    float *delta = (float *)malloc_check(fb, "delta"), *ref_delta = (float *)malloc_check(fb, "ref delta");
+    float *param_f = (float *)malloc_check(fb, "param f");
+    uint16_t *want_hi = (uint16_t *)malloc_check(hb, "want param"), *split_hi = (uint16_t *)malloc_check(hb, "split");
+    int16_t *split_lo = (int16_t *)malloc_check(hb, "split lo");
 
-    int steps[2] = {1, 10};
-    for (int k = 0; k < 2; k++) {
-        int step = steps[k];
-        memcpy(ref_master, master, fb);
-        memcpy(ref_m, m, fb);
-        memcpy(ref_v, v, fb);
-        ref_adamw(ref_master, ref_m, ref_v, grad, n, step);
-        CUDA_CHECK(cudaMemcpy(d_master, master, fb, cudaMemcpyHostToDevice));
-        CUDA_CHECK(cudaMemcpy(d_m, m, fb, cudaMemcpyHostToDevice));
-        CUDA_CHECK(cudaMemcpy(d_v, v, fb, cudaMemcpyHostToDevice));
-        poison(d_param, (size_t)n * 2);
-        adamw_update(d_master, d_param, d_grad, d_m, d_v, n, LR, BETA1, BETA2, ADAM_EPS, WEIGHT_DECAY, d_scale, step,
-                     0);
-        download(got_master, d_master, fb);
-        snprintf(what, sizeof(what), "adamw master n=%lld step=%d", (long long)n, step);
-        check_close(what, got_master, ref_master, n, 1e-5, 1.0);
-        for (int64_t i = 0; i < n; i++) {
-            delta[i] = (float)((double)got_master[i] - master[i]);
-            ref_delta[i] = (float)((double)ref_master[i] - master[i]);
+    for (int64_t i = 0; i < total; i++) {
+        float w = 0.02f * rng_normal();
+        master_split(w, &hi0[i], &lo0[i]);
+        w0[i] = master_join(hi0[i], lo0[i]); /* the reference starts from the joined master */
+        grad[i] = bf16_bits(0.01f * rng_normal());
+        m0[i] = 0.005f * rng_normal();
+        v0[i] = 1e-4f * fabsf(rng_normal()) * fabsf(rng_normal());
+    }
+    for (int r = 0; r < L->n_tensors; r++) {
+        int64_t end = r + 1 < L->n_tensors ? L->start[r + 1] : total;
+        memset(decay + L->start[r], L->decay[r], (size_t)(end - L->start[r]));
+    }
+    AdamWRuns runs = adamw_runs_create(L->start, L->decay, L->n_tensors);
+    printf("   %d decay runs after merging\n", runs.n_runs);
+    float scale = GRAD_SCALE;
+    bf16 *d_hi = (bf16 *)dev_alloc(hb), *d_grad = (bf16 *)dev_upload(grad, hb);
+    int16_t *d_lo = (int16_t *)dev_alloc(hb);
+    float *d_m = (float *)dev_alloc(fb), *d_v = (float *)dev_alloc(fb), *d_scale = (float *)dev_upload(&scale, 4);
+
+    for (int r = 0; r < n_ranges; r++) {
+        int64_t first = ranges[r][0], n = ranges[r][1];
+        char range[64];
+        snprintf(range, sizeof(range), "[%lld, +%lld)", (long long)first, (long long)n);
+        int steps[2] = {1, 10};
+        for (int k = 0; k < 2; k++) {
+            int step = steps[k];
+            CUDA_CHECK(cudaMemcpy(d_hi, hi0, hb, cudaMemcpyHostToDevice));
+            CUDA_CHECK(cudaMemcpy(d_lo, lo0, hb, cudaMemcpyHostToDevice));
+            CUDA_CHECK(cudaMemcpy(d_m, m0, fb, cudaMemcpyHostToDevice));
+            CUDA_CHECK(cudaMemcpy(d_v, v0, fb, cudaMemcpyHostToDevice));
+            adamw_update(d_hi + first, d_lo + first, d_grad + first, d_m + first, d_v + first, first, n, &runs, LR,
+                         BETA1, BETA2, ADAM_EPS, WEIGHT_DECAY, d_scale, step, 0);
+            download(got_hi, d_hi, hb);
+            download(got_lo, d_lo, hb);
+            download(got_m, d_m, fb);
+            download(got_v, d_v, fb);
+            ref_adamw(ref_w, ref_m, ref_v, w0 + first, m0 + first, v0 + first, grad + first, decay + first, n, step);
+
+            /* everything outside [first, first + n) untouched */
+            int64_t end = first + n;
+            int outside_ok = memcmp(got_hi, hi0, (size_t)first * 2) == 0 &&
+                             memcmp(got_lo, lo0, (size_t)first * 2) == 0 && memcmp(got_m, m0, (size_t)first * 4) == 0 &&
+                             memcmp(got_v, v0, (size_t)first * 4) == 0 &&
+                             memcmp(got_hi + end, hi0 + end, (size_t)(total - end) * 2) == 0 &&
+                             memcmp(got_lo + end, lo0 + end, (size_t)(total - end) * 2) == 0 &&
+                             memcmp(got_m + end, m0 + end, (size_t)(total - end) * 4) == 0 &&
+                             memcmp(got_v + end, v0 + end, (size_t)(total - end) * 4) == 0;
+            snprintf(what, sizeof(what), "adamw %s step=%d outside the range", range, step);
+            check_result(outside_ok, "%-46s %lld elements bit-identical", what, (long long)(total - n));
+
+            for (int64_t i = 0; i < n; i++) {
+                int64_t at = first + i;
+                got_w[i] = master_join(got_hi[at], got_lo[at]);
+                delta[i] = (float)((double)got_w[i] - w0[at]);
+                ref_delta[i] = (float)((double)ref_w[i] - w0[at]);
+                want_hi[i] = bf16_nearest_ties_up(got_w[i]);
+                master_split(got_w[i], &split_hi[i], &split_lo[i]);
+                param_f[i] = bf16_float(got_hi[at]);
+            }
+            snprintf(what, sizeof(what), "adamw master %s step=%d", range, step);
+            check_close(what, got_w, ref_w, n, 1e-5, 1.0);
+            snprintf(what, sizeof(what), "adamw master update %s step=%d", range, step);
+            check_close(what, delta, ref_delta, n, 1e-4, 1.0);
+            snprintf(what, sizeof(what), "adamw m %s step=%d", range, step);
+            check_close(what, got_m + first, ref_m, n, 1e-5, 1e-2);
+            snprintf(what, sizeof(what), "adamw v %s step=%d", range, step);
+            check_close(what, got_v + first, ref_v, n, 1e-5, 1e-2);
+            snprintf(what, sizeof(what), "adamw param = bf16 nearest(master) %s s=%d", range, step);
+            check_identical(what, got_hi + first, want_hi, (size_t)n * 2);
+            snprintf(what, sizeof(what), "adamw (param, lo) = split(master) %s s=%d", range, step);
+            check_result(memcmp(got_hi + first, split_hi, (size_t)n * 2) == 0 &&
+                             memcmp(got_lo + first, split_lo, (size_t)n * 2) == 0,
+                         "%-46s bit-identical", what);
+            snprintf(what, sizeof(what), "adamw param %s step=%d", range, step);
+            check_close(what, param_f, ref_w, n, 4e-3, 1e-2);
         }
-        snprintf(what, sizeof(what), "adamw master update n=%lld step=%d", (long long)n, step);
-        check_close(what, delta, ref_delta, n, 1e-4, 1.0);
-        download(got, d_m, fb);
-        snprintf(what, sizeof(what), "adamw m n=%lld step=%d", (long long)n, step);
-        check_close(what, got, ref_m, n, 1e-5, 1e-2);
-        download(got, d_v, fb);
-        snprintf(what, sizeof(what), "adamw v n=%lld step=%d", (long long)n, step);
-        check_close(what, got, ref_v, n, 1e-5, 1e-2);
-        download(param, d_param, (size_t)n * 2);
-        for (int64_t i = 0; i < n; i++) want_param[i] = bf16_bits(got_master[i]);
-        snprintf(what, sizeof(what), "adamw param = bf16_rn(master) n=%lld step=%d", (long long)n, step);
-        check_identical(what, param, want_param, (size_t)n * 2);
-        bf16_to_float(param_f, param, n);
-        snprintf(what, sizeof(what), "adamw param n=%lld step=%d", (long long)n, step);
-        check_close(what, param_f, ref_master, n, 4e-3, 1e-2);
     }
 
     if (bench) {
         Bench b;
-        b.n = n;
+        b.n = total;
+        b.first = 0;
+        b.runs = &runs;
         b.scale = d_scale;
         b.norm = (float *)dev_alloc(4);
         b.scratch = (float *)dev_alloc(NORM_BLOCKS * 4);
-        int sets = bench_sets(fb * 4 + (size_t)n * 2);
-        float ***lists[4] = {&b.master, &b.grad, &b.m, &b.v};
-        for (int l = 0; l < 4; l++) *lists[l] = (float **)malloc_check(sets * sizeof(float *), "bench sets");
+        int sets = bench_sets((size_t)total * 26);
+        b.m = (float **)malloc_check(sets * sizeof(float *), "bench sets");
+        b.v = (float **)malloc_check(sets * sizeof(float *), "bench sets");
         b.param = (bf16 **)malloc_check(sets * sizeof(bf16 *), "bench sets");
+        b.grad = (bf16 **)malloc_check(sets * sizeof(bf16 *), "bench sets");
+        b.lo = (int16_t **)malloc_check(sets * sizeof(int16_t *), "bench sets");
+        CUDA_CHECK(cudaMemcpy(d_hi, hi0, hb, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(d_lo, lo0, hb, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(d_m, m0, fb, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(d_v, v0, fb, cudaMemcpyHostToDevice));
         for (int s = 0; s < sets; s++) {
-            b.master[s] = (float *)dev_clone(d_master, fb);
-            b.grad[s] = (float *)dev_clone(d_grad, fb);
+            b.param[s] = (bf16 *)dev_clone(d_hi, hb);
+            b.lo[s] = (int16_t *)dev_clone(d_lo, hb);
+            b.grad[s] = (bf16 *)dev_clone(d_grad, hb);
             b.m[s] = (float *)dev_clone(d_m, fb);
             b.v[s] = (float *)dev_clone(d_v, fb);
-            b.param[s] = (bf16 *)dev_alloc((size_t)n * 2);
         }
-        /* master, m, v read and written, grad read, param written */
-        snprintf(what, sizeof(what), "adamw_update n=%lld", (long long)n);
-        bench_report(what, run_adamw, &b, sets, 30.0 * n);
-        snprintf(what, sizeof(what), "global_norm_squared n=%lld", (long long)n);
-        bench_report(what, run_norm, &b, sets, 4.0 * n);
+        /* param, master_lo (2 bytes each), m, v (4 each) read and written, grad (2) read */
+        snprintf(what, sizeof(what), "adamw_update n=%lld, %d runs", (long long)total, runs.n_runs);
+        bench_report(what, run_adamw, &b, sets, 26.0 * total);
+        snprintf(what, sizeof(what), "global_norm_squared bf16 n=%lld", (long long)total);
+        bench_report(what, run_norm, &b, sets, 2.0 * total);
         for (int s = 0; s < sets; s++) {
-            for (int l = 0; l < 4; l++) CUDA_CHECK(cudaFree((*lists[l])[s]));
-            CUDA_CHECK(cudaFree(b.param[s]));
+            void *bufs[5] = {b.param[s], b.lo[s], b.grad[s], b.m[s], b.v[s]};
+            for (int i = 0; i < 5; i++)
+                CUDA_CHECK(cudaFree(bufs[i]));
         }
-        for (int l = 0; l < 4; l++) free(*lists[l]);
+        free(b.m);
+        free(b.v);
         free(b.param);
+        free(b.grad);
+        free(b.lo);
         CUDA_CHECK(cudaFree(b.norm));
         CUDA_CHECK(cudaFree(b.scratch));
     }
 
-    void *dev[] = {d_master, d_grad, d_m, d_v, d_scale, d_param};
+    adamw_runs_free(&runs);
+    void *dev[] = {d_hi, d_grad, d_lo, d_m, d_v, d_scale};
     for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) CUDA_CHECK(cudaFree(dev[i]));
-    void *host[] = {master, grad, m, v, ref_master, ref_m, ref_v, got, got_master, delta, ref_delta, param_f,
-                    param, want_param};
+    void *host[] = {w0,    m0,    v0,    hi0,   grad,  lo0,       decay,   got_hi,  got_lo,   got_m,   got_v,
+                    ref_w, ref_m, ref_v, got_w, delta, ref_delta, param_f, want_hi, split_hi, split_lo};
     for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++) free(host[i]);
 }
 
@@ -219,8 +340,49 @@ int main(int argc, char **argv)
     int64_t norm_sizes[] = {3, 37, 1001, 1000003, real};
     for (size_t i = 0; i < sizeof(norm_sizes) / sizeof(norm_sizes[0]); i++) check_norm(norm_sizes[i]);
     check_clip();
-    int64_t adamw_sizes[] = {3, 1001, 1000003};
-    for (size_t i = 0; i < sizeof(adamw_sizes) / sizeof(adamw_sizes[0]); i++) check_adamw(adamw_sizes[i], 0);
-    check_adamw(real, 1);
+
+    /* 3 elements, one tensor: the scalar tail alone */
+    Layout tiny = layout_make("tiny", 3, 1);
+    tiny.start[0] = 0;
+    tiny.decay[0] = 1;
+    const int64_t tiny_ranges[][2] = {{0, 3}};
+    check_adamw(&tiny, tiny_ranges, 1, 0);
+    layout_free(&tiny);
+
+    /* 1001 elements, 5 tensors; the 2nd and 3rd share a flag and merge into one run */
+    Layout small = layout_make("small", 1001, 5);
+    const int64_t small_start[5] = {0, 4, 8, 104, 1000};
+    const unsigned char small_decay[5] = {0, 1, 1, 0, 1};
+    memcpy(small.start, small_start, sizeof(small_start));
+    memcpy(small.decay, small_decay, sizeof(small_decay));
+    const int64_t small_ranges[][2] = {{0, 1001}, {100, 899}};
+    check_adamw(&small, small_ranges, 2, 0);
+    layout_free(&small);
+
+    /* ~1M elements, 700 tensors of random sizes (multiples of 4) and alternating flags,
+     * every 50th pair with the same flag: ~690 runs, more than the 256 threads of a block */
+    Layout many = layout_make("700 tensors", 0, 700);
+    int64_t at = 0;
+    for (int r = 0; r < 700; r++) {
+        many.start[r] = at;
+        many.decay[r] = (unsigned char)(r % 50 == 1 ? many.decay[r - 1] : r % 2);
+        at += 4 * (1 + rng_int(715));
+    }
+    many.total = at + 3; /* the last tensor is not a multiple of 4 long */
+    const int64_t many_ranges[][2] = {{0, many.total}, {4 * (many.total / 16) + 4, 4 * (many.total / 8) + 3}};
+    check_adamw(&many, many_ranges, 2, 0);
+    layout_free(&many);
+
+    /* 4096 x 14336 in 11 tensors, boundaries in later grid-stride passes and off block edges */
+    Layout big = layout_make("4096 x 14336", real, 11);
+    const int64_t G = GRID_PASS;
+    const int64_t big_start[11] = {0,         4,          1024,         G - 4,         G + 260, 2 * G + 1032,
+                                   3 * G + 4, 3 * G + 12, 5 * G - 1024, 6 * G + 12288, real - 8};
+    const unsigned char big_decay[11] = {1, 0, 1, 0, 1, 1, 0, 1, 0, 1, 0};
+    memcpy(big.start, big_start, sizeof(big_start));
+    memcpy(big.decay, big_decay, sizeof(big_decay));
+    const int64_t big_ranges[][2] = {{0, real}, {G - 4000, 3 * G + 3}};
+    check_adamw(&big, big_ranges, 2, 1);
+    layout_free(&big);
     return check_exit();
 }

@@ -8,6 +8,9 @@
  *   - check_close: max relative error against a reference, with a floor under
  *     |ref| (a fraction of the reference's rms) so that results that cancel to
  *     near zero are judged against the scale of the data, not against zero;
+ *   - check_within: |got - ref| against a bound per element, for results rounded
+ *     several times at different magnitudes (bf16 gradients accumulated over
+ *     GEMM calls), where no single relative tolerance is both safe and tight;
  *   - poisoning: outputs are filled with 0xFF bytes (NaN in bf16 and fp32) before a
  *     run, and NaN fails every comparison, so an element a kernel forgets to write
  *     is caught;
@@ -105,6 +108,11 @@ static inline float bf16_float(uint16_t b)
 }
 static inline float bf16_round(float f) { return bf16_float(bf16_bits(f)); }
 
+/* One round-to-nearest to bf16 (8 significant bits) errs by at most half an ulp:
+ * 2^-8 of |x| just above a power of two, 2^-9 of it just below the next one. The
+ * tolerances of bf16 results are built from this worst case. */
+#define BF16_ROUNDING 0x1p-8
+
 /* Random bf16 values (bits) and the floats they stand for: scale * normal, never all zeros. */
 static inline void fill_bf16(uint16_t *bits, float *values, int64_t n, float scale)
 {
@@ -182,6 +190,35 @@ static inline void check_close(const char *what, const float *got, const float *
     check_result(bad == 0, "%-46s max rel err %.3e (tol %.0e) at %lld: got %.8g want %.8g", what, worst, tol,
                  (long long)worst_i, n > 0 ? got[worst_i] : 0.0f, n > 0 ? ref[worst_i] : 0.0f);
     if (bad) printf("     %lld of %lld elements out of tolerance\n", (long long)bad, (long long)n);
+}
+
+static inline double rms_of(const float *x, int64_t n)
+{
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        ss += (double)x[i] * x[i];
+    return sqrt(ss / (double)(n > 0 ? n : 1));
+}
+
+/* Max over i of |got - ref| / bound[i] must be <= 1; NaN anywhere fails. */
+static inline void check_within(const char *what, const float *got, const float *ref, const float *bound, int64_t n)
+{
+    double worst = 0.0;
+    int64_t worst_i = 0, bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double err = fabs((double)got[i] - (double)ref[i]) / (double)bound[i];
+        if (!(err <= 1.0))
+            bad++;
+        if (!(err <= worst) && !isnan(worst)) { /* the first NaN sticks */
+            worst = err;
+            worst_i = i;
+        }
+    }
+    check_result(bad == 0, "%-46s max err/bound %.3f at %lld: got %.8g want %.8g (bound %.3g)", what, worst,
+                 (long long)worst_i, n > 0 ? got[worst_i] : 0.0f, n > 0 ? ref[worst_i] : 0.0f,
+                 n > 0 ? bound[worst_i] : 0.0f);
+    if (bad)
+        printf("     %lld of %lld elements beyond their bound\n", (long long)bad, (long long)n);
 }
 
 static inline void check_identical(const char *what, const void *a, const void *b, size_t bytes)

@@ -1,15 +1,17 @@
 /*
  * embedding_check: llmc/embedding.h. The backward plan against its invariants; the
  * forward gather to the bit; the backward against a double-precision CPU sum of the
- * same bf16 dout rows, accumulated into a random dwte; backward determinism over two
+ * same bf16 dout rows, added to a random bf16 dwte (embedding_backward always adds);
+ * rows of tokens not in the batch left bit-identical; backward determinism over two
  * runs; timing at Llama 3 sizes (N = 8192, V = 128256, C = 2048 / 4096). Tokens mix
  * one hot token (5%), a hundred common ones (20%) and uniform draws, so buckets
  * range from one position to hundreds.
  *
- * Tolerances: forward is a copy: bit-identical. dwte is fp32: 1e-5 relative to
- * max(|ref|, rms): fp32 sums of a few hundred bf16 values err by ~1e-6 of the
- * terms' scale, and a sum that cancels to near zero keeps that absolute error
- * (measured 1.5e-5 of such a sum with a 10%-of-rms floor on an H100).
+ * Tolerances: forward is a copy: bit-identical. dwte is bf16: 4e-3 relative to
+ * max(|ref|, rms). The kernel sums a bucket in fp32 (a few hundred bf16 values: ~1e-6
+ * of the terms' scale; with the fp32 dwte of before, measured on an H100 at 1.5e-5 of
+ * a tenth of the rms, i.e. 1.5e-6 of the rms), adds it to the old bf16 value in fp32
+ * and rounds once to bf16: 2^-8 = 3.9e-3 at worst, and 3.9e-3 + 1.5e-6 < 4e-3.
  *
  * Usage: embedding_check [--seed N]
  */
@@ -19,8 +21,7 @@
 typedef struct {
     int N, C, n_buckets;
     int *tokens, *bucket_token, *bucket_start, *positions;
-    bf16 *wte, **out, **dout;
-    float *dwte;
+    bf16 *wte, **out, **dout, *dwte;
 } Bench;
 
 static void run_forward(void *ctx, int s)
@@ -88,12 +89,15 @@ static void check_size(int N, int C, int V, int bench)
 
     uint16_t *wte_b = (uint16_t *)malloc_check(VC * 2, "wte"), *dout_b = (uint16_t *)malloc_check(NC * 2, "dout");
     uint16_t *out_b = (uint16_t *)malloc_check(NC * 2, "out"), *want_b = (uint16_t *)malloc_check(NC * 2, "want");
+    uint16_t *dwte0_b = (uint16_t *)malloc_check(VC * 2, "dwte0"), *got_b = (uint16_t *)malloc_check(VC * 2, "got");
+    uint16_t *got_b2 = (uint16_t *)malloc_check(VC * 2, "got2");
     float *dout = (float *)malloc_check(NC * 4, "dout f");
-    float *dwte0 = (float *)malloc_check(VC * 4, "dwte0"), *ref = (float *)malloc_check(VC * 4, "ref dwte");
-    float *got = (float *)malloc_check(VC * 4, "got dwte"), *got2 = (float *)malloc_check(VC * 4, "got2 dwte");
+    float *dwte0 = (float *)malloc_check(VC * 4, "dwte0 f"), *ref = (float *)malloc_check(VC * 4, "ref dwte");
+    float *got = (float *)malloc_check(VC * 4, "got dwte");
     for (int64_t i = 0; i < VC; i++) {
         wte_b[i] = (uint16_t)(rng_next() & 0x3fff) | 0x3c00; /* finite bf16 in [2^-7, 2); any bits would do */
-        dwte0[i] = rng_range(-1.0f, 1.0f);
+        dwte0_b[i] = bf16_bits(rng_range(-1.0f, 1.0f));
+        dwte0[i] = bf16_float(dwte0_b[i]);
     }
     fill_bf16(dout_b, dout, NC, 1.0f);
     for (int n = 0; n < N; n++) memcpy(want_b + (int64_t)n * C, wte_b + (int64_t)tokens[n] * C, (size_t)C * 2);
@@ -104,7 +108,7 @@ static void check_size(int N, int C, int V, int bench)
     int *d_positions = (int *)dev_upload(positions, (size_t)N * 4);
     bf16 *d_wte = (bf16 *)dev_upload(wte_b, VC * 2), *d_dout = (bf16 *)dev_upload(dout_b, NC * 2);
     bf16 *d_out = (bf16 *)dev_alloc(NC * 2);
-    float *d_dwte = (float *)dev_alloc(VC * 4);
+    bf16 *d_dwte = (bf16 *)dev_alloc(VC * 2);
 
     poison(d_out, NC * 2);
     embedding_forward(d_out, d_tokens, d_wte, N, C, 0);
@@ -122,14 +126,30 @@ static void check_size(int N, int C, int V, int bench)
         }
     }
     for (int rep = 0; rep < 2; rep++) {
-        CUDA_CHECK(cudaMemcpy(d_dwte, dwte0, VC * 4, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(d_dwte, dwte0_b, VC * 2, cudaMemcpyHostToDevice));
         embedding_backward(d_dwte, d_dout, d_bucket_token, d_bucket_start, d_positions, n_buckets, C, 0);
-        download(rep ? got2 : got, d_dwte, VC * 4);
+        download(rep ? got_b2 : got_b, d_dwte, VC * 2);
     }
-    snprintf(what, sizeof(what), "embedding_backward dwte N=%d C=%d", N, C);
-    check_close(what, got, ref, VC, 1e-5, 1.0);
+    bf16_to_float(got, got_b, VC);
+    snprintf(what, sizeof(what), "embedding_backward dwte (+=) N=%d C=%d", N, C);
+    check_close(what, got, ref, VC, 4e-3, 1.0);
     snprintf(what, sizeof(what), "embedding_backward determinism N=%d C=%d", N, C);
-    check_identical(what, got, got2, VC * 4);
+    check_identical(what, got_b, got_b2, VC * 2);
+    /* rows of tokens not in the batch: untouched, to the bit */
+    char *in_batch = (char *)calloc_check((size_t)V, 1, "tokens in batch");
+    for (int n = 0; n < N; n++)
+        in_batch[tokens[n]] = 1;
+    int64_t untouched = 0, changed = 0;
+    for (int v = 0; v < V; v++) {
+        if (in_batch[v])
+            continue;
+        untouched++;
+        changed += memcmp(got_b + (int64_t)v * C, dwte0_b + (int64_t)v * C, (size_t)C * 2) != 0;
+    }
+    snprintf(what, sizeof(what), "embedding_backward other rows N=%d V=%d", N, V);
+    check_result(changed == 0, "%-46s %lld of %lld rows of tokens not in the batch changed", what, (long long)changed,
+                 (long long)untouched);
+    free(in_batch);
 
     if (bench) {
         Bench b = {N, C, n_buckets, d_tokens, d_bucket_token, d_bucket_start, d_positions, d_wte, NULL, NULL, d_dwte};
@@ -142,9 +162,9 @@ static void check_size(int N, int C, int V, int bench)
         }
         snprintf(what, sizeof(what), "embedding_forward N=%d C=%d", N, C);
         bench_report(what, run_forward, &b, sets, 2.0 * NC * 2);
-        /* dout read once; each touched dwte row read and written once */
+        /* dout read once; each touched dwte row (bf16) read and written once */
         snprintf(what, sizeof(what), "embedding_backward N=%d C=%d", N, C);
-        bench_report(what, run_backward, &b, sets, NC * 2.0 + 2.0 * n_buckets * C * 4);
+        bench_report(what, run_backward, &b, sets, NC * 2.0 + 2.0 * n_buckets * C * 2);
         for (int s = 0; s < sets; s++) {
             CUDA_CHECK(cudaFree(b.out[s]));
             CUDA_CHECK(cudaFree(b.dout[s]));
@@ -155,8 +175,8 @@ static void check_size(int N, int C, int V, int bench)
 
     void *dev[] = {d_tokens, d_bucket_token, d_bucket_start, d_positions, d_wte, d_dout, d_out, d_dwte};
     for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) CUDA_CHECK(cudaFree(dev[i]));
-    void *host[] = {tokens, bucket_token, bucket_start, positions, workspace, wte_b, dout_b,
-                    out_b, want_b, dout, dwte0, ref, got, got2};
+    void *host[] = {tokens, bucket_token, bucket_start, positions, workspace, wte_b, dout_b, out_b,
+                    want_b, dwte0_b,      got_b,        got_b2,    dout,      dwte0, ref,    got};
     for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++) free(host[i]);
 }
 

@@ -5,20 +5,28 @@
  *
  * Small odd shapes are checked in full; at Llama sizes (N = 8192 tokens) 4096
  * output elements drawn at random are checked, each a full-length dot product.
- * Every output is poisoned (NaN) first, except dweight, which starts from random
- * values that the reference adds to.
+ * forward and backward input outputs are poisoned (NaN) first. backward weight
+ * (bf16) runs twice: accumulate = 0 over random garbage (100x the result's scale),
+ * which must be overwritten, then accumulate = 1 onto random bf16 values of the
+ * result's scale, which the reference adds to.
  *
  * Tolerances:
  *   bf16 outputs (forward, backward input): 1e-2
  *     relative. Products of bf16 values are exact in fp32 and accumulate with
  *     ~sqrt(K) * 6e-8 relative error; rounding the result to bf16 adds at most
- *     2^-9 = 2e-3. 1e-2 leaves room and still catches a wrong operand or layout.
- *   fp32 output (dweight += ...): 1e-3 relative (fp32 sums of up to 8192 exact
- *     products; the tensor cores' fp32 accumulation measured ~5e-5 of the rms on
- *     an H100).
- *   Errors are relative to max(|ref|, rms(ref)): a dot product of random signs
- *   can land near zero, where a relative error measures only cancellation, while
- *   the rounding errors scale with the terms, i.e. with the rms.
+ *     2^-8 = 3.9e-3. 1e-2 leaves room and still catches a wrong operand or layout.
+ *     Errors are relative to max(|ref|, rms(ref)): a dot product of random signs
+ *     can land near zero, where a relative error measures only cancellation, while
+ *     the rounding errors scale with the terms, i.e. with the rms.
+ *   backward weight (bf16), a bound per element, with P the product dout^T inp:
+ *     |got - ref| <= 2^-8 |ref| + 1e-3 rms(P)                     (=)
+ *     |got - ref| <= 2^-8 (|P| + |ref|) + 1e-3 rms(P)             (+=)
+ *     1e-3 rms(P): the fp32 accumulation of up to 8192 exact products (the fp32
+ *     dweight of before was held to it; the tensor cores measured ~5e-5 of the rms
+ *     on an H100). 2^-8 |ref|: the final rounding to bf16, half an ulp. With
+ *     accumulate, cuBLASLt first rounds P to bf16 and then adds C and rounds again
+ *     (matmul.h), so half an ulp of |P| comes on top: a single relative tolerance
+ *     would have to allow 2^-8 |P| where ref cancels to near zero.
  *
  * Usage: matmul_check [--seed N]
  */
@@ -55,8 +63,7 @@ static int64_t pick(int64_t *idx, int64_t total, int full)
 
 typedef struct {
     Shape s;
-    bf16 *inp, *w, *dout, *out, *dinp;
-    float *dw;
+    bf16 *inp, *w, *dout, *out, *dinp, *dw;
 } Bench;
 
 static void run_forward(void *ctx, int set)
@@ -75,7 +82,13 @@ static void run_backward_weight(void *ctx, int set)
 {
     Bench *b = (Bench *)ctx;
     (void)set;
-    matmul_backward_weight(b->dw, b->dout, b->inp, b->s.N, b->s.in_dim, b->s.out_dim, 0);
+    matmul_backward_weight(b->dw, b->dout, b->inp, b->s.N, b->s.in_dim, b->s.out_dim, 0, 0);
+}
+static void run_backward_weight_acc(void *ctx, int set)
+{
+    Bench *b = (Bench *)ctx;
+    (void)set;
+    matmul_backward_weight(b->dw, b->dout, b->inp, b->s.N, b->s.in_dim, b->s.out_dim, 1, 0);
 }
 
 static void check_shape(Shape s, int full, double ref_tflops)
@@ -89,24 +102,27 @@ static void check_shape(Shape s, int full, double ref_tflops)
     uint16_t *dout_b = (uint16_t *)malloc_check(n_dout * 2, "dout");
     float *inp = (float *)malloc_check(n_inp * 4, "inp f"), *w = (float *)malloc_check(n_w * 4, "w f");
     float *dout = (float *)malloc_check(n_dout * 4, "dout f");
-    float *dw0 = (float *)malloc_check(n_w * 4, "dw0");
+    uint16_t *dw0_b = (uint16_t *)malloc_check(n_w * 2, "dw0");
+    float *dw0 = (float *)malloc_check(n_w * 4, "dw0 f");
     fill_bf16(inp_b, inp, n_inp, 1.0f);
     fill_bf16(w_b, w, n_w, 0.05f);
     fill_bf16(dout_b, dout, n_dout, 1.0f);
-    fill_float(dw0, n_w, 1.0f);
+    /* what accumulate = 1 adds to: the scale of the products (sums of N unit terms) */
+    fill_bf16(dw0_b, dw0, n_w, sqrtf((float)N));
 
     int64_t biggest = n_inp > n_w ? n_inp : n_w;
     biggest = biggest > n_dout ? biggest : n_dout;
     int64_t n_checked = full ? biggest : SAMPLES;
     int64_t *idx = (int64_t *)malloc_check(n_checked * sizeof(int64_t), "indices");
     float *got = (float *)malloc_check(n_checked * 4, "got"), *ref = (float *)malloc_check(n_checked * 4, "ref");
+    float *prod = (float *)malloc_check(n_checked * 4, "product"),
+          *bound = (float *)malloc_check(n_checked * 4, "bound");
     uint16_t *host_b = (uint16_t *)malloc_check(biggest * 2, "download bf16");
-    float *host_f = (float *)malloc_check(n_w * 4, "download f32");
 
     bf16 *d_inp = (bf16 *)dev_upload(inp_b, n_inp * 2), *d_w = (bf16 *)dev_upload(w_b, n_w * 2);
     bf16 *d_dout = (bf16 *)dev_upload(dout_b, n_dout * 2);
     bf16 *d_out = (bf16 *)dev_alloc(n_dout * 2), *d_dinp = (bf16 *)dev_alloc(n_inp * 2);
-    float *d_dw = (float *)dev_alloc(n_w * 4);
+    bf16 *d_dw = (bf16 *)dev_alloc(n_w * 2);
 
     /* forward: out[n, o] = inp[n, :] . w[o, :] */
     poison(d_out, n_dout * 2);
@@ -134,25 +150,37 @@ static void check_shape(Shape s, int full, double ref_tflops)
     snprintf(what, sizeof(what), "matmul_backward_input %s", s.name);
     check_close(what, got, ref, m, 1e-2, 1.0);
 
-    /* backward weight: dw[o, i] += dout[:, o] . inp[:, i], fp32 */
-    CUDA_CHECK(cudaMemcpy(d_dw, dw0, n_w * 4, cudaMemcpyHostToDevice));
-    matmul_backward_weight(d_dw, d_dout, d_inp, s.N, s.in_dim, s.out_dim, 0);
-    download(host_f, d_dw, n_w * 4);
+    /* backward weight: dw[o, i] (= or +=) dout[:, o] . inp[:, i], bf16 */
     m = pick(idx, n_w, full);
     for (int64_t j = 0; j < m; j++) {
         int64_t o = idx[j] / I, i = idx[j] % I;
-        got[j] = host_f[idx[j]];
-        ref[j] = (float)((double)dw0[idx[j]] + dot(dout + o, O, inp + i, I, (int)N));
+        prod[j] = dot(dout + o, O, inp + i, I, (int)N);
     }
-    snprintf(what, sizeof(what), "matmul_backward_weight %s (+=)", s.name);
-    check_close(what, got, ref, m, 1e-3, 1.0);
+    double fp32_err = 1e-3 * rms_of(prod, m);
+    for (int acc = 0; acc < 2; acc++) {
+        if (acc) {
+            CUDA_CHECK(cudaMemcpy(d_dw, dw0_b, n_w * 2, cudaMemcpyHostToDevice));
+        } else { /* garbage that an add instead of an overwrite would leave in the result */
+            fill_bf16(host_b, NULL, n_w, 100.0f * sqrtf((float)N));
+            CUDA_CHECK(cudaMemcpy(d_dw, host_b, n_w * 2, cudaMemcpyHostToDevice));
+        }
+        matmul_backward_weight(d_dw, d_dout, d_inp, s.N, s.in_dim, s.out_dim, acc, 0);
+        download(host_b, d_dw, n_w * 2);
+        for (int64_t j = 0; j < m; j++) {
+            got[j] = bf16_float(host_b[idx[j]]);
+            ref[j] = acc ? (float)((double)dw0[idx[j]] + prod[j]) : prod[j];
+            bound[j] = (float)(BF16_ROUNDING * (fabs(ref[j]) + (acc ? fabs(prod[j]) : 0.0)) + fp32_err);
+        }
+        snprintf(what, sizeof(what), "matmul_backward_weight %s (%s)", s.name, acc ? "+=" : "=");
+        check_within(what, got, ref, bound, m);
+    }
 
     if (ref_tflops > 0.0) {
         Bench b = {s, d_inp, d_w, d_dout, d_out, d_dinp, d_dw};
         double flops = 2.0 * (double)N * I * O;
-        bench_fn fns[3] = {run_forward, run_backward_input, run_backward_weight};
-        const char *names[3] = {"forward", "backward input", "backward weight"};
-        for (int k = 0; k < 3; k++) {
+        bench_fn fns[4] = {run_forward, run_backward_input, run_backward_weight, run_backward_weight_acc};
+        const char *names[4] = {"forward", "backward input", "backward weight (=)", "backward weight (+=)"};
+        for (int k = 0; k < 4; k++) {
             float ms = bench_median_ms(fns[k], &b, 1);
             double tflops = flops / (ms * 1e-3) / 1e12;
             printf("BENCH %-40s %9.4f ms %7.1f TFLOP/s %5.1f%% of cuBLAS 8192^3\n", names[k], ms, tflops,
@@ -168,7 +196,9 @@ static void check_shape(Shape s, int full, double ref_tflops)
     CUDA_CHECK(cudaFree(d_dw));
     free(inp_b); free(w_b); free(dout_b);
     free(inp); free(w); free(dout); free(dw0);
-    free(idx); free(got); free(ref); free(host_b); free(host_f);
+    void *host[] = {dw0_b, idx, got, ref, prod, bound, host_b};
+    for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++)
+        free(host[i]);
 }
 
 typedef struct {

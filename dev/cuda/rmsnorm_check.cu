@@ -1,15 +1,19 @@
 /*
  * rmsnorm_check: llmc/rmsnorm.h against a double-precision CPU reference of the
- * same math, on bf16 inputs both sides read identically; determinism of backward;
- * timing at Llama 3 sizes (N = 8192 tokens, C = 2048 / 4096).
+ * same math, on bf16 inputs both sides read identically; backward's bf16 dweight
+ * both overwritten (accumulate = 0, over random garbage) and added to (accumulate
+ * = 1, onto random bf16 values); determinism of backward; timing at Llama 3 sizes
+ * (N = 8192 tokens, C = 2048 / 4096).
  *
  * Tolerances:
  *   bf16 outputs (out, residual_out, dinp): 4e-3 relative. Rounding to bf16 errs by
  *     at most half an ulp, 2^-8 = 3.9e-3 relative just above a power of two; fp32 vs
  *     double adds ~1e-6. residual_out is rounded identically on both sides, so it
  *     matches to the bit in practice; it is held to the same bound.
- *   fp32 outputs (rstd, dweight): 1e-5 relative; fp32 sums of up to 8192 terms err
- *     by ~1e-6 at most.
+ *   dweight (bf16): 4e-3 relative. The kernel sums in fp32 (up to 8192 terms, ~1e-6,
+ *     which the fp32 dweight of before met at 1e-5), adds the old bf16 value in fp32
+ *     when accumulating, and rounds once to bf16: 2^-8 + 1e-5 < 4e-3 in both modes.
+ *   rstd (fp32): 1e-5 relative.
  * The relative error's floor is 1% of the rms of the reference (dinp sums values of
  * either sign), 10% for dweight.
  *
@@ -40,11 +44,12 @@ static void ref_forward(float *out, float *rstd, float *residual_out, const floa
     free(x);
 }
 
-/* dinp and dweight are accumulated into, as the kernel does. */
-static void ref_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *w,
+/* dinp is accumulated into, as the kernel does; dw[c] = sum_n dout * xhat (double). */
+static void ref_backward(float *dinp, double *dw, const float *dout, const float *inp, const float *w,
                          const float *rstd, int N, int C)
 {
-    double *dw = (double *)calloc_check((size_t)C, sizeof(double), "reference dweight");
+    for (int c = 0; c < C; c++)
+        dw[c] = 0.0;
     for (int n = 0; n < N; n++) {
         const float *d = dout + (int64_t)n * C, *x = inp + (int64_t)n * C;
         double rs = rstd[n], dot = 0.0;
@@ -56,16 +61,14 @@ static void ref_backward(float *dinp, float *dweight, const float *dout, const f
             dw[c] += d[c] * xhat;
         }
     }
-    for (int c = 0; c < C; c++) dweight[c] = (float)(dweight[c] + dw[c]);
-    free(dw);
 }
 
 typedef struct {
     int N, C;
     bf16 **inp, **branch, **residual, **out, **dout, **dinp;
     float **rstd;
-    bf16 *weight;
-    float *dweight, *scratch;
+    bf16 *weight, *dweight;
+    float *scratch;
 } Bench;
 
 static void run_forward(void *ctx, int s)
@@ -82,7 +85,8 @@ static void run_fused(void *ctx, int s)
 static void run_backward(void *ctx, int s)
 {
     Bench *b = (Bench *)ctx;
-    rmsnorm_backward(b->dinp[s], b->dweight, b->scratch, b->dout[s], b->inp[s], b->weight, b->rstd[s], b->N, b->C, 0);
+    rmsnorm_backward(b->dinp[s], b->dweight, b->scratch, b->dout[s], b->inp[s], b->weight, b->rstd[s], b->N, b->C, 1,
+                     0);
 }
 
 static void check_size(int N, int C, int bench)
@@ -101,8 +105,14 @@ static void check_size(int N, int C, int bench)
     float *ref_rstd = (float *)malloc_check((size_t)N * 4, "ref rstd"), *got = (float *)malloc_check(NC * 4, "got");
     float *got_rstd = (float *)malloc_check((size_t)N * 4, "got rstd");
     float *ref_dinp = (float *)malloc_check(NC * 4, "ref dinp");
-    float *dweight0 = (float *)malloc_check((size_t)C * 4, "dweight0"), *ref_dw = (float *)malloc_check((size_t)C * 4, "ref dw");
-    float *got_dw = (float *)malloc_check((size_t)C * 4, "got dw"), *got_dw2 = (float *)malloc_check((size_t)C * 4, "got dw2");
+    double *dw_sum = (double *)malloc_check((size_t)C * 8, "ref dw sum");
+    uint16_t *dw0_b = (uint16_t *)malloc_check((size_t)C * 2, "dweight0"),
+             *junk_b = (uint16_t *)malloc_check((size_t)C * 2, "junk");
+    uint16_t *got_dw_b = (uint16_t *)malloc_check((size_t)C * 2, "got dw"),
+             *got_dw_b2 = (uint16_t *)malloc_check((size_t)C * 2, "got dw2");
+    float *dw0 = (float *)malloc_check((size_t)C * 4, "dweight0 f"),
+          *ref_dw = (float *)malloc_check((size_t)C * 4, "ref dw");
+    float *got_dw = (float *)malloc_check((size_t)C * 4, "got dw f");
     uint16_t *got_b2 = (uint16_t *)malloc_check(bf, "got2");
 
     /* rows of very different scale, so that rstd varies over three decades */
@@ -117,12 +127,14 @@ static void check_size(int N, int C, int bench)
     }
     fill_bf16(dout_b, dout, NC, 1.0f);
     fill_bf16(dinp_b, ref_dinp, NC, 1.0f);
-    fill_float(dweight0, C, 1.0f);
+    /* dweight to accumulate onto, at the scale of the sums (N terms of size ~1: ~sqrt(N)) */
+    fill_bf16(dw0_b, dw0, C, sqrtf((float)N));
 
     bf16 *d_inp = (bf16 *)dev_upload(inp_b, bf), *d_branch = (bf16 *)dev_upload(branch_b, bf);
     bf16 *d_w = (bf16 *)dev_upload(w_b, (size_t)C * 2), *d_dout = (bf16 *)dev_upload(dout_b, bf);
     bf16 *d_out = (bf16 *)dev_alloc(bf), *d_res = (bf16 *)dev_alloc(bf), *d_dinp = (bf16 *)dev_alloc(bf);
-    float *d_rstd = (float *)dev_alloc((size_t)N * 4), *d_dw = (float *)dev_alloc((size_t)C * 4);
+    float *d_rstd = (float *)dev_alloc((size_t)N * 4);
+    bf16 *d_dw = (bf16 *)dev_alloc((size_t)C * 2);
     float *d_scratch = (float *)dev_alloc(rmsnorm_backward_scratch_floats(N, C) * 4);
 
     /* plain forward */
@@ -159,24 +171,44 @@ static void check_size(int N, int C, int bench)
     /* backward, from the plain forward's input and the reference's rstd, fed to both sides */
     ref_forward(ref_out, ref_rstd, NULL, inp, NULL, w, N, C);
     CUDA_CHECK(cudaMemcpy(d_rstd, ref_rstd, (size_t)N * 4, cudaMemcpyHostToDevice));
-    memcpy(ref_dw, dweight0, (size_t)C * 4);
-    ref_backward(ref_dinp, ref_dw, dout, inp, w, ref_rstd, N, C);
+    ref_backward(ref_dinp, dw_sum, dout, inp, w, ref_rstd, N, C);
+    /* accumulate = 0, twice, over different random garbage in dweight: overwritten, and
+     * the same bits both times */
     for (int rep = 0; rep < 2; rep++) {
         CUDA_CHECK(cudaMemcpy(d_dinp, dinp_b, bf, cudaMemcpyHostToDevice));
-        CUDA_CHECK(cudaMemcpy(d_dw, dweight0, (size_t)C * 4, cudaMemcpyHostToDevice));
+        fill_bf16(junk_b, NULL, C, 100.0f * sqrtf((float)N)); /* 100x the sums */
+        CUDA_CHECK(cudaMemcpy(d_dw, junk_b, (size_t)C * 2, cudaMemcpyHostToDevice));
         poison(d_scratch, rmsnorm_backward_scratch_floats(N, C) * 4);
-        rmsnorm_backward(d_dinp, d_dw, d_scratch, d_dout, d_inp, d_w, d_rstd, N, C, 0);
+        rmsnorm_backward(d_dinp, d_dw, d_scratch, d_dout, d_inp, d_w, d_rstd, N, C, 0, 0);
         download(rep ? got_b2 : got_b, d_dinp, bf);
-        download(rep ? got_dw2 : got_dw, d_dw, (size_t)C * 4);
+        download(rep ? got_dw_b2 : got_dw_b, d_dw, (size_t)C * 2);
     }
     bf16_to_float(got, got_b, NC);
     snprintf(what, sizeof(what), "rmsnorm_backward dinp N=%d C=%d", N, C);
     check_close(what, got, ref_dinp, NC, 4e-3, 1e-2);
-    snprintf(what, sizeof(what), "rmsnorm_backward dweight N=%d C=%d", N, C);
-    check_close(what, got_dw, ref_dw, C, 1e-5, 1e-1);
+    for (int c = 0; c < C; c++)
+        ref_dw[c] = (float)dw_sum[c];
+    bf16_to_float(got_dw, got_dw_b, C);
+    snprintf(what, sizeof(what), "rmsnorm_backward dweight (=) N=%d C=%d", N, C);
+    check_close(what, got_dw, ref_dw, C, 4e-3, 1e-1);
     snprintf(what, sizeof(what), "rmsnorm_backward determinism N=%d C=%d", N, C);
-    check_result(memcmp(got_b, got_b2, bf) == 0 && memcmp(got_dw, got_dw2, (size_t)C * 4) == 0,
+    check_result(memcmp(got_b, got_b2, bf) == 0 && memcmp(got_dw_b, got_dw_b2, (size_t)C * 2) == 0,
                  "%-46s dinp and dweight bit-identical over two runs", what);
+
+    /* accumulate = 1: added onto random bf16 values of the sums' scale */
+    CUDA_CHECK(cudaMemcpy(d_dinp, dinp_b, bf, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d_dw, dw0_b, (size_t)C * 2, cudaMemcpyHostToDevice));
+    poison(d_scratch, rmsnorm_backward_scratch_floats(N, C) * 4);
+    rmsnorm_backward(d_dinp, d_dw, d_scratch, d_dout, d_inp, d_w, d_rstd, N, C, 1, 0);
+    download(got_dw_b, d_dw, (size_t)C * 2);
+    download(got_b2, d_dinp, bf);
+    for (int c = 0; c < C; c++)
+        ref_dw[c] = (float)((double)dw0[c] + dw_sum[c]);
+    bf16_to_float(got_dw, got_dw_b, C);
+    snprintf(what, sizeof(what), "rmsnorm_backward dweight (+=) N=%d C=%d", N, C);
+    check_close(what, got_dw, ref_dw, C, 4e-3, 1e-1);
+    snprintf(what, sizeof(what), "rmsnorm_backward dinp (accumulate=1) N=%d C=%d", N, C);
+    check_identical(what, got_b2, got_b, bf);
 
     if (bench) {
         Bench b;
@@ -216,8 +248,9 @@ static void check_size(int N, int C, int bench)
 
     void *dev[] = {d_inp, d_branch, d_w, d_dout, d_out, d_res, d_dinp, d_rstd, d_dw, d_scratch};
     for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) CUDA_CHECK(cudaFree(dev[i]));
-    void *host[] = {inp_b, branch_b, w_b, dout_b, dinp_b, got_b, got_b2, inp, branch, w, dout, ref_out, ref_res,
-                    ref_rstd, got, got_rstd, ref_dinp, dweight0, ref_dw, got_dw, got_dw2};
+    void *host[] = {inp_b, branch_b, w_b,      dout_b,    dinp_b,   got_b,  got_b2,   inp,      branch,
+                    w,     dout,     ref_out,  ref_res,   ref_rstd, got,    got_rstd, ref_dinp, dw_sum,
+                    dw0_b, junk_b,   got_dw_b, got_dw_b2, dw0,      ref_dw, got_dw};
     for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++) free(host[i]);
 }
 

@@ -29,7 +29,10 @@
 
 #define LLMC_API extern "C" __attribute__((visibility("default")))
 
-static inline cudaStream_t as_stream(void *stream) { return (cudaStream_t)stream; }
+static inline cudaStream_t as_stream(void *stream)
+{
+    return (cudaStream_t)stream;
+}
 
 /* ---- setup and information ---- */
 
@@ -51,18 +54,21 @@ LLMC_API int llmc_cuda_runtime_version(void)
  * needed by the fused classifier. Idempotent. */
 LLMC_API void llmc_init(void)
 {
-    if (matmul_handle == NULL) matmul_setup();
+    if (matmul_handle == NULL)
+        matmul_setup();
 }
 
-LLMC_API size_t llmc_matmul_workspace_bytes(void) { return MATMUL_WORKSPACE_BYTES; }
+LLMC_API size_t llmc_matmul_workspace_bytes(void)
+{
+    return MATMUL_WORKSPACE_BYTES;
+}
 
 /* ---- RMSNorm: x [N, C] bf16, weight [C] bf16, rstd [N] fp32 ---- */
 
 LLMC_API void llmc_rmsnorm_forward(void *out, void *rstd, const void *inp, const void *weight, int N, int C, float eps,
                                    void *stream)
 {
-    rmsnorm_forward((bf16 *)out, (float *)rstd, (const bf16 *)inp, (const bf16 *)weight, N, C, eps,
-                    as_stream(stream));
+    rmsnorm_forward((bf16 *)out, (float *)rstd, (const bf16 *)inp, (const bf16 *)weight, N, C, eps, as_stream(stream));
 }
 
 /* residual_out = bf16(residual_in + branch); out = rmsnorm(residual_out) * weight. */
@@ -75,7 +81,10 @@ LLMC_API void llmc_fused_residual_rmsnorm_forward(void *residual_out, void *out,
 }
 
 /* Floats of scratch that llmc_rmsnorm_backward needs. */
-LLMC_API size_t llmc_rmsnorm_backward_scratch_floats(int N, int C) { return rmsnorm_backward_scratch_floats(N, C); }
+LLMC_API size_t llmc_rmsnorm_backward_scratch_floats(int N, int C)
+{
+    return rmsnorm_backward_scratch_floats(N, C);
+}
 
 /* dinp [N, C] bf16 += dx (accumulated: the residual-stream gradient; zero it for a plain
  * RMSNorm gradient); dweight [C] bf16 = sum_n dout * xhat, or += when accumulate. inp is
@@ -172,7 +181,10 @@ LLMC_API void llmc_loss_sum(void *out, const void *losses, int N, void *stream)
  * (llmc/master_weights.h), grad [n] bf16, m, v [n] fp32; weight decay per run ---- */
 
 /* Floats of scratch that llmc_global_norm_squared needs. */
-LLMC_API int llmc_norm_scratch_floats(void) { return NORM_BLOCKS; }
+LLMC_API int llmc_norm_scratch_floats(void)
+{
+    return NORM_BLOCKS;
+}
 
 /* out[0] = sum of grad[i]^2 over n bf16 gradients (16-byte aligned). */
 LLMC_API void llmc_global_norm_squared(void *out, void *scratch, const void *grad, int64_t n, void *stream)

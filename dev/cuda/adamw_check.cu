@@ -161,8 +161,12 @@ static void check_norm(int64_t n)
 
 static void check_clip(void)
 {
-    float cases[][2] = {/* norm squared, max_norm */ {4.0f, 1.0f}, {0.25f, 1.0f}, {1e6f, 1.0f}, {7.3f, 0.0f},
-                        {0.0f, 1.0f}, {123.456f, 2.5f}};
+    float cases[][2] = {/* norm squared, max_norm */ {4.0f, 1.0f},
+                        {0.25f, 1.0f},
+                        {1e6f, 1.0f},
+                        {7.3f, 0.0f},
+                        {0.0f, 1.0f},
+                        {123.456f, 2.5f}};
     int n = (int)(sizeof(cases) / sizeof(cases[0]));
     float *d_ns = (float *)dev_alloc(4), *d_coef = (float *)dev_alloc(4);
     for (int i = 0; i < n; i++) {
@@ -326,10 +330,12 @@ static void check_adamw(const Layout *L, const int64_t (*ranges)[2], int n_range
 
     adamw_runs_free(&runs);
     void *dev[] = {d_hi, d_grad, d_lo, d_m, d_v, d_scale};
-    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) CUDA_CHECK(cudaFree(dev[i]));
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
+        CUDA_CHECK(cudaFree(dev[i]));
     void *host[] = {w0,    m0,    v0,    hi0,   grad,  lo0,       decay,   got_hi,  got_lo,   got_m,   got_v,
                     ref_w, ref_m, ref_v, got_w, delta, ref_delta, param_f, want_hi, split_hi, split_lo};
-    for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++) free(host[i]);
+    for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++)
+        free(host[i]);
 }
 
 int main(int argc, char **argv)
@@ -338,7 +344,8 @@ int main(int argc, char **argv)
     bench_copy_bandwidth();
     int64_t real = (int64_t)4096 * 14336;
     int64_t norm_sizes[] = {3, 37, 1001, 1000003, real};
-    for (size_t i = 0; i < sizeof(norm_sizes) / sizeof(norm_sizes[0]); i++) check_norm(norm_sizes[i]);
+    for (size_t i = 0; i < sizeof(norm_sizes) / sizeof(norm_sizes[0]); i++)
+        check_norm(norm_sizes[i]);
     check_clip();
 
     /* 3 elements, one tensor: the scalar tail alone */

@@ -53,9 +53,18 @@ static inline uint64_t rng_next(void)
     return z ^ (z >> 31);
 }
 /* uniform in [0, 1) */
-static inline double rng_uniform(void) { return (double)(rng_next() >> 11) * (1.0 / 9007199254740992.0); }
-static inline float rng_range(float lo, float hi) { return lo + (hi - lo) * (float)rng_uniform(); }
-static inline int rng_int(int n) { return (int)(rng_next() % (uint64_t)n); }
+static inline double rng_uniform(void)
+{
+    return (double)(rng_next() >> 11) * (1.0 / 9007199254740992.0);
+}
+static inline float rng_range(float lo, float hi)
+{
+    return lo + (hi - lo) * (float)rng_uniform();
+}
+static inline int rng_int(int n)
+{
+    return (int)(rng_next() % (uint64_t)n);
+}
 static inline float rng_normal(void)
 {
     double u1 = 1.0 - rng_uniform(), u2 = rng_uniform();
@@ -84,8 +93,8 @@ static inline void check_init(int argc, char **argv, const char *name)
     int device = 0;
     CUDA_CHECK(cudaGetDevice(&device));
     CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-    printf("== %s on %s (sm_%d%d, %d SMs, L2 %d MB), seed %llu (replay: --seed %llu)\n", name, prop.name,
-           prop.major, prop.minor, prop.multiProcessorCount, prop.l2CacheSize >> 20, (unsigned long long)seed,
+    printf("== %s on %s (sm_%d%d, %d SMs, L2 %d MB), seed %llu (replay: --seed %llu)\n", name, prop.name, prop.major,
+           prop.minor, prop.multiProcessorCount, prop.l2CacheSize >> 20, (unsigned long long)seed,
            (unsigned long long)seed);
 }
 
@@ -95,8 +104,9 @@ static inline uint16_t bf16_bits(float f)
 {
     uint32_t u;
     memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);         /* round to nearest even */
     return (uint16_t)(u >> 16);
 }
 static inline float bf16_float(uint16_t b)
@@ -106,7 +116,10 @@ static inline float bf16_float(uint16_t b)
     memcpy(&f, &u, 4);
     return f;
 }
-static inline float bf16_round(float f) { return bf16_float(bf16_bits(f)); }
+static inline float bf16_round(float f)
+{
+    return bf16_float(bf16_bits(f));
+}
 
 /* One round-to-nearest to bf16 (8 significant bits) errs by at most half an ulp:
  * 2^-8 of |x| just above a power of two, 2^-9 of it just below the next one. The
@@ -118,21 +131,27 @@ static inline void fill_bf16(uint16_t *bits, float *values, int64_t n, float sca
 {
     for (int64_t i = 0; i < n; i++) {
         bits[i] = bf16_bits(scale * rng_normal());
-        if (values) values[i] = bf16_float(bits[i]);
+        if (values)
+            values[i] = bf16_float(bits[i]);
     }
 }
 static inline void fill_float(float *x, int64_t n, float scale)
 {
-    for (int64_t i = 0; i < n; i++) x[i] = scale * rng_normal();
+    for (int64_t i = 0; i < n; i++)
+        x[i] = scale * rng_normal();
 }
 static inline void bf16_to_float(float *out, const uint16_t *bits, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++) out[i] = bf16_float(bits[i]);
+    for (int64_t i = 0; i < n; i++)
+        out[i] = bf16_float(bits[i]);
 }
 
 /* ---- device buffers ---- */
 
-static inline void *dev_alloc(size_t bytes) { return cuda_malloc_named(bytes, "check buffer"); }
+static inline void *dev_alloc(size_t bytes)
+{
+    return cuda_malloc_named(bytes, "check buffer");
+}
 /* Device buffers are freed with cudaFree; the named allocator's byte count is not used here. */
 static inline void *dev_upload(const void *host, size_t bytes)
 {
@@ -152,7 +171,10 @@ static inline void *dev_clone(const void *dev, size_t bytes)
     return d;
 }
 /* 0xFF bytes: NaN as bf16 and as fp32 */
-static inline void poison(void *dev, size_t bytes) { CUDA_CHECK(cudaMemset(dev, 0xFF, bytes)); }
+static inline void poison(void *dev, size_t bytes)
+{
+    CUDA_CHECK(cudaMemset(dev, 0xFF, bytes));
+}
 
 /* ---- comparisons ---- */
 
@@ -164,8 +186,10 @@ static inline void check_result(int ok, const char *fmt, ...)
     vprintf(fmt, args);
     va_end(args);
     printf("\n");
-    if (ok) check_passes++;
-    else check_failures++;
+    if (ok)
+        check_passes++;
+    else
+        check_failures++;
 }
 
 /* Max over i of |got - ref| / max(|ref|, floor_frac * rms(ref)); NaN anywhere fails. */
@@ -173,15 +197,18 @@ static inline void check_close(const char *what, const float *got, const float *
                                double floor_frac)
 {
     double ss = 0.0;
-    for (int64_t i = 0; i < n; i++) ss += (double)ref[i] * ref[i];
+    for (int64_t i = 0; i < n; i++)
+        ss += (double)ref[i] * ref[i];
     double floor = floor_frac * sqrt(ss / (double)(n > 0 ? n : 1));
-    if (!(floor > 0.0)) floor = 1e-30;
+    if (!(floor > 0.0))
+        floor = 1e-30;
     double worst = 0.0;
     int64_t worst_i = 0, bad = 0;
     for (int64_t i = 0; i < n; i++) {
         double a = fabs((double)ref[i]);
         double err = fabs((double)got[i] - (double)ref[i]) / (a > floor ? a : floor);
-        if (!(err <= tol)) bad++;
+        if (!(err <= tol))
+            bad++;
         if (!(err <= worst) && !isnan(worst)) { /* the first NaN sticks */
             worst = err;
             worst_i = i;
@@ -189,7 +216,8 @@ static inline void check_close(const char *what, const float *got, const float *
     }
     check_result(bad == 0, "%-46s max rel err %.3e (tol %.0e) at %lld: got %.8g want %.8g", what, worst, tol,
                  (long long)worst_i, n > 0 ? got[worst_i] : 0.0f, n > 0 ? ref[worst_i] : 0.0f);
-    if (bad) printf("     %lld of %lld elements out of tolerance\n", (long long)bad, (long long)n);
+    if (bad)
+        printf("     %lld of %lld elements out of tolerance\n", (long long)bad, (long long)n);
 }
 
 static inline double rms_of(const float *x, int64_t n)
@@ -260,16 +288,20 @@ static inline float bench_median_ms(bench_fn fn, void *ctx, int n_sets)
 {
     cudaEvent_t events[BENCH_RUNS + 1];
     float ms[BENCH_RUNS];
-    for (int i = 0; i < BENCH_WARMUP; i++) fn(ctx, i % n_sets);
-    for (int i = 0; i <= BENCH_RUNS; i++) CUDA_CHECK(cudaEventCreate(&events[i]));
+    for (int i = 0; i < BENCH_WARMUP; i++)
+        fn(ctx, i % n_sets);
+    for (int i = 0; i <= BENCH_RUNS; i++)
+        CUDA_CHECK(cudaEventCreate(&events[i]));
     CUDA_CHECK(cudaEventRecord(events[0], 0));
     for (int i = 0; i < BENCH_RUNS; i++) {
         fn(ctx, (i + BENCH_WARMUP) % n_sets);
         CUDA_CHECK(cudaEventRecord(events[i + 1], 0));
     }
     CUDA_CHECK(cudaEventSynchronize(events[BENCH_RUNS]));
-    for (int i = 0; i < BENCH_RUNS; i++) CUDA_CHECK(cudaEventElapsedTime(&ms[i], events[i], events[i + 1]));
-    for (int i = 0; i <= BENCH_RUNS; i++) CUDA_CHECK(cudaEventDestroy(events[i]));
+    for (int i = 0; i < BENCH_RUNS; i++)
+        CUDA_CHECK(cudaEventElapsedTime(&ms[i], events[i], events[i + 1]));
+    for (int i = 0; i <= BENCH_RUNS; i++)
+        CUDA_CHECK(cudaEventDestroy(events[i]));
     qsort(ms, BENCH_RUNS, sizeof(float), compare_float);
     return ms[BENCH_RUNS / 2];
 }

@@ -46,7 +46,8 @@ static int plan_ok(const int *tokens, int N, int V, const int *bucket_token, con
     for (int b = 0; b < n_buckets && ok; b++) {
         int v = bucket_token[b], size = bucket_start[b + 1] - bucket_start[b];
         ok &= v >= 0 && v < V && !seen_tok[v] && size > 0;
-        if (!ok) break;
+        if (!ok)
+            break;
         seen_tok[v] = 1;
         if (b > 0) {
             int prev = bucket_start[b] - bucket_start[b - 1];
@@ -55,7 +56,8 @@ static int plan_ok(const int *tokens, int N, int V, const int *bucket_token, con
         for (int k = bucket_start[b]; k < bucket_start[b + 1] && ok; k++) {
             int p = positions[k];
             ok &= p >= 0 && p < N && !seen_pos[p] && tokens[p] == v && (k == bucket_start[b] || positions[k - 1] < p);
-            if (ok) seen_pos[p] = 1;
+            if (ok)
+                seen_pos[p] = 1;
         }
     }
     free(seen_pos);
@@ -70,7 +72,8 @@ static void check_size(int N, int C, int V, int bench)
     printf("-- N = %d, C = %d, V = %d\n", N, C, V);
     int *tokens = (int *)malloc_check((size_t)N * 4, "tokens");
     int common[100];
-    for (int i = 0; i < 100; i++) common[i] = rng_int(V);
+    for (int i = 0; i < 100; i++)
+        common[i] = rng_int(V);
     int hot = rng_int(V);
     for (int n = 0; n < N; n++) {
         double u = rng_uniform();
@@ -100,7 +103,8 @@ static void check_size(int N, int C, int V, int bench)
         dwte0[i] = bf16_float(dwte0_b[i]);
     }
     fill_bf16(dout_b, dout, NC, 1.0f);
-    for (int n = 0; n < N; n++) memcpy(want_b + (int64_t)n * C, wte_b + (int64_t)tokens[n] * C, (size_t)C * 2);
+    for (int n = 0; n < N; n++)
+        memcpy(want_b + (int64_t)n * C, wte_b + (int64_t)tokens[n] * C, (size_t)C * 2);
 
     int *d_tokens = (int *)dev_upload(tokens, (size_t)N * 4);
     int *d_bucket_token = (int *)dev_upload(bucket_token, (size_t)n_buckets * 4);
@@ -121,7 +125,8 @@ static void check_size(int N, int C, int V, int bench)
         float *row = ref + (int64_t)bucket_token[b] * C;
         for (int c = 0; c < C; c++) {
             double s = 0.0;
-            for (int k = bucket_start[b]; k < bucket_start[b + 1]; k++) s += dout[(int64_t)positions[k] * C + c];
+            for (int k = bucket_start[b]; k < bucket_start[b + 1]; k++)
+                s += dout[(int64_t)positions[k] * C + c];
             row[c] = (float)(row[c] + s);
         }
     }
@@ -174,10 +179,12 @@ static void check_size(int N, int C, int V, int bench)
     }
 
     void *dev[] = {d_tokens, d_bucket_token, d_bucket_start, d_positions, d_wte, d_dout, d_out, d_dwte};
-    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) CUDA_CHECK(cudaFree(dev[i]));
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
+        CUDA_CHECK(cudaFree(dev[i]));
     void *host[] = {tokens, bucket_token, bucket_start, positions, workspace, wte_b, dout_b, out_b,
                     want_b, dwte0_b,      got_b,        got_b2,    dout,      dwte0, ref,    got};
-    for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++) free(host[i]);
+    for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++)
+        free(host[i]);
 }
 
 int main(int argc, char **argv)

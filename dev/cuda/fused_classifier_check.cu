@@ -50,9 +50,11 @@ static int make_targets(int *targets, int N, int V)
         kept += targets[i] != XENT_IGNORE_INDEX;
     }
     targets[0] = XENT_IGNORE_INDEX; /* at least one ignored row, at a chunk start */
-    if (N > 1 && targets[N - 1] == XENT_IGNORE_INDEX) targets[N - 1] = V - 1; /* the last class */
+    if (N > 1 && targets[N - 1] == XENT_IGNORE_INDEX)
+        targets[N - 1] = V - 1; /* the last class */
     kept = 0;
-    for (int i = 0; i < N; i++) kept += targets[i] != XENT_IGNORE_INDEX;
+    for (int i = 0; i < N; i++)
+        kept += targets[i] != XENT_IGNORE_INDEX;
     return kept;
 }
 
@@ -60,12 +62,16 @@ static int make_targets(int *targets, int N, int V)
 static double ref_row(float *dlogits, const float *logits, int target, int V, double inv_count)
 {
     if (target == XENT_IGNORE_INDEX) {
-        if (dlogits) for (int v = 0; v < V; v++) dlogits[v] = 0.0f;
+        if (dlogits)
+            for (int v = 0; v < V; v++)
+                dlogits[v] = 0.0f;
         return 0.0;
     }
     double mx = -1e300, sum = 0.0;
-    for (int v = 0; v < V; v++) mx = logits[v] > mx ? logits[v] : mx;
-    for (int v = 0; v < V; v++) sum += exp((double)logits[v] - mx);
+    for (int v = 0; v < V; v++)
+        mx = logits[v] > mx ? logits[v] : mx;
+    for (int v = 0; v < V; v++)
+        sum += exp((double)logits[v] - mx);
     double lse = mx + log(sum);
     if (dlogits) {
         for (int v = 0; v < V; v++) {
@@ -132,14 +138,16 @@ static void check_small(int N, int C, int V, int chunk)
         ref_loss[n] = (float)ref_row(dlogits + (int64_t)n * V, logits + (int64_t)n * V, targets[n], V, inv_count);
         for (int v = 0; v < V; v++) {
             double s = 0.0;
-            for (int c = 0; c < C; c++) s += (double)x[(int64_t)n * C + c] * w[(int64_t)v * C + c];
+            for (int c = 0; c < C; c++)
+                s += (double)x[(int64_t)n * C + c] * w[(int64_t)v * C + c];
             exact[v] = (float)s;
         }
         ref_loss_exact[n] = (float)ref_row(NULL, exact, targets[n], V, inv_count);
         loss_bounds[n] = loss_bound(exact, targets[n], V, ref_loss_exact[n]);
         for (int c = 0; c < C; c++) {
             double s = 0.0;
-            for (int v = 0; v < V; v++) s += (double)dlogits[(int64_t)n * V + v] * w[(int64_t)v * C + c];
+            for (int v = 0; v < V; v++)
+                s += (double)dlogits[(int64_t)n * V + v] * w[(int64_t)v * C + c];
             ref_dx[(int64_t)n * C + c] = (float)s;
         }
     }
@@ -202,7 +210,8 @@ static void check_small(int N, int C, int V, int chunk)
 
     int ignored_ok = 1;
     for (int n = 0; n < N; n++) {
-        if (targets[n] == XENT_IGNORE_INDEX && got_loss[n] != 0.0f) ignored_ok = 0;
+        if (targets[n] == XENT_IGNORE_INDEX && got_loss[n] != 0.0f)
+            ignored_ok = 0;
     }
     snprintf(what, sizeof(what), "ignored rows have loss 0 %s", tag);
     check_result(ignored_ok, "%s", what);
@@ -220,7 +229,8 @@ static void check_small(int N, int C, int V, int chunk)
     check_identical(what, got_loss, got_loss2, (size_t)N * 4);
 
     double sum = 0.0;
-    for (int n = 0; n < N; n++) sum += got_loss[n];
+    for (int n = 0; n < N; n++)
+        sum += got_loss[n];
     float got_sum, got_sum2, want = (float)sum;
     poison(d_sum, 4);
     loss_sum(d_sum, d_loss, N, 0);
@@ -233,12 +243,34 @@ static void check_small(int N, int C, int V, int chunk)
     snprintf(what, sizeof(what), "loss_sum rerun %s", tag);
     check_identical(what, &got_sum, &got_sum2, 4);
 
-    CUDA_CHECK(cudaFree(d_x)); CUDA_CHECK(cudaFree(d_w)); CUDA_CHECK(cudaFree(d_targets));
-    CUDA_CHECK(cudaFree(d_logits)); CUDA_CHECK(cudaFree(d_scratch)); CUDA_CHECK(cudaFree(d_dx));
-    CUDA_CHECK(cudaFree(d_dw)); CUDA_CHECK(cudaFree(d_loss)); CUDA_CHECK(cudaFree(d_sum));
-    free(x_b); free(w_b); free(logits_b); free(dx_b); free(x); free(w); free(logits); free(dlogits); free(exact);
-    free(dw0); free(ref_dw); free(got_dw); free(ref_dx); free(got_dx); free(ref_loss); free(ref_loss_exact);
-    free(got_loss); free(got_loss2); free(targets);
+    CUDA_CHECK(cudaFree(d_x));
+    CUDA_CHECK(cudaFree(d_w));
+    CUDA_CHECK(cudaFree(d_targets));
+    CUDA_CHECK(cudaFree(d_logits));
+    CUDA_CHECK(cudaFree(d_scratch));
+    CUDA_CHECK(cudaFree(d_dx));
+    CUDA_CHECK(cudaFree(d_dw));
+    CUDA_CHECK(cudaFree(d_loss));
+    CUDA_CHECK(cudaFree(d_sum));
+    free(x_b);
+    free(w_b);
+    free(logits_b);
+    free(dx_b);
+    free(x);
+    free(w);
+    free(logits);
+    free(dlogits);
+    free(exact);
+    free(dw0);
+    free(ref_dw);
+    free(got_dw);
+    free(ref_dx);
+    free(got_dx);
+    free(ref_loss);
+    free(ref_loss_exact);
+    free(got_loss);
+    free(got_loss2);
+    free(targets);
     void *host[] = {chunk_dw, dw0_b, dw_b, dx_b2, bound, got_loss3, loss_bounds};
     for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++)
         free(host[i]);
@@ -288,7 +320,10 @@ static void check_large(int N, int C, int V)
     fill_bf16(w_b, w, nw, 0.05f);
     int kept = make_targets(targets, N, V);
     Bench b;
-    b.N = N; b.C = C; b.V = V; b.chunk = chunks[0];
+    b.N = N;
+    b.C = C;
+    b.V = V;
+    b.chunk = chunks[0];
     b.inv_count = 1.0f / (float)kept;
     b.x = (bf16 *)dev_upload(x_b, nx * 2);
     b.w = (bf16 *)dev_upload(w_b, nw * 2);
@@ -313,7 +348,8 @@ static void check_large(int N, int C, int V)
         int n = k == 0 ? 0 : rng_int(N);
         for (int v = 0; v < V; v++) {
             double s = 0.0;
-            for (int c = 0; c < C; c++) s += (double)x[(int64_t)n * C + c] * w[(int64_t)v * C + c];
+            for (int c = 0; c < C; c++)
+                s += (double)x[(int64_t)n * C + c] * w[(int64_t)v * C + c];
             row[v] = (float)s;
         }
         ref_l[k] = (float)ref_row(p, row, targets[n], V, b.inv_count);
@@ -321,7 +357,8 @@ static void check_large(int N, int C, int V)
         got_l[k] = got_loss[n];
         for (int c = 0; c < C; c++) {
             double s = 0.0;
-            for (int v = 0; v < V; v++) s += (double)p[v] * w[(int64_t)v * C + c];
+            for (int v = 0; v < V; v++)
+                s += (double)p[v] * w[(int64_t)v * C + c];
             ref_dx[k * C + c] = (float)s;
             got_dx[k * C + c] = bf16_float(dx_b[(int64_t)n * C + c]);
         }
@@ -344,10 +381,24 @@ static void check_large(int N, int C, int V)
            flops / 3.0 / (ms * 1e-3) / 1e12);
     bench_report("cross_entropy_rows_kernel, one chunk", run_rows_kernel, &b, 1, 3.0 * b.chunk * (double)V * 2);
 
-    CUDA_CHECK(cudaFree(b.x)); CUDA_CHECK(cudaFree(b.w)); CUDA_CHECK(cudaFree(b.targets)); CUDA_CHECK(cudaFree(b.dx));
-    CUDA_CHECK(cudaFree(b.scratch)); CUDA_CHECK(cudaFree(b.dw)); CUDA_CHECK(cudaFree(b.loss));
-    free(x_b); free(w_b); free(x); free(w); free(targets); free(got_loss); free(dx_b); free(row); free(p);
-    free(ref_dx); free(got_dx);
+    CUDA_CHECK(cudaFree(b.x));
+    CUDA_CHECK(cudaFree(b.w));
+    CUDA_CHECK(cudaFree(b.targets));
+    CUDA_CHECK(cudaFree(b.dx));
+    CUDA_CHECK(cudaFree(b.scratch));
+    CUDA_CHECK(cudaFree(b.dw));
+    CUDA_CHECK(cudaFree(b.loss));
+    free(x_b);
+    free(w_b);
+    free(x);
+    free(w);
+    free(targets);
+    free(got_loss);
+    free(dx_b);
+    free(row);
+    free(p);
+    free(ref_dx);
+    free(got_dx);
 }
 
 int main(int argc, char **argv)
@@ -358,8 +409,10 @@ int main(int argc, char **argv)
     int c1 = fused_classifier_chunk_rows(8192, 128256, (size_t)1 << 30);
     int c2 = fused_classifier_chunk_rows(100, 1000, (size_t)1 << 30);
     int c3 = fused_classifier_chunk_rows(8192, 128256, (size_t)1 << 20);
-    check_result(c1 == 4096 && c2 == 100 && c3 == 4, "fused_classifier_chunk_rows: 1 GiB at V=128256 -> %d rows "
-                 "(want 4096), capped at N=100 -> %d, 1 MiB -> %d (want 4)", c1, c2, c3);
+    check_result(c1 == 4096 && c2 == 100 && c3 == 4,
+                 "fused_classifier_chunk_rows: 1 GiB at V=128256 -> %d rows "
+                 "(want 4096), capped at N=100 -> %d, 1 MiB -> %d (want 4)",
+                 c1, c2, c3);
     check_small(300, 64, 1000, 128); /* ragged last chunk of 44 */
     check_small(257, 96, 777, 100);  /* rows start off 16-byte boundaries; chunk not a multiple of 128 */
     check_small(64, 32, 777, 64);    /* one chunk */

@@ -46,7 +46,8 @@ typedef struct {
 static float dot(const float *a, int64_t sa, const float *b, int64_t sb, int K)
 {
     double s = 0.0;
-    for (int k = 0; k < K; k++) s += (double)a[k * sa] * b[k * sb];
+    for (int k = 0; k < K; k++)
+        s += (double)a[k * sa] * b[k * sb];
     return (float)s;
 }
 
@@ -54,10 +55,12 @@ static float dot(const float *a, int64_t sa, const float *b, int64_t sb, int K)
 static int64_t pick(int64_t *idx, int64_t total, int full)
 {
     if (full) {
-        for (int64_t i = 0; i < total; i++) idx[i] = i;
+        for (int64_t i = 0; i < total; i++)
+            idx[i] = i;
         return total;
     }
-    for (int64_t i = 0; i < SAMPLES; i++) idx[i] = (int64_t)(rng_uniform() * (double)total);
+    for (int64_t i = 0; i < SAMPLES; i++)
+        idx[i] = (int64_t)(rng_uniform() * (double)total);
     return SAMPLES;
 }
 
@@ -194,8 +197,13 @@ static void check_shape(Shape s, int full, double ref_tflops)
     CUDA_CHECK(cudaFree(d_out));
     CUDA_CHECK(cudaFree(d_dinp));
     CUDA_CHECK(cudaFree(d_dw));
-    free(inp_b); free(w_b); free(dout_b);
-    free(inp); free(w); free(dout); free(dw0);
+    free(inp_b);
+    free(w_b);
+    free(dout_b);
+    free(inp);
+    free(w);
+    free(dout);
+    free(dw0);
     void *host[] = {dw0_b, idx, got, ref, prod, bound, host_b};
     for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++)
         free(host[i]);
@@ -247,7 +255,8 @@ int main(int argc, char **argv)
     check_init(argc, argv, "matmul_check");
     matmul_setup();
     Shape small[] = {{"odd 37x64->96", 37, 64, 96}, {"odd 129x200->56", 129, 200, 56}, {"odd 5x24->1000", 5, 24, 1000}};
-    for (size_t i = 0; i < sizeof(small) / sizeof(small[0]); i++) check_shape(small[i], 1, 0.0);
+    for (size_t i = 0; i < sizeof(small) / sizeof(small[0]); i++)
+        check_shape(small[i], 1, 0.0);
 
     double ref_tflops = bench_cublas_square(8192);
     /* Llama 3.2 1B: C = 2048, H*D = 2048, KV*D = 512, F = 8192; N = 8192 tokens */
@@ -255,7 +264,8 @@ int main(int argc, char **argv)
                      {"o_proj", 8192, 2048, 2048},
                      {"gate_up_proj", 8192, 2048, 2 * 8192},
                      {"down_proj", 8192, 8192, 2048}};
-    for (size_t i = 0; i < sizeof(llama) / sizeof(llama[0]); i++) check_shape(llama[i], 0, ref_tflops);
+    for (size_t i = 0; i < sizeof(llama) / sizeof(llama[0]); i++)
+        check_shape(llama[i], 0, ref_tflops);
     matmul_teardown();
     return check_exit();
 }

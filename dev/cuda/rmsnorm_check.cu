@@ -34,12 +34,14 @@ static void ref_forward(float *out, float *rstd, float *residual_out, const floa
         double ss = 0.0;
         for (int c = 0; c < C; c++) {
             x[c] = branch ? bf16_round(row[c] + branch[(int64_t)n * C + c]) : row[c];
-            if (residual_out) residual_out[(int64_t)n * C + c] = x[c];
+            if (residual_out)
+                residual_out[(int64_t)n * C + c] = x[c];
             ss += (double)x[c] * x[c];
         }
         double r = 1.0 / sqrt(ss / C + (double)EPS);
         rstd[n] = (float)r;
-        for (int c = 0; c < C; c++) out[(int64_t)n * C + c] = (float)(x[c] * r * w[c]);
+        for (int c = 0; c < C; c++)
+            out[(int64_t)n * C + c] = (float)(x[c] * r * w[c]);
     }
     free(x);
 }
@@ -53,7 +55,8 @@ static void ref_backward(float *dinp, double *dw, const float *dout, const float
     for (int n = 0; n < N; n++) {
         const float *d = dout + (int64_t)n * C, *x = inp + (int64_t)n * C;
         double rs = rstd[n], dot = 0.0;
-        for (int c = 0; c < C; c++) dot += (double)w[c] * d[c] * (x[c] * rs);
+        for (int c = 0; c < C; c++)
+            dot += (double)w[c] * d[c] * (x[c] * rs);
         double mean = dot / C;
         for (int c = 0; c < C; c++) {
             double xhat = x[c] * rs;
@@ -216,7 +219,8 @@ static void check_size(int N, int C, int bench)
         b.C = C;
         int sets = bench_sets(6 * bf);
         bf16 ***lists[6] = {&b.inp, &b.branch, &b.residual, &b.out, &b.dout, &b.dinp};
-        for (int l = 0; l < 6; l++) *lists[l] = (bf16 **)malloc_check(sets * sizeof(bf16 *), "bench sets");
+        for (int l = 0; l < 6; l++)
+            *lists[l] = (bf16 **)malloc_check(sets * sizeof(bf16 *), "bench sets");
         b.rstd = (float **)malloc_check(sets * sizeof(float *), "bench sets");
         for (int s = 0; s < sets; s++) {
             b.inp[s] = (bf16 *)dev_clone(d_inp, bf);
@@ -239,19 +243,23 @@ static void check_size(int N, int C, int bench)
         bench_report(what, run_backward, &b, sets, 4.0 * bf + N * 4.0 + scratch_bytes);
         for (int s = 0; s < sets; s++) {
             bf16 *bufs[6] = {b.inp[s], b.branch[s], b.dout[s], b.dinp[s], b.residual[s], b.out[s]};
-            for (int l = 0; l < 6; l++) CUDA_CHECK(cudaFree(bufs[l]));
+            for (int l = 0; l < 6; l++)
+                CUDA_CHECK(cudaFree(bufs[l]));
             CUDA_CHECK(cudaFree(b.rstd[s]));
         }
-        for (int l = 0; l < 6; l++) free(*lists[l]);
+        for (int l = 0; l < 6; l++)
+            free(*lists[l]);
         free(b.rstd);
     }
 
     void *dev[] = {d_inp, d_branch, d_w, d_dout, d_out, d_res, d_dinp, d_rstd, d_dw, d_scratch};
-    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) CUDA_CHECK(cudaFree(dev[i]));
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
+        CUDA_CHECK(cudaFree(dev[i]));
     void *host[] = {inp_b, branch_b, w_b,      dout_b,    dinp_b,   got_b,  got_b2,   inp,      branch,
                     w,     dout,     ref_out,  ref_res,   ref_rstd, got,    got_rstd, ref_dinp, dw_sum,
                     dw0_b, junk_b,   got_dw_b, got_dw_b2, dw0,      ref_dw, got_dw};
-    for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++) free(host[i]);
+    for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++)
+        free(host[i]);
 }
 
 int main(int argc, char **argv)
@@ -262,6 +270,7 @@ int main(int argc, char **argv)
         /* N, C, bench */
         {37, 64, 0}, {37, 96, 0}, {5, 8, 0}, {17, 8192, 0}, {8192, 2048, 1}, {8192, 3072, 0}, {8192, 4096, 1},
     };
-    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) check_size(sizes[i][0], sizes[i][1], sizes[i][2]);
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+        check_size(sizes[i][0], sizes[i][1], sizes[i][2]);
     return check_exit();
 }

@@ -259,6 +259,9 @@ def print_plan(args, plan):
 # the parent: environment, subprocesses, records
 
 def git_commit():
+    """BENCH_GIT_COMMIT when set (the GPU machine's copy of the tree may carry a stale .git), else git."""
+    if os.environ.get("BENCH_GIT_COMMIT"):
+        return os.environ["BENCH_GIT_COMMIT"]
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10)
         if out.returncode == 0 and out.stdout.strip():
@@ -268,7 +271,7 @@ def git_commit():
             return commit + ("-dirty" if dirty.returncode == 0 and dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         pass
-    return os.environ.get("BENCH_GIT_COMMIT", "unknown")
+    return "unknown"
 
 
 def probe_env(args):

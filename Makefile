@@ -23,7 +23,16 @@ HAVE_NVCC := $(shell command -v $(NVCC) 2> /dev/null)
 CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90
 NVCC_FLAGS ?= -O3
 NVCC_FLAGS += -std=c++17 $(CUDA_ARCH) -I. -isystem third_party/cudnn-frontend/include -Xcompiler -Wall $(if $(OPENMP),-Xcompiler -fopenmp)
-NVCC_LDLIBS = -lcublasLt -lcublas -lcudnn -lnvrtc $(if $(OPENMP),-lgomp)
+NVCC_LDLIBS = -lcublasLt -lcublas -lcudnn -lnvrtc -lnccl $(if $(OPENMP),-lgomp)
+# MPI (optional): with it, ranks started by mpirun share NCCL's id through MPI;
+# without it they use a rendezvous (llmc/rendezvous.h). Found through mpicc;
+# only its -I, -L and -l flags are passed on, which nvcc understands.
+MPICC ?= mpicc
+USE_MPI ?= $(if $(shell command -v $(MPICC) 2> /dev/null),1,0)
+ifeq ($(USE_MPI),1)
+NVCC_FLAGS += -DUSE_MPI $(filter -I%,$(shell $(MPICC) --showme:compile 2> /dev/null))
+NVCC_LDLIBS += $(filter -L% -l%,$(shell $(MPICC) --showme:link 2> /dev/null))
+endif
 CUDNN_FRONTEND = third_party/cudnn-frontend/include/cudnn_frontend.h
 GPU_PROGRAMS = train_llama test_llama
 

@@ -24,6 +24,7 @@
 #define TOL_STEPS 2e-2f     /* N-step losses and grad norms: bf16 forward, fp32 AdamW */
 
 static int n_pass = 0, n_fail = 0;
+static Dist single_process; /* test_llama runs on one GPU */
 static float worst_forward = 0, worst_grad = 0, worst_steps = 0;
 
 static float compare(const char *what, const float *gpu, const float *ref, int64_t n, float tol, float *worst)
@@ -145,7 +146,7 @@ static void test_dump(const char *dump_path)
 
     /* recompute level 0 keeps every activation, so all can be compared */
     Llama m;
-    llama_build(&m, &c, B, T, 0, 1, (size_t)64 << 20);
+    llama_build(&m, &c, B, T, 0, 1, (size_t)64 << 20, &single_process, 0);
     llama_load_weights(&m, weights_path);
     {
         /* the fp32 master, split into bf16 + residual on upload, must join back bit for bit */
@@ -211,7 +212,7 @@ static void test_dump(const char *dump_path)
     /* recomputing activations must not change anything */
     for (int level = 1; level <= 2; level++) {
         Llama r;
-        llama_build(&r, &c, B, T, level, 1, (size_t)64 << 20);
+        llama_build(&r, &c, B, T, level, 1, (size_t)64 << 20, &single_process, 0);
         llama_load_weights(&r, weights_path);
         run_micro_step(&r, tokens, targets, s);
         float *g = download_bf16(r.grads, r.layout.total);
@@ -228,7 +229,7 @@ static void test_dump(const char *dump_path)
      * twice the size of the total */
     {
         Llama acc;
-        llama_build(&acc, &c, 1, T, 1, B, (size_t)64 << 20);
+        llama_build(&acc, &c, 1, T, 1, B, (size_t)64 << 20, &single_process, 0);
         llama_load_weights(&acc, weights_path);
         int count = count_targets(targets, N);
         for (int k = 0; k < B; k++) {
@@ -289,6 +290,7 @@ int main(int argc, char **argv)
     }
     matmul_setup();
     attention_setup();
+    dist_init_single(&single_process);
     const char *defaults[] = {"testdata/tiny_gqa_tied.dump.llmt", "testdata/small_mha_untied_rope31.dump.llmt"};
     if (argc > 1) {
         for (int i = 1; i < argc; i++)

@@ -45,6 +45,7 @@
 #include "llmc/embedding.h"
 #include "llmc/fused_classifier.h"
 #include "llmc/adamw.h"
+#include "llmc/distributed.h"
 #include "llmc/profile.h"
 
 #define IGNORE_INDEX (-100)
@@ -63,7 +64,18 @@ typedef struct {
     int B, T, recompute;
     int logits_chunk;
 
-    /* flat [layout.total] buffers; the fp32 master weights are (params, master_lo) */
+    /* Data parallel over dist->world ranks. The flat buffers are padded to
+     * world * shard_size elements (zeros past layout.total); with ZeRO stage 1
+     * rank r owns [r * shard_size, (r + 1) * shard_size): it keeps the optimizer
+     * state (master_lo, adam_m, adam_v) of that shard only and updates it; with
+     * stage 0 every rank owns and updates everything. */
+    const Dist *dist;
+    int zero_stage;
+    int64_t shard_size, padded_total;
+    int64_t owned_first, owned_count; /* the range this rank updates */
+
+    /* flat buffers: params and grads [padded_total]; the fp32 master weights are
+     * (params, master_lo), master_lo, adam_m, adam_v [owned_count] */
     bf16 *params;
     int16_t *master_lo;
     bf16 *grads;
@@ -151,7 +163,8 @@ static bf16 **alloc_per_layer(int L, int64_t n, int shared, const char *what)
     return p;
 }
 
-/* Copy the fp32 master weights (host) to the device, split into bf16 weights and residuals. */
+/* Copy the fp32 master weights (host) to the device, split into bf16 weights and
+ * residuals; this rank keeps the residuals of its own range only. */
 static void llama_upload_params(Llama *m, const float *host_master)
 {
     int64_t P = m->layout.total;
@@ -161,16 +174,23 @@ static void llama_upload_params(Llama *m, const float *host_master)
     for (int64_t i = 0; i < P; i++)
         master_split(host_master[i], &hi[i], &lo[i]);
     CUDA_CHECK(cudaMemcpy(m->params, hi, (size_t)P * sizeof(uint16_t), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(m->master_lo, lo, (size_t)P * sizeof(int16_t), cudaMemcpyHostToDevice));
+    int64_t owned_real = P - m->owned_first; /* the last shard ends in padding */
+    if (owned_real > m->owned_count)
+        owned_real = m->owned_count;
+    if (owned_real > 0)
+        CUDA_CHECK(cudaMemcpy(m->master_lo, lo + m->owned_first, (size_t)owned_real * sizeof(int16_t),
+                              cudaMemcpyHostToDevice));
     free(hi);
     free(lo);
 }
 
 static void llama_build(Llama *m, const LlamaConfig *config, int B, int T, int recompute, int max_accum,
-                        size_t logits_budget_bytes)
+                        size_t logits_budget_bytes, const Dist *dist, int zero_stage)
 {
     memset(m, 0, sizeof(*m));
     m->config = *config;
+    m->dist = dist;
+    m->zero_stage = zero_stage;
     m->layout = llama_param_layout(config);
     m->B = B;
     m->T = T;
@@ -182,14 +202,25 @@ static void llama_build(Llama *m, const LlamaConfig *config, int B, int T, int r
     int64_t QKV = (int64_t)(c->n_head + 2 * c->n_kv_head) * c->head_dim, HD = (int64_t)c->n_head * c->head_dim;
     int64_t P = m->layout.total;
 
-    m->params = alloc_bf16(P, "bf16 weights");
-    m->master_lo = (int16_t *)cuda_malloc_named((size_t)P * sizeof(int16_t), "fp32 master weights' low halves");
-    m->grads = alloc_bf16(P, "bf16 gradients");
-    m->adam_m = alloc_f32(P, "AdamW first moments");
-    m->adam_v = alloc_f32(P, "AdamW second moments");
-    CUDA_CHECK(cudaMemset(m->grads, 0, (size_t)P * sizeof(bf16)));
-    CUDA_CHECK(cudaMemset(m->adam_m, 0, (size_t)P * sizeof(float)));
-    CUDA_CHECK(cudaMemset(m->adam_v, 0, (size_t)P * sizeof(float)));
+    /* shards of 8 elements' multiples keep every shard 16-byte aligned in bf16 */
+    int world = dist->world;
+    m->shard_size = (P + world - 1) / world;
+    m->shard_size = (m->shard_size + 7) / 8 * 8;
+    m->padded_total = m->shard_size * world;
+    m->owned_first = zero_stage >= 1 ? (int64_t)dist->rank * m->shard_size : 0;
+    m->owned_count = zero_stage >= 1 ? m->shard_size : m->padded_total;
+    m->params = alloc_bf16(m->padded_total, "bf16 weights");
+    m->master_lo =
+        (int16_t *)cuda_malloc_named((size_t)m->owned_count * sizeof(int16_t), "fp32 master weights' low halves");
+    m->grads = alloc_bf16(m->padded_total, "bf16 gradients");
+    m->adam_m = alloc_f32(m->owned_count, "AdamW first moments");
+    m->adam_v = alloc_f32(m->owned_count, "AdamW second moments");
+    /* the padding stays zero: no kernel writes it, and AdamW keeps zeros zero */
+    CUDA_CHECK(cudaMemset(m->params, 0, (size_t)m->padded_total * sizeof(bf16)));
+    CUDA_CHECK(cudaMemset(m->master_lo, 0, (size_t)m->owned_count * sizeof(int16_t)));
+    CUDA_CHECK(cudaMemset(m->grads, 0, (size_t)m->padded_total * sizeof(bf16)));
+    CUDA_CHECK(cudaMemset(m->adam_m, 0, (size_t)m->owned_count * sizeof(float)));
+    CUDA_CHECK(cudaMemset(m->adam_v, 0, (size_t)m->owned_count * sizeof(float)));
     int64_t *run_start = (int64_t *)malloc_check(sizeof(int64_t) * m->layout.n_tensors, "AdamW runs");
     unsigned char *run_decay = (unsigned char *)malloc_check((size_t)m->layout.n_tensors, "AdamW runs");
     for (int i = 0; i < m->layout.n_tensors; i++) {
@@ -443,16 +474,31 @@ static void llama_eval_micro(Llama *m, int micro, cudaStream_t s)
     PROFILED(PROF_LOSS, loss_sum(m->loss_parts + micro, m->losses, (int)llama_tokens(m), s));
 }
 
-/* Clip by the global norm and take one AdamW step; the norm stays on the device. */
+/* Sum the gradients over the ranks, clip by the global norm and take one AdamW
+ * step; the norm stays on the device.
+ *   stage 0: all-reduce the gradients; every rank updates every parameter.
+ *   stage 1: reduce-scatter them, so each rank holds the sum of its own shard;
+ *            each rank updates its shard; all-gather the new bf16 weights.
+ * Sums run in bf16 on NCCL's ring (one rounding per rank added). */
 static void llama_update(Llama *m, const AdamWConfig *opt, float lr, cudaStream_t s)
 {
+    const Dist *d = m->dist;
     m->adam_step++;
+    bf16 *owned_grads = m->grads + m->owned_first;
+    if (m->zero_stage >= 1)
+        PROFILED(PROF_COMM, dist_reduce_scatter_sum(d, m->grads, owned_grads, m->shard_size, 2, s));
+    else
+        PROFILED(PROF_COMM, dist_all_reduce_sum(d, m->grads, m->padded_total, 2, s));
     PROFILED(PROF_OPTIMIZER,
-             global_norm_squared(m->grad_norm_sq, m->norm_reduce_scratch, m->grads, m->layout.total, s));
+             global_norm_squared(m->grad_norm_sq, m->norm_reduce_scratch, owned_grads, m->owned_count, s));
+    if (m->zero_stage >= 1)
+        PROFILED(PROF_COMM, dist_all_reduce_sum(d, m->grad_norm_sq, 1, 4, s));
     PROFILED(PROF_OPTIMIZER, clip_coefficient(m->clip_coef, m->grad_norm_sq, opt->grad_clip, s));
-    PROFILED(PROF_OPTIMIZER,
-             adamw_update(m->params, m->master_lo, m->grads, m->adam_m, m->adam_v, 0, m->layout.total, &m->decay_runs,
-                          lr, opt->beta1, opt->beta2, opt->eps, opt->weight_decay, m->clip_coef, m->adam_step, s));
+    PROFILED(PROF_OPTIMIZER, adamw_update(m->params + m->owned_first, m->master_lo, owned_grads, m->adam_m, m->adam_v,
+                                          m->owned_first, m->owned_count, &m->decay_runs, lr, opt->beta1, opt->beta2,
+                                          opt->eps, opt->weight_decay, m->clip_coef, m->adam_step, s));
+    if (m->zero_stage >= 1)
+        PROFILED(PROF_COMM, dist_all_gather(d, m->params + m->owned_first, m->params, m->shard_size, 2, s));
 }
 
 static int count_targets(const int *targets, int64_t n)
@@ -468,8 +514,11 @@ static int count_targets(const int *targets, int64_t n)
 /* the command line program                                                   */
 
 typedef struct {
-    const char *train_pattern, *val_pattern, *preset, *init_from, *log_path, *schedule;
+    const char *train_pattern, *val_pattern, *preset, *init_from, *log_path, *schedule, *rendezvous;
     int B, T, steps, warmup, eval_every, eval_batches, recompute, random_data, seed, total_batch, profile_step;
+    int zero_stage;
+    LaunchFlags launch;
+    float rendezvous_timeout;
     float lr, min_lr_frac, decay_frac, logits_budget_mb;
     AdamWConfig opt;
     LlamaConfig shape; /* explicit overrides; 0 = from the preset */
@@ -479,7 +528,8 @@ typedef struct {
 static void usage(FILE *out)
 {
     fprintf(out, "usage: ./train_llama [flags]\n"
-                 "Trains a Llama 3 family model on one GPU (bf16, fp32 master weights, AdamW).\n\n"
+                 "Trains a Llama 3 family model on one GPU or several (bf16, fp32 master weights, AdamW).\n"
+                 "Several GPUs: one process per GPU, started by mpirun or by a scheduler (see README.md).\n\n"
                  "data:\n"
                  "  --train PATTERN       train shards, a glob (default data/shards/corpus_train_*.bin)\n"
                  "  --val PATTERN         val shards, a glob (default data/shards/corpus_val_*.bin; '' = no eval)\n"
@@ -490,9 +540,19 @@ static void usage(FILE *out)
                  "  --vocab N --d-model N --n-layer N --n-head N --n-kv-head N --head-dim N --ffn-dim N\n"
                  "                        override the preset's shape; --untied unties lm_head\n"
                  "batch:\n"
-                 "  -B N                  sequences per micro-batch (default 4)\n"
+                 "  -B N                  sequences per micro-batch and GPU (default 4)\n"
                  "  -T N                  sequence length (default 256)\n"
-                 "  --total-batch N       tokens per optimizer step, a multiple of B*T (default B*T)\n"
+                 "  --total-batch N       tokens per optimizer step over all GPUs, a multiple of B*T*GPUs\n"
+                 "                        (default B*T*GPUs)\n"
+                 "several GPUs:\n"
+                 "  --zero-stage N        0: every GPU keeps all optimizer state (all-reduce);\n"
+                 "                        1: AdamW state sharded over the GPUs (default)\n"
+                 "  --rank N --world-size N --local-rank N\n"
+                 "                        this process's place, when no launcher variables say it\n"
+                 "                        (mpirun, torchrun-style RANK/WORLD_SIZE, Slurm and PMI are read)\n"
+                 "  --rendezvous SPEC     without MPI: tcp://HOST:PORT of rank 0 or file:PATH on a shared\n"
+                 "                        file system (default tcp://MASTER_ADDR:MASTER_PORT)\n"
+                 "  --rendezvous-timeout S  seconds to wait for all ranks (default 300)\n"
                  "optimizer:\n"
                  "  --lr F                peak learning rate (default 3e-4)\n"
                  "  --schedule NAME       cosine, linear, constant or wsd (default cosine)\n"
@@ -554,6 +614,9 @@ static void parse_args(Args *a, int argc, char **argv)
     a->decay_frac = 0.2f;
     a->logits_budget_mb = 512.0f;
     a->profile_step = -1;
+    a->zero_stage = 1;
+    a->launch.rank = a->launch.world = a->launch.local_rank = -1;
+    a->rendezvous_timeout = 300.0f;
     a->opt.beta1 = 0.9f;
     a->opt.beta2 = 0.95f;
     a->opt.eps = 1e-8f;
@@ -608,6 +671,18 @@ static void parse_args(Args *a, int argc, char **argv)
             a->seed = parse_int(f, v);
         else if (!strcmp(f, "--profile-step"))
             a->profile_step = parse_int(f, v);
+        else if (!strcmp(f, "--zero-stage"))
+            a->zero_stage = parse_int(f, v);
+        else if (!strcmp(f, "--rank"))
+            a->launch.rank = parse_int(f, v);
+        else if (!strcmp(f, "--world-size"))
+            a->launch.world = parse_int(f, v);
+        else if (!strcmp(f, "--local-rank"))
+            a->launch.local_rank = parse_int(f, v);
+        else if (!strcmp(f, "--rendezvous"))
+            a->rendezvous = v;
+        else if (!strcmp(f, "--rendezvous-timeout"))
+            a->rendezvous_timeout = parse_float(f, v);
         else if (!strcmp(f, "--lr"))
             a->lr = parse_float(f, v);
         else if (!strcmp(f, "--min-lr-frac"))
@@ -652,6 +727,15 @@ static void parse_args(Args *a, int argc, char **argv)
         FAIL("--warmup and --eval-every must be >= 0, --eval-batches > 0");
     if (a->recompute < 0 || a->recompute > 2)
         FAIL("--recompute takes 0, 1 or 2 (got %d)", a->recompute);
+    if (a->zero_stage < 0 || a->zero_stage > 1)
+        FAIL("--zero-stage takes 0 or 1 (got %d); stages 2 and 3 (sharded gradients and weights) are not "
+             "implemented yet",
+             a->zero_stage);
+    if (!(a->rendezvous_timeout > 0))
+        FAIL("--rendezvous-timeout must be positive");
+    char err[2048];
+    if (a->rendezvous && rendezvous_check_spec(a->rendezvous, err, sizeof(err)) != 0)
+        FAIL("--rendezvous: %s", err);
     if (!(a->lr > 0) || a->min_lr_frac < 0 || a->min_lr_frac > 1)
         FAIL("--lr must be positive and --min-lr-frac in [0, 1]");
     if (!(a->decay_frac > 0 && a->decay_frac <= 1))
@@ -697,7 +781,7 @@ static LlamaConfig config_from_args(const Args *a)
     c.head_dim = a->shape.head_dim ? a->shape.head_dim : c.d_model / c.n_head;
     if (a->untied)
         c.tie_embeddings = 0;
-    char err[512];
+    char err[2048];
     if (llama_config_check(&c, err, sizeof(err)) != 0)
         FAIL("bad model shape: %s", err);
     return c;
@@ -708,10 +792,12 @@ typedef struct {
     DataLoader loader;
     int random;
     uint64_t rng;
-    int vocab;
+    int vocab, rank, world;
     int *inputs, *targets; /* the random batch */
 } BatchSource;
 
+/* This rank's N tokens of the next global batch. Random tokens are drawn for the
+ * whole global batch on every rank, so any world size sees the same batches. */
 static void batch_next(BatchSource *src, int64_t N, const int **inputs, const int **targets)
 {
     if (!src->random) {
@@ -720,10 +806,16 @@ static void batch_next(BatchSource *src, int64_t N, const int **inputs, const in
         *targets = src->loader.targets;
         return;
     }
-    for (int64_t i = 0; i < N; i++)
-        src->inputs[i] = (int)(splitmix64(&src->rng) % (uint64_t)src->vocab);
-    for (int64_t i = 0; i < N; i++)
-        src->targets[i] = (int)(splitmix64(&src->rng) % (uint64_t)src->vocab);
+    for (int pass = 0; pass < 2; pass++) {
+        int *out = pass == 0 ? src->inputs : src->targets;
+        for (int r = 0; r < src->world; r++) {
+            for (int64_t i = 0; i < N; i++) {
+                int token = (int)(splitmix64(&src->rng) % (uint64_t)src->vocab);
+                if (r == src->rank)
+                    out[i] = token;
+            }
+        }
+    }
     *inputs = src->inputs;
     *targets = src->targets;
 }
@@ -753,6 +845,7 @@ static void print_profile(FILE *log, int step, double wall_ms)
     fprintf(log, "\"idle\": %.4f, \"wall\": %.4f}}\n", wall_ms - busy, wall_ms);
 }
 
+/* Mean val loss over all ranks' slices of `batches` global batches. */
 static float evaluate(Llama *m, DataLoader *val, int batches, cudaStream_t s)
 {
     dataloader_reset(val);
@@ -769,7 +862,9 @@ static float evaluate(Llama *m, DataLoader *val, int batches, cudaStream_t s)
         loss_sum_total += part;
         count += count_targets(val->targets, N);
     }
-    return count ? (float)(loss_sum_total / (double)count) : NAN;
+    loss_sum_total = dist_sum_host(m->dist, loss_sum_total, s);
+    double total_count = dist_sum_host(m->dist, (double)count, s);
+    return total_count > 0 ? (float)(loss_sum_total / total_count) : NAN;
 }
 
 int main(int argc, char **argv)
@@ -783,12 +878,14 @@ int main(int argc, char **argv)
              config.head_dim, config.ffn_dim);
     if (a.T > config.max_seq_len)
         FAIL("-T %d exceeds the model's max_seq_len %d\n  hint: lower -T", a.T, config.max_seq_len);
-    int64_t N = (int64_t)a.B * a.T;
-    int total_batch = a.total_batch ? a.total_batch : (int)N;
-    if (total_batch % N != 0)
-        FAIL("--total-batch %d is not a multiple of B*T = %lld\n  hint: pick a multiple, e.g. %lld", total_batch,
-             (long long)N, (long long)N * ((total_batch + N - 1) / N));
-    int accum = (int)(total_batch / N);
+    LaunchInfo launch = dist_launch_info(&a.launch);
+    int rank = launch.rank, world = launch.world;
+    int64_t N = (int64_t)a.B * a.T, NW = N * world; /* tokens per micro-step: per GPU, all GPUs */
+    int total_batch = a.total_batch ? a.total_batch : (int)NW;
+    if (total_batch % NW != 0)
+        FAIL("--total-batch %d is not a multiple of B*T*GPUs = %lld\n  hint: pick a multiple, e.g. %lld", total_batch,
+             (long long)NW, (long long)NW * ((total_batch + NW - 1) / NW));
+    int accum = (int)(total_batch / NW);
     ScheduleKind kind;
     if (schedule_kind_from_name(a.schedule, &kind) != 0)
         FAIL("unknown --schedule '%s' (cosine, linear, constant, wsd)", a.schedule);
@@ -799,16 +896,19 @@ int main(int argc, char **argv)
     src.random = a.random_data;
     src.vocab = config.vocab_size;
     src.rng = (uint64_t)a.seed;
+    src.rank = rank;
+    src.world = world;
     if (src.random) {
         src.inputs = (int *)malloc_check((size_t)N * sizeof(int), "random batch");
         src.targets = (int *)malloc_check((size_t)N * sizeof(int), "random batch");
     } else {
-        dataloader_init_or_die(&src.loader, a.train_pattern, a.B, a.T, 0, 1, 1, (uint64_t)a.seed, config.vocab_size);
+        dataloader_init_or_die(&src.loader, a.train_pattern, a.B, a.T, rank, world, 1, (uint64_t)a.seed,
+                               config.vocab_size);
     }
     int have_val = !src.random && a.val_pattern[0] && a.eval_every > 0;
     DataLoader val;
     if (have_val)
-        dataloader_init_eval_or_die(&val, a.val_pattern, a.B, a.T, 0, 1, config.vocab_size);
+        dataloader_init_eval_or_die(&val, a.val_pattern, a.B, a.T, rank, world, config.vocab_size);
 
     int device_count = 0;
     cudaError_t status = cudaGetDeviceCount(&device_count);
@@ -819,9 +919,18 @@ int main(int argc, char **argv)
                 cudaGetErrorString(status));
         return 1;
     }
+    Dist dist;
+    dist_init(&dist, &launch, a.rendezvous, a.rendezvous_timeout);
+    /* rank 0 speaks for all; the others only report errors */
+    int speaker = rank == 0;
+    if (!speaker && !freopen("/dev/null", "w", stdout))
+        FAIL("rank %d: cannot silence stdout", rank);
     cudaDeviceProp prop;
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, dist.local_rank));
     printf("device: %s, %d SMs, %.1f GiB\n", prop.name, prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0);
+    if (world > 1)
+        printf("ranks: %d (from %s, %s), ZeRO stage %d\n", world, launch.source,
+               dist.mpi ? "NCCL id by MPI" : "NCCL id by rendezvous", a.zero_stage);
     llama_config_print(&config, stdout);
     matmul_setup();
     attention_setup();
@@ -832,21 +941,23 @@ int main(int argc, char **argv)
     int deterministic = det_workspace <= DETERMINISTIC_ATTENTION_MAX_BYTES;
     attention_set_deterministic(deterministic);
     Llama model;
-    llama_build(&model, &config, a.B, a.T, a.recompute, accum, (size_t)(a.logits_budget_mb * 1048576.0));
+    llama_build(&model, &config, a.B, a.T, a.recompute, accum, (size_t)(a.logits_budget_mb * 1048576.0), &dist,
+                a.zero_stage);
     if (a.init_from)
         llama_load_weights(&model, a.init_from);
     else
         llama_init_random(&model, (uint64_t)a.seed);
     double flops_per_token = llama_flops_per_token(&config, a.T);
-    printf("parameters: %.3f M; batch %d x %d x %d accum = %d tokens/step; recompute %d; logits chunk %d rows\n",
-           model.layout.total / 1e6, a.B, a.T, accum, total_batch, a.recompute, model.logits_chunk);
+    printf("parameters: %.3f M; batch %d x %d x %d accum x %d GPUs = %d tokens/step; recompute %d; logits chunk %d "
+           "rows\n",
+           model.layout.total / 1e6, a.B, a.T, accum, world, total_batch, a.recompute, model.logits_chunk);
     printf("data: %s\n", src.random ? "random tokens" : a.train_pattern);
     printf("attention backward: %s\n", deterministic ? "deterministic"
                                                      : "atomic dQ (a deterministic one would need "
                                                        "a workspace over 2 GiB)");
 
     FILE *log = NULL;
-    if (a.log_path[0]) {
+    if (speaker && a.log_path[0]) {
         const char *slash = strrchr(a.log_path, '/');
         if (slash) {
             char dir[1024];
@@ -883,8 +994,9 @@ int main(int argc, char **argv)
             memcpy(step_inputs + (int64_t)k * N, in, (size_t)N * sizeof(int));
             memcpy(step_targets + (int64_t)k * N, tg, (size_t)N * sizeof(int));
         }
-        int count = count_targets(step_targets, N * accum);
-        float inv_count = count ? 1.0f / (float)count : 0.0f;
+        /* the loss is the mean over every rank's targets */
+        double count = dist_sum_host(&dist, (double)count_targets(step_targets, N * accum), stream);
+        float inv_count = count > 0 ? (float)(1.0 / count) : 0.0f;
         float lr = schedule_lr(&schedule, step);
         int profiling = step + 1 == a.profile_step;
         if (profiling)
@@ -904,9 +1016,9 @@ int main(int argc, char **argv)
         double loss = 0.0;
         for (int k = 0; k < accum; k++)
             loss += h_parts[k];
-        loss *= inv_count;
-        double tokens_per_s = total_batch / wall;
-        double mfu = tokens_per_s * flops_per_token / PEAK_BF16_FLOPS;
+        loss = dist_sum_host(&dist, loss, stream) * inv_count;
+        double tokens_per_s = total_batch / wall; /* all GPUs */
+        double mfu = tokens_per_s / world * flops_per_token / PEAK_BF16_FLOPS;
         size_t free_b, total_b;
         CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
         /* the attention workspace is allocated in its own translation unit, with its own count */
@@ -919,6 +1031,8 @@ int main(int argc, char **argv)
         printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | MFU %.1f%% | mem %.2f GiB "
                "(device %.2f)\n",
                step + 1, a.steps, loss, lr, sqrt(norm_sq), wall * 1e3, tokens_per_s, 100 * mfu, peak_gib, used_gib);
+        if (world > 1)
+            printf("           %d GPUs: %.0f tok/s per GPU\n", world, tokens_per_s / world);
         if (profiling)
             print_profile(log, step + 1, wall * 1e3);
         if (!isfinite(loss))
@@ -926,8 +1040,10 @@ int main(int argc, char **argv)
         if (log) {
             fprintf(log,
                     "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, \"ms\": %.3f, "
-                    "\"tokens_per_s\": %.1f, \"mfu\": %.5f, \"peak_mem_gib\": %.4f, \"device_mem_gib\": %.4f}\n",
-                    step + 1, loss, lr, sqrt(norm_sq), wall * 1e3, tokens_per_s, mfu, peak_gib, used_gib);
+                    "\"tokens_per_s\": %.1f, \"tokens_per_s_per_gpu\": %.1f, \"gpus\": %d, \"zero_stage\": %d, "
+                    "\"mfu\": %.5f, \"peak_mem_gib\": %.4f, \"device_mem_gib\": %.4f}\n",
+                    step + 1, loss, lr, sqrt(norm_sq), wall * 1e3, tokens_per_s, tokens_per_s / world, world,
+                    a.zero_stage, mfu, peak_gib, used_gib);
             fflush(log);
         }
     }
@@ -938,12 +1054,14 @@ int main(int argc, char **argv)
             fprintf(log, "{\"step\": %d, \"val_loss\": %.6f}\n", a.steps, vl);
     }
     if (timed_steps)
-        printf("mean after the first step: %.0f tok/s, MFU %.1f%%\n", tokens_per_s_sum / timed_steps,
-               100.0 * tokens_per_s_sum / timed_steps * flops_per_token / PEAK_BF16_FLOPS);
+        printf("mean after the first step: %.0f tok/s (%.0f per GPU), MFU %.1f%%\n", tokens_per_s_sum / timed_steps,
+               tokens_per_s_sum / timed_steps / world,
+               100.0 * tokens_per_s_sum / timed_steps / world * flops_per_token / PEAK_BF16_FLOPS);
     if (log)
         fclose(log);
     attention_teardown();
     matmul_teardown();
+    dist_finalize(&dist);
     return 0;
 }
 #endif /* TESTING */

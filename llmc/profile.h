@@ -16,12 +16,29 @@
 #include "cuda_common.h"
 
 typedef enum {
-    PROF_GEMM, PROF_ATTENTION, PROF_NORM, PROF_ROPE, PROF_SWIGLU, PROF_EMBEDDING, PROF_LOSS, PROF_OPTIMIZER,
-    PROF_OTHER, PROF_CLASSES
+    PROF_GEMM,
+    PROF_ATTENTION,
+    PROF_NORM,
+    PROF_ROPE,
+    PROF_SWIGLU,
+    PROF_EMBEDDING,
+    PROF_LOSS,
+    PROF_OPTIMIZER,
+    PROF_COMM,
+    PROF_OTHER,
+    PROF_CLASSES
 } ProfileClass;
 
-static const char *PROFILE_CLASS_NAMES[PROF_CLASSES] = {
-    "GEMMs", "attention", "norms", "RoPE", "SwiGLU", "embedding", "loss (lm_head GEMMs + CE)", "optimizer", "other"};
+static const char *PROFILE_CLASS_NAMES[PROF_CLASSES] = {"GEMMs",
+                                                        "attention",
+                                                        "norms",
+                                                        "RoPE",
+                                                        "SwiGLU",
+                                                        "embedding",
+                                                        "loss (lm_head GEMMs + CE)",
+                                                        "optimizer",
+                                                        "communication (NCCL)",
+                                                        "other"};
 
 #define PROFILE_MAX_REGIONS 4096
 
@@ -52,27 +69,36 @@ static inline void profile_begin_step(cudaStream_t stream)
 /* Brackets one region; regions do not nest. */
 static inline void profile_push(ProfileClass c)
 {
-    if (!profiler.enabled) return;
-    if (profiler.n >= PROFILE_MAX_REGIONS) FAIL("profile: more than %d regions in one step", PROFILE_MAX_REGIONS);
+    if (!profiler.enabled)
+        return;
+    if (profiler.n >= PROFILE_MAX_REGIONS)
+        FAIL("profile: more than %d regions in one step", PROFILE_MAX_REGIONS);
     profiler.region_class[profiler.n] = c;
     CUDA_CHECK(cudaEventRecord(profiler.start[profiler.n], profiler.stream));
 }
 
 static inline void profile_pop(void)
 {
-    if (!profiler.enabled) return;
+    if (!profiler.enabled)
+        return;
     CUDA_CHECK(cudaEventRecord(profiler.stop[profiler.n], profiler.stream));
     profiler.n++;
 }
 
-#define PROFILED(cls, ...) do { profile_push(cls); __VA_ARGS__; profile_pop(); } while (0)
+#define PROFILED(cls, ...)                                                                                             \
+    do {                                                                                                               \
+        profile_push(cls);                                                                                             \
+        __VA_ARGS__;                                                                                                   \
+        profile_pop();                                                                                                 \
+    } while (0)
 
 /* After the step's stream has been synchronised: per-class milliseconds into
  * ms[PROF_CLASSES]; returns their sum. */
 static inline float profile_end_step(float *ms)
 {
     float total = 0.0f;
-    for (int c = 0; c < PROF_CLASSES; c++) ms[c] = 0.0f;
+    for (int c = 0; c < PROF_CLASSES; c++)
+        ms[c] = 0.0f;
     for (int i = 0; i < profiler.n; i++) {
         float t;
         CUDA_CHECK(cudaEventElapsedTime(&t, profiler.start[i], profiler.stop[i]));

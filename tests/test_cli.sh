@@ -51,6 +51,16 @@ done
 if [ -x ./train_llama ]; then
     expect "train_llama total batch not a multiple of B*T" "multiple" \
         ./train_llama --preset nano -B 2 -T 64 --total-batch 100 --train "$good"
+    expect "train_llama total batch not a multiple of B*T*GPUs" "B*T*GPUs = 256" \
+        ./train_llama --preset nano -B 2 -T 64 --total-batch 384 --rank 0 --world-size 2 --train "$good"
+    expect "train_llama ZeRO stage out of range" "--zero-stage takes 0 or 1" \
+        ./train_llama --preset nano --zero-stage 3 --train "$good"
+    expect "train_llama bad rendezvous spec" "tcp://HOST:PORT" \
+        ./train_llama --preset nano --rendezvous "udp://x:1" --train "$good"
+    expect "train_llama rank outside the world" "rank" \
+        ./train_llama --preset nano --rank 2 --world-size 2 --train "$good"
+    expect "train_llama RANK without WORLD_SIZE names the variable" "WORLD_SIZE" \
+        env RANK=1 ./train_llama --preset nano --train "$good"
     if ! nvidia-smi -L > /dev/null 2>&1; then
         expect "train_llama without a GPU points at the CPU reference" "train_llama_ref" \
             ./train_llama --preset nano -B 1 -T 64 --train "$good" --val ''

@@ -75,15 +75,39 @@ typedef struct {
     DataLoaderState data;
 } CheckpointState;
 
-#define CKPT_ERR(...) do { ckpt_path(err, errlen, __VA_ARGS__); goto fail; } while (0)
+#define CKPT_ERR(...)                                                                                                  \
+    do {                                                                                                               \
+        ckpt_path(err, errlen, __VA_ARGS__);                                                                           \
+        goto fail;                                                                                                     \
+    } while (0)
 
 /* ------------------------------------------------------------------------- */
 /* small helpers                                                              */
 
-static inline void ckpt_put_u32(unsigned char *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i)); }
-static inline void ckpt_put_u64(unsigned char *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i)); }
-static inline uint32_t ckpt_get_u32(const unsigned char *p) { uint32_t v = 0; for (int i = 3; i >= 0; i--) v = v << 8 | p[i]; return v; }
-static inline uint64_t ckpt_get_u64(const unsigned char *p) { uint64_t v = 0; for (int i = 7; i >= 0; i--) v = v << 8 | p[i]; return v; }
+static inline void ckpt_put_u32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+static inline void ckpt_put_u64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+static inline uint32_t ckpt_get_u32(const unsigned char *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+static inline uint64_t ckpt_get_u64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
 
 /* snprintf for paths: -1 if it did not fit (vsnprintf, so that gcc does not
  * warn about the truncation that the return value reports). */
@@ -102,19 +126,23 @@ static inline int ckpt_mkdirs(const char *path)
     char buf[CKPT_PATH_MAX];
     ckpt_path(buf, sizeof(buf), "%s", path);
     for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
+        if (*p != '/')
+            continue;
         *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return -1;
         *p = '/';
     }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        return -1;
     return 0;
 }
 
 static inline int ckpt_fsync_path(const char *path)
 {
     int fd = open(path, O_RDONLY);
-    if (fd < 0) return -1;
+    if (fd < 0)
+        return -1;
     int rc = fsync(fd);
     close(fd);
     return rc;
@@ -124,11 +152,13 @@ static inline int ckpt_fsync_path(const char *path)
 static inline int ckpt_remove_dir(const char *path)
 {
     DIR *d = opendir(path);
-    if (!d) return -1;
+    if (!d)
+        return -1;
     struct dirent *e;
     char buf[CKPT_PATH_MAX];
     while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
         ckpt_path(buf, sizeof(buf), "%s/%s", path, e->d_name);
         unlink(buf);
     }
@@ -145,10 +175,12 @@ static inline int ckpt_exists(const char *path)
 /* step if name is exactly "step_" followed by digits, else -1 */
 static inline int64_t ckpt_parse_step_name(const char *name)
 {
-    if (strncmp(name, "step_", 5) != 0 || name[5] == '\0') return -1;
+    if (strncmp(name, "step_", 5) != 0 || name[5] == '\0')
+        return -1;
     int64_t step = 0;
     for (const char *p = name + 5; *p; p++) {
-        if (*p < '0' || *p > '9' || step > INT64_MAX / 10 - 10) return -1;
+        if (*p < '0' || *p > '9' || step > INT64_MAX / 10 - 10)
+            return -1;
         step = step * 10 + (*p - '0');
     }
     return step;
@@ -182,8 +214,8 @@ static inline int ckpt_write_file(const char *path, const void *data, size_t n, 
 /* ------------------------------------------------------------------------- */
 /* writing                                                                    */
 
-static inline int ckpt_write_safetensors(const char *path, const ParamLayout *layout, const float *params,
-                                         char *err, size_t errlen)
+static inline int ckpt_write_safetensors(const char *path, const ParamLayout *layout, const float *params, char *err,
+                                         size_t errlen)
 {
     size_t cap = 256 + (size_t)layout->n_tensors * 256, len = 0;
     char *hdr = (char *)malloc_check(cap, "safetensors header");
@@ -194,31 +226,38 @@ static inline int ckpt_write_safetensors(const char *path, const ParamLayout *la
         const ParamTensor *t = &layout->tensors[i];
         long long begin = (long long)t->offset * 4, end = (long long)(t->offset + t->numel) * 4;
         if (t->cols == 1) {
-            len += (size_t)snprintf(hdr + len, cap - len, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld],"
-                                    "\"data_offsets\":[%lld,%lld]}", t->name, (long long)t->rows, begin, end);
+            len += (size_t)snprintf(hdr + len, cap - len,
+                                    ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld],"
+                                    "\"data_offsets\":[%lld,%lld]}",
+                                    t->name, (long long)t->rows, begin, end);
         } else {
-            len += (size_t)snprintf(hdr + len, cap - len, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld,%lld],"
-                                    "\"data_offsets\":[%lld,%lld]}", t->name, (long long)t->rows,
-                                    (long long)t->cols, begin, end);
+            len += (size_t)snprintf(hdr + len, cap - len,
+                                    ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld,%lld],"
+                                    "\"data_offsets\":[%lld,%lld]}",
+                                    t->name, (long long)t->rows, (long long)t->cols, begin, end);
         }
     }
     len += (size_t)snprintf(hdr + len, cap - len, "}");
-    while (len % 8 != 0) hdr[len++] = ' ';
+    while (len % 8 != 0)
+        hdr[len++] = ' ';
     unsigned char n8[8];
     ckpt_put_u64(n8, (uint64_t)len);
     f = fopen(path, "wb");
-    if (!f) CKPT_ERR("cannot create '%s': %s", path, strerror(errno));
+    if (!f)
+        CKPT_ERR("cannot create '%s': %s", path, strerror(errno));
     ok = fwrite(n8, 1, 8, f) == 8 && fwrite(hdr, 1, len, f) == len &&
          fwrite(params, sizeof(float), (size_t)layout->total, f) == (size_t)layout->total && fflush(f) == 0 &&
          fsync(fileno(f)) == 0;
     saved = errno;
     ok = (fclose(f) == 0) && ok;
     f = NULL;
-    if (!ok) CKPT_ERR("cannot write '%s': %s\n  hint: is the disk full?", path, strerror(saved));
+    if (!ok)
+        CKPT_ERR("cannot write '%s': %s\n  hint: is the disk full?", path, strerror(saved));
     free(hdr);
     return 0;
 fail:
-    if (f) fclose(f);
+    if (f)
+        fclose(f);
     free(hdr);
     return -1;
 }
@@ -227,7 +266,8 @@ static inline int ckpt_write_config(const char *path, const LlamaConfig *c, char
 {
     char buf[4096], rope[512];
     if (c->rope_scaling_llama3) {
-        snprintf(rope, sizeof(rope), "{\"rope_type\": \"llama3\", \"factor\": %g, \"low_freq_factor\": %g, "
+        snprintf(rope, sizeof(rope),
+                 "{\"rope_type\": \"llama3\", \"factor\": %g, \"low_freq_factor\": %g, "
                  "\"high_freq_factor\": %g, \"original_max_position_embeddings\": %d",
                  (double)c->rope_factor, (double)c->rope_low_freq_factor, (double)c->rope_high_freq_factor,
                  c->rope_original_max_pos);
@@ -235,35 +275,35 @@ static inline int ckpt_write_config(const char *path, const LlamaConfig *c, char
         snprintf(rope, sizeof(rope), "{\"rope_type\": \"default\"");
     }
     int n = snprintf(buf, sizeof(buf),
-        "{\n"
-        "  \"architectures\": [\"LlamaForCausalLM\"],\n"
-        "  \"model_type\": \"llama\",\n"
-        "  \"vocab_size\": %d,\n"
-        "  \"hidden_size\": %d,\n"
-        "  \"intermediate_size\": %d,\n"
-        "  \"num_hidden_layers\": %d,\n"
-        "  \"num_attention_heads\": %d,\n"
-        "  \"num_key_value_heads\": %d,\n"
-        "  \"head_dim\": %d,\n"
-        "  \"max_position_embeddings\": %d,\n"
-        "  \"rms_norm_eps\": %g,\n"
-        "  \"rope_theta\": %.1f,\n"
-        "  \"rope_scaling\": %s%s,\n"
-        "  \"rope_parameters\": %s, \"rope_theta\": %.1f},\n"
-        "  \"tie_word_embeddings\": %s,\n"
-        "  \"hidden_act\": \"silu\",\n"
-        "  \"attention_bias\": false,\n"
-        "  \"attention_dropout\": 0.0,\n"
-        "  \"mlp_bias\": false,\n"
-        "  \"initializer_range\": %g,\n"
-        "  \"torch_dtype\": \"float32\",\n"
-        "  \"bos_token_id\": 128000,\n"
-        "  \"eos_token_id\": 128001\n"
-        "}\n",
-        c->vocab_size, c->d_model, c->ffn_dim, c->n_layer, c->n_head, c->n_kv_head, c->head_dim, c->max_seq_len,
-        (double)c->norm_eps, (double)c->rope_theta, c->rope_scaling_llama3 ? rope : "null",
-        c->rope_scaling_llama3 ? "}" : "", rope, (double)c->rope_theta, c->tie_embeddings ? "true" : "false",
-        (double)c->init_std);
+                     "{\n"
+                     "  \"architectures\": [\"LlamaForCausalLM\"],\n"
+                     "  \"model_type\": \"llama\",\n"
+                     "  \"vocab_size\": %d,\n"
+                     "  \"hidden_size\": %d,\n"
+                     "  \"intermediate_size\": %d,\n"
+                     "  \"num_hidden_layers\": %d,\n"
+                     "  \"num_attention_heads\": %d,\n"
+                     "  \"num_key_value_heads\": %d,\n"
+                     "  \"head_dim\": %d,\n"
+                     "  \"max_position_embeddings\": %d,\n"
+                     "  \"rms_norm_eps\": %g,\n"
+                     "  \"rope_theta\": %.1f,\n"
+                     "  \"rope_scaling\": %s%s,\n"
+                     "  \"rope_parameters\": %s, \"rope_theta\": %.1f},\n"
+                     "  \"tie_word_embeddings\": %s,\n"
+                     "  \"hidden_act\": \"silu\",\n"
+                     "  \"attention_bias\": false,\n"
+                     "  \"attention_dropout\": 0.0,\n"
+                     "  \"mlp_bias\": false,\n"
+                     "  \"initializer_range\": %g,\n"
+                     "  \"torch_dtype\": \"float32\",\n"
+                     "  \"bos_token_id\": 128000,\n"
+                     "  \"eos_token_id\": 128001\n"
+                     "}\n",
+                     c->vocab_size, c->d_model, c->ffn_dim, c->n_layer, c->n_head, c->n_kv_head, c->head_dim,
+                     c->max_seq_len, (double)c->norm_eps, (double)c->rope_theta, c->rope_scaling_llama3 ? rope : "null",
+                     c->rope_scaling_llama3 ? "}" : "", rope, (double)c->rope_theta,
+                     c->tie_embeddings ? "true" : "false", (double)c->init_std);
     if (n < 0 || (size_t)n >= sizeof(buf)) {
         ckpt_path(err, errlen, "config.json for '%s' does not fit its buffer", path);
         return -1;
@@ -296,7 +336,8 @@ static inline int ckpt_write_state(const char *path, const CheckpointState *st, 
     ckpt_put_u64(h + 96, st->data.seed);
     ckpt_put_u64(h + 104, st->data.layout);
     f = fopen(path, "wb");
-    if (!f) CKPT_ERR("cannot create '%s': %s", path, strerror(errno));
+    if (!f)
+        CKPT_ERR("cannot create '%s': %s", path, strerror(errno));
     ok = fwrite(h, 1, sizeof(h), f) == sizeof(h);
     for (int which = 0; which < 2 && ok; which++) {
         const float *src = which == 0 ? adam_m : adam_v;
@@ -314,10 +355,12 @@ static inline int ckpt_write_state(const char *path, const CheckpointState *st, 
     saved = errno;
     ok = (fclose(f) == 0) && ok;
     f = NULL;
-    if (!ok) CKPT_ERR("cannot write '%s': %s\n  hint: is the disk full?", path, strerror(saved));
+    if (!ok)
+        CKPT_ERR("cannot write '%s': %s\n  hint: is the disk full?", path, strerror(saved));
     return 0;
 fail:
-    if (f) fclose(f);
+    if (f)
+        fclose(f);
     return -1;
 }
 
@@ -326,17 +369,20 @@ fail:
 static inline void ckpt_cleanup(const char *dir, int keep)
 {
     DIR *d = opendir(dir);
-    if (!d) return;
+    if (!d)
+        return;
     int64_t *steps = NULL;
     int n = 0, cap = 0;
     struct dirent *e;
     char buf[CKPT_PATH_MAX];
     while ((e = readdir(d)) != NULL) {
-        if (strncmp(e->d_name, "step_", 5) != 0) continue;
+        if (strncmp(e->d_name, "step_", 5) != 0)
+            continue;
         ckpt_path(buf, sizeof(buf), "%s/%s", dir, e->d_name);
         int64_t step = ckpt_parse_step_name(e->d_name);
         if (step < 0) {
-            if (strstr(e->d_name, ".tmp") && !ckpt_is_complete(dir, e->d_name)) ckpt_remove_dir(buf);
+            if (strstr(e->d_name, ".tmp") && !ckpt_is_complete(dir, e->d_name))
+                ckpt_remove_dir(buf);
             continue;
         }
         if (!ckpt_is_complete(dir, e->d_name)) {
@@ -346,7 +392,8 @@ static inline void ckpt_cleanup(const char *dir, int keep)
         if (n == cap) {
             cap = cap ? 2 * cap : 16;
             steps = (int64_t *)realloc(steps, (size_t)cap * sizeof(int64_t));
-            if (!steps) FAIL("out of host memory listing checkpoints in '%s'", dir);
+            if (!steps)
+                FAIL("out of host memory listing checkpoints in '%s'", dir);
         }
         steps[n++] = step;
     }
@@ -356,7 +403,8 @@ static inline void ckpt_cleanup(const char *dir, int keep)
         for (int i = 1; i < n; i++) {
             int64_t v = steps[i];
             int j = i;
-            for (; j > 0 && steps[j - 1] < v; j--) steps[j] = steps[j - 1];
+            for (; j > 0 && steps[j - 1] < v; j--)
+                steps[j] = steps[j - 1];
             steps[j] = v;
         }
         for (int i = keep; i < n; i++) {
@@ -375,14 +423,14 @@ static inline void ckpt_cleanup(const char *dir, int keep)
  * step (written as zeros). out_path (may be NULL) receives the directory. */
 static inline int checkpoint_save_try(const char *dir, const LlamaConfig *config, const ParamLayout *layout,
                                       const float *params, const float *adam_m, const float *adam_v,
-                                      const CheckpointState *state, int keep, char *out_path, size_t out_len,
-                                      char *err, size_t errlen)
+                                      const CheckpointState *state, int keep, char *out_path, size_t out_len, char *err,
+                                      size_t errlen)
 {
     char tmp[CKPT_PATH_MAX], final_dir[CKPT_PATH_MAX], file[CKPT_PATH_MAX + 64], aside[CKPT_PATH_MAX + 64];
     char marker_tmp[CKPT_PATH_MAX + 64];
     if (state->shard_offset < 0 || state->shard_count < 0 || state->shard_offset + state->shard_count > layout->total) {
         ckpt_path(err, errlen, "checkpoint shard [%lld, +%lld) is outside the %lld parameters",
-                 (long long)state->shard_offset, (long long)state->shard_count, (long long)layout->total);
+                  (long long)state->shard_offset, (long long)state->shard_count, (long long)layout->total);
         return -1;
     }
     if (ckpt_mkdirs(dir) != 0) {
@@ -391,17 +439,21 @@ static inline int checkpoint_save_try(const char *dir, const LlamaConfig *config
     }
     ckpt_path(final_dir, sizeof(final_dir), "%s/step_%08llu", dir, (unsigned long long)state->step);
     ckpt_path(tmp, sizeof(tmp), "%s.tmp%ld", final_dir, (long)getpid());
-    if (ckpt_exists(tmp)) ckpt_remove_dir(tmp);
+    if (ckpt_exists(tmp))
+        ckpt_remove_dir(tmp);
     if (mkdir(tmp, 0755) != 0) {
         ckpt_path(err, errlen, "cannot create '%s': %s", tmp, strerror(errno));
         return -1;
     }
     ckpt_path(file, sizeof(file), "%s/model.safetensors", tmp);
-    if (ckpt_write_safetensors(file, layout, params, err, errlen) != 0) return -1;
+    if (ckpt_write_safetensors(file, layout, params, err, errlen) != 0)
+        return -1;
     ckpt_path(file, sizeof(file), "%s/config.json", tmp);
-    if (ckpt_write_config(file, config, err, errlen) != 0) return -1;
+    if (ckpt_write_config(file, config, err, errlen) != 0)
+        return -1;
     ckpt_path(file, sizeof(file), "%s/train_state.bin", tmp);
-    if (ckpt_write_state(file, state, layout->total, adam_m, adam_v, err, errlen) != 0) return -1;
+    if (ckpt_write_state(file, state, layout->total, adam_m, adam_v, err, errlen) != 0)
+        return -1;
     ckpt_fsync_path(tmp);
     if (ckpt_exists(final_dir)) { /* the same step saved before: move it aside, the cleanup removes it */
         ckpt_path(aside, sizeof(aside), "%s.tmp%ld.old", final_dir, (long)getpid());
@@ -421,14 +473,16 @@ static inline int checkpoint_save_try(const char *dir, const LlamaConfig *config
     ckpt_path(file, sizeof(file), "%s/COMPLETE", final_dir);
     char marker[64];
     int mn = snprintf(marker, sizeof(marker), "step %llu\n", (unsigned long long)state->step);
-    if (ckpt_write_file(marker_tmp, marker, (size_t)mn, err, errlen) != 0) return -1;
+    if (ckpt_write_file(marker_tmp, marker, (size_t)mn, err, errlen) != 0)
+        return -1;
     if (rename(marker_tmp, file) != 0) {
         ckpt_path(err, errlen, "cannot rename '%s' to '%s': %s", marker_tmp, file, strerror(errno));
         return -1;
     }
     ckpt_fsync_path(final_dir);
     ckpt_cleanup(dir, keep);
-    if (out_path) ckpt_path(out_path, out_len, "%s", final_dir);
+    if (out_path)
+        ckpt_path(out_path, out_len, "%s", final_dir);
     return 0;
 }
 
@@ -448,15 +502,18 @@ static inline void checkpoint_save(const char *dir, const LlamaConfig *config, c
 static inline int checkpoint_find_latest(const char *dir, char *out_path, size_t out_len)
 {
     DIR *d = opendir(dir);
-    if (!d) return -1;
+    if (!d)
+        return -1;
     int64_t best = -1;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         int64_t step = ckpt_parse_step_name(e->d_name);
-        if (step > best && ckpt_is_complete(dir, e->d_name)) best = step;
+        if (step > best && ckpt_is_complete(dir, e->d_name))
+            best = step;
     }
     closedir(d);
-    if (best < 0) return -1;
+    if (best < 0)
+        return -1;
     ckpt_path(out_path, out_len, "%s/step_%08lld", dir, (long long)best);
     return 0;
 }
@@ -471,15 +528,16 @@ typedef struct {
 
 static inline void ckj_ws(CkptJson *j)
 {
-    while (j->pos < j->len && (j->s[j->pos] == ' ' || j->s[j->pos] == '\t' || j->s[j->pos] == '\n' ||
-                               j->s[j->pos] == '\r'))
+    while (j->pos < j->len &&
+           (j->s[j->pos] == ' ' || j->s[j->pos] == '\t' || j->s[j->pos] == '\n' || j->s[j->pos] == '\r'))
         j->pos++;
 }
 
 static inline int ckj_expect(CkptJson *j, char ch)
 {
     ckj_ws(j);
-    if (j->pos >= j->len || j->s[j->pos] != ch) return -1;
+    if (j->pos >= j->len || j->s[j->pos] != ch)
+        return -1;
     j->pos++;
     return 0;
 }
@@ -487,24 +545,31 @@ static inline int ckj_expect(CkptJson *j, char ch)
 /* A string into out (escapes other than \uXXXX decoded; \u kept verbatim). */
 static inline int ckj_string(CkptJson *j, char *out, size_t outlen)
 {
-    if (ckj_expect(j, '"')) return -1;
+    if (ckj_expect(j, '"'))
+        return -1;
     size_t n = 0;
     while (j->pos < j->len && j->s[j->pos] != '"') {
         char ch = j->s[j->pos++];
         if (ch == '\\') {
-            if (j->pos >= j->len) return -1;
+            if (j->pos >= j->len)
+                return -1;
             ch = j->s[j->pos++];
-            if (ch == 'n') ch = '\n';
-            else if (ch == 't') ch = '\t';
+            if (ch == 'n')
+                ch = '\n';
+            else if (ch == 't')
+                ch = '\t';
         }
         if (out) {
-            if (n + 1 >= outlen) return -1;
+            if (n + 1 >= outlen)
+                return -1;
             out[n++] = ch;
         }
     }
-    if (j->pos >= j->len) return -1;
+    if (j->pos >= j->len)
+        return -1;
     j->pos++;
-    if (out) out[n] = '\0';
+    if (out)
+        out[n] = '\0';
     return 0;
 }
 
@@ -513,9 +578,11 @@ static inline int ckj_number(CkptJson *j, double *out)
     ckj_ws(j);
     char buf[64];
     size_t n = 0;
-    while (j->pos < j->len && n + 1 < sizeof(buf) && strchr("+-0123456789.eE", j->s[j->pos])) buf[n++] = j->s[j->pos++];
+    while (j->pos < j->len && n + 1 < sizeof(buf) && strchr("+-0123456789.eE", j->s[j->pos]))
+        buf[n++] = j->s[j->pos++];
     buf[n] = '\0';
-    if (n == 0) return -1;
+    if (n == 0)
+        return -1;
     char *end;
     *out = strtod(buf, &end);
     return *end == '\0' ? 0 : -1;
@@ -523,30 +590,44 @@ static inline int ckj_number(CkptJson *j, double *out)
 
 static inline int ckj_skip(CkptJson *j, int depth)
 {
-    if (depth > 32) return -1;
+    if (depth > 32)
+        return -1;
     ckj_ws(j);
-    if (j->pos >= j->len) return -1;
+    if (j->pos >= j->len)
+        return -1;
     char ch = j->s[j->pos];
-    if (ch == '"') return ckj_string(j, NULL, 0);
+    if (ch == '"')
+        return ckj_string(j, NULL, 0);
     if (ch == '{' || ch == '[') {
         char close = ch == '{' ? '}' : ']';
         j->pos++;
         ckj_ws(j);
-        if (j->pos < j->len && j->s[j->pos] == close) { j->pos++; return 0; }
+        if (j->pos < j->len && j->s[j->pos] == close) {
+            j->pos++;
+            return 0;
+        }
         for (;;) {
             if (ch == '{') {
-                if (ckj_string(j, NULL, 0) || ckj_expect(j, ':')) return -1;
+                if (ckj_string(j, NULL, 0) || ckj_expect(j, ':'))
+                    return -1;
             }
-            if (ckj_skip(j, depth + 1)) return -1;
+            if (ckj_skip(j, depth + 1))
+                return -1;
             ckj_ws(j);
-            if (j->pos < j->len && j->s[j->pos] == ',') { j->pos++; continue; }
+            if (j->pos < j->len && j->s[j->pos] == ',') {
+                j->pos++;
+                continue;
+            }
             return ckj_expect(j, close);
         }
     }
     const char *words[] = {"true", "false", "null"};
     for (int i = 0; i < 3; i++) {
         size_t n = strlen(words[i]);
-        if (j->len - j->pos >= n && memcmp(j->s + j->pos, words[i], n) == 0) { j->pos += n; return 0; }
+        if (j->len - j->pos >= n && memcmp(j->s + j->pos, words[i], n) == 0) {
+            j->pos += n;
+            return 0;
+        }
     }
     double v;
     return ckj_number(j, &v);
@@ -557,25 +638,38 @@ static inline int ckj_skip(CkptJson *j, int depth)
 static inline int ckj_next_key(CkptJson *j, int *first, char *key, size_t keylen)
 {
     ckj_ws(j);
-    if (j->pos < j->len && j->s[j->pos] == '}') { j->pos++; return 0; }
-    if (!*first && ckj_expect(j, ',')) return -1;
+    if (j->pos < j->len && j->s[j->pos] == '}') {
+        j->pos++;
+        return 0;
+    }
+    if (!*first && ckj_expect(j, ','))
+        return -1;
     *first = 0;
-    if (ckj_string(j, key, keylen) || ckj_expect(j, ':')) return -1;
+    if (ckj_string(j, key, keylen) || ckj_expect(j, ':'))
+        return -1;
     return 1;
 }
 
 static inline int ckj_int_array(CkptJson *j, int64_t *out, int max, int *n)
 {
     *n = 0;
-    if (ckj_expect(j, '[')) return -1;
+    if (ckj_expect(j, '['))
+        return -1;
     ckj_ws(j);
-    if (j->pos < j->len && j->s[j->pos] == ']') { j->pos++; return 0; }
+    if (j->pos < j->len && j->s[j->pos] == ']') {
+        j->pos++;
+        return 0;
+    }
     for (;;) {
         double v;
-        if (*n >= max || ckj_number(j, &v) || v < 0 || v != (double)(int64_t)v) return -1;
+        if (*n >= max || ckj_number(j, &v) || v < 0 || v != (double)(int64_t)v)
+            return -1;
         out[(*n)++] = (int64_t)v;
         ckj_ws(j);
-        if (j->pos < j->len && j->s[j->pos] == ',') { j->pos++; continue; }
+        if (j->pos < j->len && j->s[j->pos] == ',') {
+            j->pos++;
+            continue;
+        }
         return ckj_expect(j, ']');
     }
 }
@@ -592,8 +686,8 @@ typedef struct {
 } CkptTensorInfo;
 
 /* Read model.safetensors at path into params (layout->total floats), by HF name. */
-static inline int checkpoint_load_safetensors_try(const char *path, const ParamLayout *layout, float *params,
-                                                  char *err, size_t errlen)
+static inline int checkpoint_load_safetensors_try(const char *path, const ParamLayout *layout, float *params, char *err,
+                                                  size_t errlen)
 {
     FILE *f = fopen(path, "rb");
     char *hdr = NULL;
@@ -605,32 +699,38 @@ static inline int checkpoint_load_safetensors_try(const char *path, const ParamL
     CkptJson j;
     int first = 1, rc;
     char key[256];
-    if (!f) CKPT_ERR("cannot open '%s': %s", path, strerror(errno));
+    if (!f)
+        CKPT_ERR("cannot open '%s': %s", path, strerror(errno));
     fseeko(f, 0, SEEK_END);
     file_size = (int64_t)ftello(f);
     fseeko(f, 0, SEEK_SET);
-    if (file_size < 8 || fread(n8, 1, 8, f) != 8) CKPT_ERR("'%s' is too short to be a safetensors file", path);
+    if (file_size < 8 || fread(n8, 1, 8, f) != 8)
+        CKPT_ERR("'%s' is too short to be a safetensors file", path);
     hlen = ckpt_get_u64(n8);
     if (hlen < 2 || hlen > (uint64_t)100000000 || (int64_t)hlen > file_size - 8)
         CKPT_ERR("'%s': bad safetensors header length %llu for a file of %lld bytes (truncated or corrupt)", path,
                  (unsigned long long)hlen, (long long)file_size);
     hdr = (char *)malloc_check((size_t)hlen + 1, "safetensors header");
-    if (fread(hdr, 1, (size_t)hlen, f) != (size_t)hlen) CKPT_ERR("'%s': short read of the header", path);
+    if (fread(hdr, 1, (size_t)hlen, f) != (size_t)hlen)
+        CKPT_ERR("'%s': short read of the header", path);
     hdr[hlen] = '\0';
     data_start = 8 + (int64_t)hlen;
     j.s = hdr;
     j.pos = 0;
     j.len = (size_t)hlen;
-    if (ckj_expect(&j, '{')) CKPT_ERR("'%s': the safetensors header is not a JSON object (corrupt)", path);
+    if (ckj_expect(&j, '{'))
+        CKPT_ERR("'%s': the safetensors header is not a JSON object (corrupt)", path);
     while ((rc = ckj_next_key(&j, &first, key, sizeof(key))) == 1) {
         if (strcmp(key, "__metadata__") == 0) {
-            if (ckj_skip(&j, 0)) CKPT_ERR("'%s': bad JSON in the header's __metadata__", path);
+            if (ckj_skip(&j, 0))
+                CKPT_ERR("'%s': bad JSON in the header's __metadata__", path);
             continue;
         }
         if (n_infos == cap) {
             cap = cap ? 2 * cap : 64;
             infos = (CkptTensorInfo *)realloc(infos, (size_t)cap * sizeof(CkptTensorInfo));
-            if (!infos) FAIL("out of host memory reading '%s'", path);
+            if (!infos)
+                FAIL("out of host memory reading '%s'", path);
         }
         CkptTensorInfo *t = &infos[n_infos++];
         memset(t, 0, sizeof(*t));
@@ -639,14 +739,17 @@ static inline int checkpoint_load_safetensors_try(const char *path, const ParamL
         snprintf(t->name, sizeof(t->name), "%s", key);
         int tfirst = 1, trc;
         char field[64];
-        if (ckj_expect(&j, '{')) CKPT_ERR("'%s': tensor '%s' in the header is not an object", path, key);
+        if (ckj_expect(&j, '{'))
+            CKPT_ERR("'%s': tensor '%s' in the header is not an object", path, key);
         while ((trc = ckj_next_key(&j, &tfirst, field, sizeof(field))) == 1) {
             int n;
             int64_t offs[2];
             if (strcmp(field, "dtype") == 0) {
-                if (ckj_string(&j, t->dtype, sizeof(t->dtype))) CKPT_ERR("'%s': bad dtype of tensor '%s'", path, key);
+                if (ckj_string(&j, t->dtype, sizeof(t->dtype)))
+                    CKPT_ERR("'%s': bad dtype of tensor '%s'", path, key);
             } else if (strcmp(field, "shape") == 0) {
-                if (ckj_int_array(&j, t->shape, 8, &n)) CKPT_ERR("'%s': bad shape of tensor '%s'", path, key);
+                if (ckj_int_array(&j, t->shape, 8, &n))
+                    CKPT_ERR("'%s': bad shape of tensor '%s'", path, key);
                 t->ndim = n;
             } else if (strcmp(field, "data_offsets") == 0) {
                 if (ckj_int_array(&j, offs, 2, &n) || n != 2 || offs[1] < offs[0])
@@ -657,23 +760,29 @@ static inline int checkpoint_load_safetensors_try(const char *path, const ParamL
                 CKPT_ERR("'%s': bad JSON in tensor '%s'", path, key);
             }
         }
-        if (trc < 0) CKPT_ERR("'%s': bad JSON in tensor '%s' of the header (corrupt)", path, key);
+        if (trc < 0)
+            CKPT_ERR("'%s': bad JSON in tensor '%s' of the header (corrupt)", path, key);
         if (t->ndim < 0 || t->begin < 0 || t->dtype[0] == '\0')
             CKPT_ERR("'%s': tensor '%s' lacks dtype, shape or data_offsets", path, key);
-        if (t->end > data_len) data_len = t->end;
+        if (t->end > data_len)
+            data_len = t->end;
     }
-    if (rc < 0) CKPT_ERR("'%s': the safetensors header is not valid JSON (corrupt)", path);
+    if (rc < 0)
+        CKPT_ERR("'%s': the safetensors header is not valid JSON (corrupt)", path);
     if (data_start + data_len != file_size)
-        CKPT_ERR("'%s' is %lld bytes but its header describes %lld (truncated or corrupt)", path,
-                 (long long)file_size, (long long)(data_start + data_len));
+        CKPT_ERR("'%s' is %lld bytes but its header describes %lld (truncated or corrupt)", path, (long long)file_size,
+                 (long long)(data_start + data_len));
     for (int i = 0; i < layout->n_tensors; i++) {
         const ParamTensor *p = &layout->tensors[i];
         const CkptTensorInfo *t = NULL;
         for (int k = 0; k < n_infos; k++) {
-            if (strcmp(infos[k].name, p->name) == 0) t = &infos[k];
+            if (strcmp(infos[k].name, p->name) == 0)
+                t = &infos[k];
         }
-        if (!t) CKPT_ERR("'%s' has no tensor '%s' (does the checkpoint belong to this model?)", path, p->name);
-        if (strcmp(t->dtype, "F32") != 0) CKPT_ERR("'%s': tensor '%s' is %s, expected F32", path, p->name, t->dtype);
+        if (!t)
+            CKPT_ERR("'%s' has no tensor '%s' (does the checkpoint belong to this model?)", path, p->name);
+        if (strcmp(t->dtype, "F32") != 0)
+            CKPT_ERR("'%s': tensor '%s' is %s, expected F32", path, p->name, t->dtype);
         int want_ndim = p->cols == 1 ? 1 : 2;
         if (t->ndim != want_ndim || t->shape[0] != p->rows || (want_ndim == 2 && t->shape[1] != p->cols)) {
             char got[128] = "";
@@ -682,8 +791,9 @@ static inline int checkpoint_load_safetensors_try(const char *path, const ParamL
                 snprintf(got + l, sizeof(got) - l, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
             }
             CKPT_ERR("'%s': tensor '%s' has shape [%s], this model's is [%lld%s%lld] "
-                     "(does the checkpoint belong to this model?)", path, p->name, got, (long long)p->rows,
-                     want_ndim == 2 ? ", " : "", want_ndim == 2 ? (long long)p->cols : 0LL);
+                     "(does the checkpoint belong to this model?)",
+                     path, p->name, got, (long long)p->rows, want_ndim == 2 ? ", " : "",
+                     want_ndim == 2 ? (long long)p->cols : 0LL);
         }
         if (t->end - t->begin != p->numel * 4)
             CKPT_ERR("'%s': tensor '%s' spans %lld bytes, its shape needs %lld", path, p->name,
@@ -697,7 +807,8 @@ static inline int checkpoint_load_safetensors_try(const char *path, const ParamL
     free(infos);
     return 0;
 fail:
-    if (f) fclose(f);
+    if (f)
+        fclose(f);
     free(hdr);
     free(infos);
     return -1;
@@ -706,11 +817,12 @@ fail:
 /* Check config.json's shape fields against the model config. */
 static inline int checkpoint_check_config_try(const char *path, const LlamaConfig *c, char *err, size_t errlen)
 {
-    static const char *keys[] = {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                                 "num_attention_heads", "num_key_value_heads", "head_dim", "tie_word_embeddings"};
+    static const char *keys[] = {"vocab_size",        "hidden_size",         "intermediate_size",
+                                 "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                                 "head_dim",          "tie_word_embeddings"};
     const int nkeys = (int)(sizeof(keys) / sizeof(keys[0]));
-    double want[8] = {(double)c->vocab_size, (double)c->d_model, (double)c->ffn_dim, (double)c->n_layer,
-                      (double)c->n_head, (double)c->n_kv_head, (double)c->head_dim, (double)c->tie_embeddings};
+    double want[8] = {(double)c->vocab_size, (double)c->d_model,   (double)c->ffn_dim,  (double)c->n_layer,
+                      (double)c->n_head,     (double)c->n_kv_head, (double)c->head_dim, (double)c->tie_embeddings};
     double got[8];
     int found[8] = {0};
     char *buf = NULL, key[128];
@@ -718,24 +830,30 @@ static inline int checkpoint_check_config_try(const char *path, const LlamaConfi
     CkptJson j;
     int first = 1, rc;
     FILE *f = fopen(path, "rb");
-    if (!f) CKPT_ERR("cannot open '%s': %s", path, strerror(errno));
+    if (!f)
+        CKPT_ERR("cannot open '%s': %s", path, strerror(errno));
     fseeko(f, 0, SEEK_END);
     size = (int64_t)ftello(f);
     fseeko(f, 0, SEEK_SET);
-    if (size <= 0 || size > 1000000) CKPT_ERR("'%s' has an unlikely size of %lld bytes", path, (long long)size);
+    if (size <= 0 || size > 1000000)
+        CKPT_ERR("'%s' has an unlikely size of %lld bytes", path, (long long)size);
     buf = (char *)malloc_check((size_t)size + 1, "config.json");
-    if (fread(buf, 1, (size_t)size, f) != (size_t)size) CKPT_ERR("'%s': short read", path);
+    if (fread(buf, 1, (size_t)size, f) != (size_t)size)
+        CKPT_ERR("'%s': short read", path);
     j.s = buf;
     j.pos = 0;
     j.len = (size_t)size;
-    if (ckj_expect(&j, '{')) CKPT_ERR("'%s' is not a JSON object", path);
+    if (ckj_expect(&j, '{'))
+        CKPT_ERR("'%s' is not a JSON object", path);
     while ((rc = ckj_next_key(&j, &first, key, sizeof(key))) == 1) {
         int idx = -1;
         for (int i = 0; i < nkeys; i++) {
-            if (strcmp(key, keys[i]) == 0) idx = i;
+            if (strcmp(key, keys[i]) == 0)
+                idx = i;
         }
         if (idx < 0) {
-            if (ckj_skip(&j, 0)) CKPT_ERR("'%s': bad JSON at key '%s'", path, key);
+            if (ckj_skip(&j, 0))
+                CKPT_ERR("'%s': bad JSON at key '%s'", path, key);
             continue;
         }
         ckj_ws(&j);
@@ -750,18 +868,22 @@ static inline int checkpoint_check_config_try(const char *path, const LlamaConfi
         }
         found[idx] = 1;
     }
-    if (rc < 0) CKPT_ERR("'%s' is not valid JSON", path);
+    if (rc < 0)
+        CKPT_ERR("'%s' is not valid JSON", path);
     for (int i = 0; i < nkeys; i++) {
-        if (!found[i]) CKPT_ERR("'%s' has no '%s'", path, keys[i]);
+        if (!found[i])
+            CKPT_ERR("'%s' has no '%s'", path, keys[i]);
         if (got[i] != want[i])
             CKPT_ERR("'%s' has %s = %g but this run's model has %g\n"
-                     "  hint: resume with the same model flags as the checkpoint", path, keys[i], got[i], want[i]);
+                     "  hint: resume with the same model flags as the checkpoint",
+                     path, keys[i], got[i], want[i]);
     }
     fclose(f);
     free(buf);
     return 0;
 fail:
-    if (f) fclose(f);
+    if (f)
+        fclose(f);
     free(buf);
     return -1;
 }
@@ -775,13 +897,15 @@ static inline int checkpoint_load_state_try(const char *path, int64_t total, Che
     int64_t size, file_total;
     uint32_t version;
     FILE *f = fopen(path, "rb");
-    if (!f) CKPT_ERR("cannot open '%s': %s", path, strerror(errno));
+    if (!f)
+        CKPT_ERR("cannot open '%s': %s", path, strerror(errno));
     fseeko(f, 0, SEEK_END);
     size = (int64_t)ftello(f);
     fseeko(f, 0, SEEK_SET);
     if (size < CKPT_STATE_HEADER_BYTES || fread(h, 1, sizeof(h), f) != sizeof(h))
         CKPT_ERR("'%s' is too short (%lld bytes) to be a train_state.bin", path, (long long)size);
-    if (memcmp(h, CKPT_STATE_MAGIC "\0", 8) != 0) CKPT_ERR("'%s' is not a train_state.bin (bad magic)", path);
+    if (memcmp(h, CKPT_STATE_MAGIC "\0", 8) != 0)
+        CKPT_ERR("'%s' is not a train_state.bin (bad magic)", path);
     version = ckpt_get_u32(h + 8);
     if (version != CKPT_STATE_VERSION)
         CKPT_ERR("'%s' has version %u, this build reads version %d", path, version, CKPT_STATE_VERSION);
@@ -812,13 +936,15 @@ static inline int checkpoint_load_state_try(const char *path, int64_t total, Che
     if (size != CKPT_STATE_HEADER_BYTES + 8 * state->shard_count)
         CKPT_ERR("'%s' is %lld bytes, its header describes %lld (truncated or corrupt)", path, (long long)size,
                  (long long)(CKPT_STATE_HEADER_BYTES + 8 * state->shard_count));
-    if (fread(adam_m + state->shard_offset, sizeof(float), (size_t)state->shard_count, f) != (size_t)state->shard_count ||
+    if (fread(adam_m + state->shard_offset, sizeof(float), (size_t)state->shard_count, f) !=
+            (size_t)state->shard_count ||
         fread(adam_v + state->shard_offset, sizeof(float), (size_t)state->shard_count, f) != (size_t)state->shard_count)
         CKPT_ERR("'%s': short read of the AdamW moments", path);
     fclose(f);
     return 0;
 fail:
-    if (f) fclose(f);
+    if (f)
+        fclose(f);
     return -1;
 }
 
@@ -826,8 +952,8 @@ fail:
  * built with `config`: weights, AdamW moments and the state. A single-process
  * resume needs the whole range: a file of rank r of n > 1 is refused. */
 static inline int checkpoint_load_try(const char *ckpt_dir, const LlamaConfig *config, const ParamLayout *layout,
-                                      float *params, float *adam_m, float *adam_v, CheckpointState *state,
-                                      char *err, size_t errlen)
+                                      float *params, float *adam_m, float *adam_v, CheckpointState *state, char *err,
+                                      size_t errlen)
 {
     char path[CKPT_PATH_MAX + 64];
     ckpt_path(path, sizeof(path), "%s/COMPLETE", ckpt_dir);
@@ -836,15 +962,20 @@ static inline int checkpoint_load_try(const char *ckpt_dir, const LlamaConfig *c
         return -1;
     }
     ckpt_path(path, sizeof(path), "%s/config.json", ckpt_dir);
-    if (checkpoint_check_config_try(path, config, err, errlen) != 0) return -1;
+    if (checkpoint_check_config_try(path, config, err, errlen) != 0)
+        return -1;
     ckpt_path(path, sizeof(path), "%s/model.safetensors", ckpt_dir);
-    if (checkpoint_load_safetensors_try(path, layout, params, err, errlen) != 0) return -1;
+    if (checkpoint_load_safetensors_try(path, layout, params, err, errlen) != 0)
+        return -1;
     ckpt_path(path, sizeof(path), "%s/train_state.bin", ckpt_dir);
-    if (checkpoint_load_state_try(path, layout->total, state, adam_m, adam_v, err, errlen) != 0) return -1;
+    if (checkpoint_load_state_try(path, layout->total, state, adam_m, adam_v, err, errlen) != 0)
+        return -1;
     if (state->shard_offset != 0 || state->shard_count != layout->total) {
-        ckpt_path(err, errlen, "'%s' holds AdamW state for [%lld, +%lld) of %lld parameters (rank %d of %d); "
-                 "this loader needs the whole range", path, (long long)state->shard_offset,
-                 (long long)state->shard_count, (long long)layout->total, state->rank, state->world);
+        ckpt_path(err, errlen,
+                  "'%s' holds AdamW state for [%lld, +%lld) of %lld parameters (rank %d of %d); "
+                  "this loader needs the whole range",
+                  path, (long long)state->shard_offset, (long long)state->shard_count, (long long)layout->total,
+                  state->rank, state->world);
         return -1;
     }
     return 0;

@@ -45,6 +45,7 @@
 #include "llmc/embedding.h"
 #include "llmc/fused_classifier.h"
 #include "llmc/adamw.h"
+#include "llmc/checkpoint.h"
 #include "llmc/distributed.h"
 #include "llmc/profile.h"
 
@@ -501,6 +502,103 @@ static void llama_update(Llama *m, const AdamWConfig *opt, float lr, cudaStream_
         PROFILED(PROF_COMM, dist_all_gather(d, m->params + m->owned_first, m->params, m->shard_size, 2, s));
 }
 
+/* ------------------------------------------------------------------------- */
+/* checkpoints (llmc/checkpoint.h): every rank calls these together           */
+
+static void fail_if_error(int rc, int rank, const char *what, const char *err)
+{
+    if (rc != 0)
+        FAIL("rank %d: %s: %s", rank, what, err);
+}
+
+/* Writes <dir>/step_<08d>/: rank 0 the fp32 master weights (safetensors) and the
+ * config, each rank that owns optimizer state its train_state file (one file for
+ * all with ZeRO 0, one per rank with ZeRO 1); rank 0 commits once all are written.
+ * With ZeRO 1 the master's residuals are gathered into the gradient buffer, free
+ * between steps. state: step, AdamW step, RNG and data position. */
+static void llama_save_checkpoint(Llama *m, const char *dir, int keep, CheckpointState state, cudaStream_t s)
+{
+    const Dist *d = m->dist;
+    int64_t P = m->layout.total;
+    char err[2048], staging[CKPT_PATH_MAX], saved[CKPT_PATH_MAX];
+    const int16_t *full_lo = m->master_lo;
+    if (m->zero_stage >= 1) {
+        dist_all_gather(d, m->master_lo, m->grads, m->shard_size, 2, s);
+        full_lo = (const int16_t *)m->grads;
+    }
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    if (d->rank == 0)
+        fail_if_error(checkpoint_stage_try(dir, state.step, staging, sizeof(staging), err, sizeof(err)), d->rank,
+                      "saving a checkpoint", err);
+    dist_sum_host(d, 0.0, s); /* the staging directory exists for everyone */
+    ckpt_path(staging, sizeof(staging), "%s/step_%08llu.tmp", dir, (unsigned long long)state.step);
+    if (d->rank == 0) {
+        uint16_t *hi = (uint16_t *)malloc_check((size_t)P * sizeof(uint16_t), "checkpoint weights");
+        int16_t *lo = (int16_t *)malloc_check((size_t)P * sizeof(int16_t), "checkpoint weights");
+        float *master = (float *)malloc_check((size_t)P * sizeof(float), "checkpoint weights");
+        CUDA_CHECK(cudaMemcpy(hi, m->params, (size_t)P * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(lo, full_lo, (size_t)P * sizeof(int16_t), cudaMemcpyDeviceToHost));
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < P; i++)
+            master[i] = master_join(hi[i], lo[i]);
+        fail_if_error(checkpoint_write_model_try(staging, &m->config, &m->layout, master, err, sizeof(err)), d->rank,
+                      "saving a checkpoint", err);
+        free(hi);
+        free(lo);
+        free(master);
+    }
+    if (m->zero_stage >= 1 || d->rank == 0) {
+        int64_t count = P - m->owned_first < m->owned_count ? P - m->owned_first : m->owned_count;
+        if (count < 0)
+            count = 0;
+        state.rank = m->zero_stage >= 1 ? d->rank : 0;
+        state.world = m->zero_stage >= 1 ? d->world : 1;
+        state.shard_offset = count > 0 ? m->owned_first : P; /* an empty shard past the end keeps the tiling */
+        state.shard_count = count;
+        float *adam = (float *)malloc_check((size_t)2 * (count > 0 ? count : 1) * sizeof(float), "checkpoint moments");
+        CUDA_CHECK(cudaMemcpy(adam, m->adam_m, (size_t)count * sizeof(float), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(adam + count, m->adam_v, (size_t)count * sizeof(float), cudaMemcpyDeviceToHost));
+        fail_if_error(checkpoint_write_state_try(staging, &state, P, adam, adam + count, err, sizeof(err)), d->rank,
+                      "saving a checkpoint", err);
+        free(adam);
+    }
+    dist_sum_host(d, 0.0, s); /* every file is written */
+    if (d->rank == 0) {
+        fail_if_error(checkpoint_commit_try(dir, state.step, keep, saved, sizeof(saved), err, sizeof(err)), d->rank,
+                      "saving a checkpoint", err);
+        printf("saved checkpoint '%s'\n", saved);
+    }
+    dist_sum_host(d, 0.0, s); /* nobody reads the directory before it is complete */
+}
+
+/* Loads checkpoint directory path into the model (weights, this rank's AdamW
+ * moments and step); state receives the step, RNG and data position. Works for a
+ * checkpoint of any world size and ZeRO stage: the moments are re-sharded. */
+static void llama_load_checkpoint(Llama *m, const char *path, CheckpointState *state)
+{
+    char err[2048], file[CKPT_PATH_MAX + 64];
+    int64_t P = m->layout.total;
+    int rank = m->dist->rank;
+    ckpt_path(file, sizeof(file), "%s/config.json", path);
+    fail_if_error(checkpoint_check_config_try(file, &m->config, err, sizeof(err)), rank, "resuming", err);
+    float *master = (float *)malloc_check((size_t)P * sizeof(float), "checkpoint weights");
+    ckpt_path(file, sizeof(file), "%s/model.safetensors", path);
+    fail_if_error(checkpoint_load_safetensors_try(file, &m->layout, master, err, sizeof(err)), rank, "resuming", err);
+    llama_upload_params(m, master);
+    free(master);
+    float *adam = (float *)malloc_check((size_t)2 * m->owned_count * sizeof(float), "checkpoint moments");
+    fail_if_error(checkpoint_load_moments_try(path, P, m->owned_first, m->owned_count, adam, adam + m->owned_count,
+                                              state, err, sizeof(err)),
+                  rank, "resuming", err);
+    CUDA_CHECK(cudaMemcpy(m->adam_m, adam, (size_t)m->owned_count * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(
+        cudaMemcpy(m->adam_v, adam + m->owned_count, (size_t)m->owned_count * sizeof(float), cudaMemcpyHostToDevice));
+    free(adam);
+    if (state->adam_step > (uint64_t)INT_MAX || state->step > (uint64_t)INT_MAX)
+        FAIL("rank %d: '%s': step %llu is out of range (corrupt?)", rank, path, (unsigned long long)state->step);
+    m->adam_step = (int)state->adam_step;
+}
+
 static int count_targets(const int *targets, int64_t n)
 {
     int count = 0;
@@ -514,7 +612,8 @@ static int count_targets(const int *targets, int64_t n)
 /* the command line program                                                   */
 
 typedef struct {
-    const char *train_pattern, *val_pattern, *preset, *init_from, *log_path, *schedule, *rendezvous;
+    const char *train_pattern, *val_pattern, *preset, *init_from, *log_path, *schedule, *rendezvous, *checkpoint_dir;
+    int save_every, keep, resume;
     int B, T, steps, warmup, eval_every, eval_batches, recompute, random_data, seed, total_batch, profile_step;
     int zero_stage;
     LaunchFlags launch;
@@ -571,6 +670,12 @@ static void usage(FILE *out)
                  "  --logits-budget-mb F  memory for one chunk of logits (default 512)\n"
                  "  --profile-step N      print where step N's GPU time goes, by kernel class (default: none)\n"
                  "  --seed N              init and data-order seed (default 1337)\n"
+                 "checkpoints:\n"
+                 "  --checkpoint-dir DIR  save checkpoints here: DIR/step_<08d>/ with model.safetensors (fp32, HF\n"
+                 "                        names), config.json and the optimizer state; at the end of the run and\n"
+                 "  --save-every N        every N steps (default 0: only at the end)\n"
+                 "  --keep K              keep the newest K complete checkpoints (default 3, 0 = all)\n"
+                 "  --resume              continue from the newest complete checkpoint in DIR (any GPU count)\n"
                  "  --log FILE            JSON lines log (default log/train_llama.jsonl; '' = none)\n"
                  "  -h, --help            this text\n");
 }
@@ -615,6 +720,7 @@ static void parse_args(Args *a, int argc, char **argv)
     a->logits_budget_mb = 512.0f;
     a->profile_step = -1;
     a->zero_stage = 1;
+    a->keep = 3;
     a->launch.rank = a->launch.world = a->launch.local_rank = -1;
     a->rendezvous_timeout = 300.0f;
     a->opt.beta1 = 0.9f;
@@ -634,6 +740,10 @@ static void parse_args(Args *a, int argc, char **argv)
         }
         if (!strcmp(f, "--untied")) {
             a->untied = 1;
+            continue;
+        }
+        if (!strcmp(f, "--resume")) {
+            a->resume = 1;
             continue;
         }
         if (i + 1 >= argc)
@@ -673,6 +783,12 @@ static void parse_args(Args *a, int argc, char **argv)
             a->profile_step = parse_int(f, v);
         else if (!strcmp(f, "--zero-stage"))
             a->zero_stage = parse_int(f, v);
+        else if (!strcmp(f, "--checkpoint-dir"))
+            a->checkpoint_dir = v;
+        else if (!strcmp(f, "--save-every"))
+            a->save_every = parse_int(f, v);
+        else if (!strcmp(f, "--keep"))
+            a->keep = parse_int(f, v);
         else if (!strcmp(f, "--rank"))
             a->launch.rank = parse_int(f, v);
         else if (!strcmp(f, "--world-size"))
@@ -731,6 +847,10 @@ static void parse_args(Args *a, int argc, char **argv)
         FAIL("--zero-stage takes 0 or 1 (got %d); stages 2 and 3 (sharded gradients and weights) are not "
              "implemented yet",
              a->zero_stage);
+    if (a->save_every < 0 || a->keep < 0)
+        FAIL("--save-every and --keep must be >= 0");
+    if ((a->resume || a->save_every > 0) && !a->checkpoint_dir)
+        FAIL("--resume and --save-every need --checkpoint-dir DIR");
     if (!(a->rendezvous_timeout > 0))
         FAIL("--rendezvous-timeout must be positive");
     char err[2048];
@@ -943,10 +1063,27 @@ int main(int argc, char **argv)
     Llama model;
     llama_build(&model, &config, a.B, a.T, a.recompute, accum, (size_t)(a.logits_budget_mb * 1048576.0), &dist,
                 a.zero_stage);
-    if (a.init_from)
+    /* a resume restores weights, AdamW state, step, data position and RNG, so the
+     * run continues as if never stopped (the schedule follows the global step) */
+    char resume_from[CKPT_PATH_MAX] = "";
+    if (a.resume && checkpoint_find_latest(a.checkpoint_dir, resume_from, sizeof(resume_from)) != 0) {
+        printf("resume: no complete checkpoint in '%s'; starting fresh\n", a.checkpoint_dir);
+        resume_from[0] = '\0';
+    }
+    int start_step = 0;
+    if (resume_from[0]) {
+        CheckpointState st;
+        llama_load_checkpoint(&model, resume_from, &st);
+        start_step = (int)st.step;
+        src.rng = st.rng_state;
+        if (!src.random)
+            dataloader_set_state_or_die(&src.loader, &st.data);
+        printf("resumed from '%s' at step %d\n", resume_from, start_step);
+    } else if (a.init_from) {
         llama_load_weights(&model, a.init_from);
-    else
+    } else {
         llama_init_random(&model, (uint64_t)a.seed);
+    }
     double flops_per_token = llama_flops_per_token(&config, a.T);
     printf("parameters: %.3f M; batch %d x %d x %d accum x %d GPUs = %d tokens/step; recompute %d; logits chunk %d "
            "rows\n",
@@ -980,7 +1117,7 @@ int main(int argc, char **argv)
     CUDA_CHECK(cudaMallocHost(&h_parts, (size_t)accum * sizeof(float)));
     double tokens_per_s_sum = 0.0;
     int timed_steps = 0;
-    for (int step = 0; step < a.steps; step++) {
+    for (int step = start_step; step < a.steps; step++) {
         if (have_val && (step % a.eval_every == 0)) {
             float vl = evaluate(&model, &val, a.eval_batches, stream);
             printf("step %5d | val loss %.4f\n", step, vl);
@@ -1045,6 +1182,16 @@ int main(int argc, char **argv)
                     step + 1, loss, lr, sqrt(norm_sq), wall * 1e3, tokens_per_s, tokens_per_s / world, world,
                     a.zero_stage, mfu, peak_gib, used_gib);
             fflush(log);
+        }
+        if (a.checkpoint_dir && ((a.save_every > 0 && (step + 1) % a.save_every == 0) || step + 1 == a.steps)) {
+            CheckpointState st;
+            memset(&st, 0, sizeof(st));
+            st.step = (uint64_t)(step + 1);
+            st.adam_step = (uint64_t)model.adam_step;
+            st.rng_state = src.rng;
+            if (!src.random)
+                dataloader_get_state(&src.loader, &st.data);
+            llama_save_checkpoint(&model, a.checkpoint_dir, a.keep, st, stream);
         }
     }
     if (have_val) {

@@ -23,11 +23,15 @@
  *                      112  zeros to 128
  *                      then AdamW m[shard count] and v[shard count], fp32:
  *                      the range [offset, offset + count) of the flat buffers.
- *                      A single process writes rank 0 of 1 with the whole range;
- *                      sharded optimizers can write one file per rank later.
+ *                      One file with the whole range (rank 0 of 1), or with
+ *                      ZeRO-sharded optimizer state one file per rank,
+ *                      train_state.<rank, 5 digits>.bin, the ranges tiling
+ *                      [0, total) in rank order. A resume of any world size
+ *                      reads the part of each file that its own range needs.
  *   COMPLETE           marker: the checkpoint is whole.
  *
- * Atomicity: everything is written into <dir>/step_<08d>.tmp<pid>/, each file
+ * Atomicity: everything is written into <dir>/step_<08d>.tmp/ (the staging
+ * directory, one name that every rank of a multi-process save can find), each file
  * fsync'ed, the directory renamed to step_<08d>/ (an existing one of that step
  * is moved aside first), then COMPLETE written under a temporary name, fsync'ed
  * and renamed into place, and the directory fsync'ed. A checkpoint without
@@ -311,6 +315,7 @@ static inline int ckpt_write_config(const char *path, const LlamaConfig *c, char
     return ckpt_write_file(path, buf, (size_t)n, err, errlen);
 }
 
+/* adam_m, adam_v: the shard_count moments of the state's range (NULL: zeros). */
 static inline int ckpt_write_state(const char *path, const CheckpointState *st, int64_t total, const float *adam_m,
                                    const float *adam_v, char *err, size_t errlen)
 {
@@ -342,7 +347,7 @@ static inline int ckpt_write_state(const char *path, const CheckpointState *st, 
     for (int which = 0; which < 2 && ok; which++) {
         const float *src = which == 0 ? adam_m : adam_v;
         if (src) {
-            ok = fwrite(src + st->shard_offset, sizeof(float), (size_t)count, f) == (size_t)count;
+            ok = fwrite(src, sizeof(float), (size_t)count, f) == (size_t)count;
         } else { /* no AdamW step yet: zero moments */
             static const float zeros[1024] = {0};
             for (int64_t i = 0; i < count && ok; i += 1024) {
@@ -417,44 +422,74 @@ static inline void ckpt_cleanup(const char *dir, int keep)
     free(steps);
 }
 
-/* Writes <dir>/step_<08d>/ atomically (see the top of this file), then keeps
- * the newest `keep` complete checkpoints (0: all). params and adam_m/adam_v
- * hold layout->total floats; adam_m/adam_v may be NULL before the first AdamW
- * step (written as zeros). out_path (may be NULL) receives the directory. */
-static inline int checkpoint_save_try(const char *dir, const LlamaConfig *config, const ParamLayout *layout,
-                                      const float *params, const float *adam_m, const float *adam_v,
-                                      const CheckpointState *state, int keep, char *out_path, size_t out_len, char *err,
-                                      size_t errlen)
+/* The train_state file of `rank` in checkpoint (or staging) directory ckpt_dir. */
+static inline void checkpoint_state_file(char *out, size_t n, const char *ckpt_dir, int rank, int world)
 {
-    char tmp[CKPT_PATH_MAX], final_dir[CKPT_PATH_MAX], file[CKPT_PATH_MAX + 64], aside[CKPT_PATH_MAX + 64];
-    char marker_tmp[CKPT_PATH_MAX + 64];
-    if (state->shard_offset < 0 || state->shard_count < 0 || state->shard_offset + state->shard_count > layout->total) {
-        ckpt_path(err, errlen, "checkpoint shard [%lld, +%lld) is outside the %lld parameters",
-                  (long long)state->shard_offset, (long long)state->shard_count, (long long)layout->total);
-        return -1;
-    }
+    if (world <= 1)
+        ckpt_path(out, n, "%s/train_state.bin", ckpt_dir);
+    else
+        ckpt_path(out, n, "%s/train_state.%05d.bin", ckpt_dir, rank);
+}
+
+/* Step 1 of a save: creates <dir>/step_<08d>.tmp/ (removing a stale one), whose
+ * path goes to staging. In a multi-process save one process does this, then all
+ * write their files into it (checkpoint_write_*_try), then one commits. */
+static inline int checkpoint_stage_try(const char *dir, uint64_t step, char *staging, size_t staging_len, char *err,
+                                       size_t errlen)
+{
     if (ckpt_mkdirs(dir) != 0) {
         ckpt_path(err, errlen, "cannot create checkpoint directory '%s': %s", dir, strerror(errno));
         return -1;
     }
-    ckpt_path(final_dir, sizeof(final_dir), "%s/step_%08llu", dir, (unsigned long long)state->step);
-    ckpt_path(tmp, sizeof(tmp), "%s.tmp%ld", final_dir, (long)getpid());
-    if (ckpt_exists(tmp))
-        ckpt_remove_dir(tmp);
-    if (mkdir(tmp, 0755) != 0) {
-        ckpt_path(err, errlen, "cannot create '%s': %s", tmp, strerror(errno));
+    ckpt_path(staging, staging_len, "%s/step_%08llu.tmp", dir, (unsigned long long)step);
+    if (ckpt_exists(staging))
+        ckpt_remove_dir(staging);
+    if (mkdir(staging, 0755) != 0) {
+        ckpt_path(err, errlen, "cannot create '%s': %s", staging, strerror(errno));
         return -1;
     }
-    ckpt_path(file, sizeof(file), "%s/model.safetensors", tmp);
+    return 0;
+}
+
+/* model.safetensors and config.json into the staging directory; params holds
+ * layout->total floats. */
+static inline int checkpoint_write_model_try(const char *staging, const LlamaConfig *config, const ParamLayout *layout,
+                                             const float *params, char *err, size_t errlen)
+{
+    char file[CKPT_PATH_MAX + 64];
+    ckpt_path(file, sizeof(file), "%s/model.safetensors", staging);
     if (ckpt_write_safetensors(file, layout, params, err, errlen) != 0)
         return -1;
-    ckpt_path(file, sizeof(file), "%s/config.json", tmp);
-    if (ckpt_write_config(file, config, err, errlen) != 0)
+    ckpt_path(file, sizeof(file), "%s/config.json", staging);
+    return ckpt_write_config(file, config, err, errlen);
+}
+
+/* This process's train_state file into the staging directory: the state's range
+ * [shard_offset, +shard_count) of the moments, given from its start. */
+static inline int checkpoint_write_state_try(const char *staging, const CheckpointState *state, int64_t total,
+                                             const float *adam_m, const float *adam_v, char *err, size_t errlen)
+{
+    char file[CKPT_PATH_MAX + 64];
+    if (state->shard_offset < 0 || state->shard_count < 0 || state->shard_offset + state->shard_count > total) {
+        ckpt_path(err, errlen, "checkpoint shard [%lld, +%lld) is outside the %lld parameters",
+                  (long long)state->shard_offset, (long long)state->shard_count, (long long)total);
         return -1;
-    ckpt_path(file, sizeof(file), "%s/train_state.bin", tmp);
-    if (ckpt_write_state(file, state, layout->total, adam_m, adam_v, err, errlen) != 0)
-        return -1;
-    ckpt_fsync_path(tmp);
+    }
+    checkpoint_state_file(file, sizeof(file), staging, state->rank, state->world);
+    return ckpt_write_state(file, state, total, adam_m, adam_v, err, errlen);
+}
+
+/* Last step of a save, once every file is in the staging directory: fsync, rename
+ * to <dir>/step_<08d>/, mark COMPLETE, then keep the newest `keep` complete
+ * checkpoints (0: all). out_path (may be NULL) receives the directory. */
+static inline int checkpoint_commit_try(const char *dir, uint64_t step, int keep, char *out_path, size_t out_len,
+                                        char *err, size_t errlen)
+{
+    char staging[CKPT_PATH_MAX], final_dir[CKPT_PATH_MAX], file[CKPT_PATH_MAX + 64], aside[CKPT_PATH_MAX + 64];
+    char marker_tmp[CKPT_PATH_MAX + 64];
+    ckpt_path(final_dir, sizeof(final_dir), "%s/step_%08llu", dir, (unsigned long long)step);
+    ckpt_path(staging, sizeof(staging), "%s.tmp", final_dir);
+    ckpt_fsync_path(staging);
     if (ckpt_exists(final_dir)) { /* the same step saved before: move it aside, the cleanup removes it */
         ckpt_path(aside, sizeof(aside), "%s.tmp%ld.old", final_dir, (long)getpid());
         ckpt_path(file, sizeof(file), "%s/COMPLETE", final_dir);
@@ -464,15 +499,15 @@ static inline int checkpoint_save_try(const char *dir, const LlamaConfig *config
             return -1;
         }
     }
-    if (rename(tmp, final_dir) != 0) {
-        ckpt_path(err, errlen, "cannot rename '%s' to '%s': %s", tmp, final_dir, strerror(errno));
+    if (rename(staging, final_dir) != 0) {
+        ckpt_path(err, errlen, "cannot rename '%s' to '%s': %s", staging, final_dir, strerror(errno));
         return -1;
     }
     ckpt_fsync_path(dir);
     ckpt_path(marker_tmp, sizeof(marker_tmp), "%s/COMPLETE.tmp", final_dir);
     ckpt_path(file, sizeof(file), "%s/COMPLETE", final_dir);
     char marker[64];
-    int mn = snprintf(marker, sizeof(marker), "step %llu\n", (unsigned long long)state->step);
+    int mn = snprintf(marker, sizeof(marker), "step %llu\n", (unsigned long long)step);
     if (ckpt_write_file(marker_tmp, marker, (size_t)mn, err, errlen) != 0)
         return -1;
     if (rename(marker_tmp, file) != 0) {
@@ -484,6 +519,25 @@ static inline int checkpoint_save_try(const char *dir, const LlamaConfig *config
     if (out_path)
         ckpt_path(out_path, out_len, "%s", final_dir);
     return 0;
+}
+
+/* A whole single-process save: <dir>/step_<08d>/ written atomically (see the top
+ * of this file). params and adam_m/adam_v hold layout->total floats; adam_m/adam_v
+ * may be NULL before the first AdamW step (written as zeros). */
+static inline int checkpoint_save_try(const char *dir, const LlamaConfig *config, const ParamLayout *layout,
+                                      const float *params, const float *adam_m, const float *adam_v,
+                                      const CheckpointState *state, int keep, char *out_path, size_t out_len, char *err,
+                                      size_t errlen)
+{
+    char staging[CKPT_PATH_MAX];
+    if (checkpoint_stage_try(dir, state->step, staging, sizeof(staging), err, errlen) != 0)
+        return -1;
+    if (checkpoint_write_model_try(staging, config, layout, params, err, errlen) != 0)
+        return -1;
+    if (checkpoint_write_state_try(staging, state, layout->total, adam_m ? adam_m + state->shard_offset : NULL,
+                                   adam_v ? adam_v + state->shard_offset : NULL, err, errlen) != 0)
+        return -1;
+    return checkpoint_commit_try(dir, state->step, keep, out_path, out_len, err, errlen);
 }
 
 static inline void checkpoint_save(const char *dir, const LlamaConfig *config, const ParamLayout *layout,
@@ -890,8 +944,10 @@ fail:
 
 /* Read train_state.bin at path: the header into state, AdamW moments of the
  * file's shard into adam_m/adam_v (each of `total` floats, at the shard offset). */
-static inline int checkpoint_load_state_try(const char *path, int64_t total, CheckpointState *state, float *adam_m,
-                                            float *adam_v, char *err, size_t errlen)
+/* Opens a train_state file and reads and checks its header into state; *out is
+ * the open file, positioned after the header. */
+static inline int ckpt_open_state(const char *path, int64_t total, CheckpointState *state, FILE **out, char *err,
+                                  size_t errlen)
 {
     unsigned char h[CKPT_STATE_HEADER_BYTES];
     int64_t size, file_total;
@@ -936,11 +992,83 @@ static inline int checkpoint_load_state_try(const char *path, int64_t total, Che
     if (size != CKPT_STATE_HEADER_BYTES + 8 * state->shard_count)
         CKPT_ERR("'%s' is %lld bytes, its header describes %lld (truncated or corrupt)", path, (long long)size,
                  (long long)(CKPT_STATE_HEADER_BYTES + 8 * state->shard_count));
+    *out = f;
+    return 0;
+fail:
+    if (f)
+        fclose(f);
+    return -1;
+}
+
+/* One train_state file's AdamW moments into adam_m/adam_v, which hold all `total`
+ * elements (indexed by flat offset). */
+static inline int checkpoint_load_state_try(const char *path, int64_t total, CheckpointState *state, float *adam_m,
+                                            float *adam_v, char *err, size_t errlen)
+{
+    FILE *f = NULL;
+    if (ckpt_open_state(path, total, state, &f, err, errlen) != 0)
+        return -1;
     if (fread(adam_m + state->shard_offset, sizeof(float), (size_t)state->shard_count, f) !=
             (size_t)state->shard_count ||
         fread(adam_v + state->shard_offset, sizeof(float), (size_t)state->shard_count, f) != (size_t)state->shard_count)
         CKPT_ERR("'%s': short read of the AdamW moments", path);
     fclose(f);
+    return 0;
+fail:
+    if (f)
+        fclose(f);
+    return -1;
+}
+
+/* The AdamW moments of flat elements [first, first + count) into m[count] and
+ * v[count], from the train_state files of ckpt_dir, whatever world size wrote
+ * them (they must tile [0, total)); elements at or past total are zero (ZeRO
+ * padding). state receives rank 0's header (step, data position, RNG). */
+static inline int checkpoint_load_moments_try(const char *ckpt_dir, int64_t total, int64_t first, int64_t count,
+                                              float *m, float *v, CheckpointState *state, char *err, size_t errlen)
+{
+    char path[CKPT_PATH_MAX + 64];
+    FILE *f = NULL;
+    int world = 1;
+    int64_t covered = 0;
+    CheckpointState h;
+    memset(m, 0, (size_t)count * sizeof(float));
+    memset(v, 0, (size_t)count * sizeof(float));
+    checkpoint_state_file(path, sizeof(path), ckpt_dir, 0, 1);
+    if (!ckpt_exists(path)) {
+        checkpoint_state_file(path, sizeof(path), ckpt_dir, 0, 2);
+        if (ckpt_open_state(path, total, &h, &f, err, errlen) != 0)
+            return -1;
+        fclose(f);
+        f = NULL;
+        world = h.world;
+    }
+    for (int r = 0; r < world; r++) {
+        checkpoint_state_file(path, sizeof(path), ckpt_dir, r, world);
+        if (ckpt_open_state(path, total, &h, &f, err, errlen) != 0)
+            return -1;
+        if (h.rank != r || h.world != world || h.shard_offset != covered)
+            CKPT_ERR("'%s' is rank %d of %d with range [%lld, +%lld); expected rank %d of %d from %lld (a checkpoint "
+                     "mixed from several runs?)",
+                     path, h.rank, h.world, (long long)h.shard_offset, (long long)h.shard_count, r, world,
+                     (long long)covered);
+        if (r == 0)
+            *state = h;
+        int64_t lo = h.shard_offset > first ? h.shard_offset : first;
+        int64_t hi = h.shard_offset + h.shard_count < first + count ? h.shard_offset + h.shard_count : first + count;
+        for (int which = 0; which < 2 && lo < hi; which++) {
+            off_t at = (off_t)CKPT_STATE_HEADER_BYTES + (off_t)(which * h.shard_count + lo - h.shard_offset) * 4;
+            float *dst = (which == 0 ? m : v) + (lo - first);
+            if (fseeko(f, at, SEEK_SET) != 0 || fread(dst, sizeof(float), (size_t)(hi - lo), f) != (size_t)(hi - lo))
+                CKPT_ERR("'%s': short read of the AdamW moments", path);
+        }
+        covered += h.shard_count;
+        fclose(f);
+        f = NULL;
+    }
+    if (covered != total)
+        CKPT_ERR("the train_state files of '%s' cover %lld of %lld parameters (a rank's file is missing?)", ckpt_dir,
+                 (long long)covered, (long long)total);
     return 0;
 fail:
     if (f)

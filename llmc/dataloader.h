@@ -32,8 +32,9 @@
  *   dataloader_reset(dl)        back to the first window of epoch 0.
  *   dataloader_get_state(dl, &state) / dataloader_set_state(dl, &state)
  *       the position of the next batch, a POD for checkpoints: restoring it
- *       in a loader opened on the same shards with the same B, T, world and
- *       shuffle gives the same batches as the uninterrupted run.
+ *       in a loader opened on the same shards with the same window (world*B),
+ *       T and shuffle gives the same batches as the uninterrupted run, also
+ *       for another world size (each rank then takes its new slice).
  *   dataloader_free(dl)
  *   dl->windows_per_epoch: batches in one pass over all shards.
  *   dl->vocab_size, dl->bos_id, dl->eos_id: from the shard headers.
@@ -242,9 +243,10 @@ static inline uint64_t dataloader_layout_(const DataLoader *dl)
     for (int i = 0; i < dl->num_shards; i++) {
         h = dataloader_mix_(h ^ dl->shards[i].num_tokens);
     }
-    h = dataloader_mix_(h ^ (uint64_t)dl->B);
+    /* the window (world * B rows), not B and world apart: a run resumed on another
+     * number of GPUs with the same global batch reads the same windows */
+    h = dataloader_mix_(h ^ (uint64_t)dl->B * (uint64_t)dl->world);
     h = dataloader_mix_(h ^ (uint64_t)dl->T);
-    h = dataloader_mix_(h ^ (uint64_t)dl->world);
     return dataloader_mix_(h ^ (uint64_t)dl->shuffle);
 }
 

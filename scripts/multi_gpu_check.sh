@@ -154,7 +154,8 @@ EOF
         pid=$!
         # kill as soon as step 5 is logged: its checkpoint is being written then
         for _ in $(seq 600); do
-            [ "$(grep -c '"loss"' "$out/ck_killed.jsonl" 2> /dev/null)" -ge 5 ] && break
+            logged=$(grep -c '"loss"' "$out/ck_killed.jsonl" 2> /dev/null)
+            [ "${logged:-0}" -ge 5 ] && break
             sleep 0.1
         done
         kill -9 $pid 2> /dev/null

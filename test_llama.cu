@@ -82,23 +82,6 @@ static float *download_f32(const float *d, int64_t n)
     return out;
 }
 
-/* The fp32 master weights, joined on the host: [layout.total] floats, the caller frees. */
-static float *llama_download_master(const Llama *m)
-{
-    int64_t P = m->layout.total;
-    uint16_t *hi = (uint16_t *)malloc_check((size_t)P * sizeof(uint16_t), "bf16 parameter staging");
-    int16_t *lo = (int16_t *)malloc_check((size_t)P * sizeof(int16_t), "master residual staging");
-    float *master = (float *)malloc_check((size_t)P * sizeof(float), "master weights");
-    CUDA_CHECK(cudaMemcpy(hi, m->params, (size_t)P * sizeof(uint16_t), cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(lo, m->master_lo, (size_t)P * sizeof(int16_t), cudaMemcpyDeviceToHost));
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < P; i++)
-        master[i] = master_join(hi[i], lo[i]);
-    free(hi);
-    free(lo);
-    return master;
-}
-
 static float meta_float(const TensorFile *tf, const char *key)
 {
     const char *v = tensorfile_meta(tf, key);
@@ -158,7 +141,7 @@ static void test_dump(const char *dump_path)
             tensorfile_read(&wf, t->name, TF_FLOAT32, t->numel, file_weights + t->offset);
         }
         tensorfile_close(&wf);
-        float *master = llama_download_master(&m);
+        float *master = llama_download_master(&m, m.master_lo);
         check("fp32 master weights on the device equal the weights file bit for bit",
               memcmp(master, file_weights, (size_t)m.layout.total * sizeof(float)) == 0);
         free(master);

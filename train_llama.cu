@@ -185,6 +185,25 @@ static void llama_upload_params(Llama *m, const float *host_master)
     free(lo);
 }
 
+/* The fp32 master weights joined on the host from the bf16 weights and full_lo, the
+ * residuals of all layout.total parameters (master_lo itself when this rank holds
+ * them all): [layout.total] floats, the caller frees. */
+static float *llama_download_master(const Llama *m, const int16_t *full_lo)
+{
+    int64_t P = m->layout.total;
+    uint16_t *hi = (uint16_t *)malloc_check((size_t)P * sizeof(uint16_t), "bf16 parameter staging");
+    int16_t *lo = (int16_t *)malloc_check((size_t)P * sizeof(int16_t), "master residual staging");
+    float *master = (float *)malloc_check((size_t)P * sizeof(float), "master weights");
+    CUDA_CHECK(cudaMemcpy(hi, m->params, (size_t)P * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(lo, full_lo, (size_t)P * sizeof(int16_t), cudaMemcpyDeviceToHost));
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < P; i++)
+        master[i] = master_join(hi[i], lo[i]);
+    free(hi);
+    free(lo);
+    return master;
+}
+
 static void llama_build(Llama *m, const LlamaConfig *config, int B, int T, int recompute, int max_accum,
                         size_t logits_budget_bytes, const Dist *dist, int zero_stage)
 {
@@ -533,18 +552,9 @@ static void llama_save_checkpoint(Llama *m, const char *dir, int keep, Checkpoin
     dist_sum_host(d, 0.0, s); /* the staging directory exists for everyone */
     ckpt_path(staging, sizeof(staging), "%s/step_%08llu.tmp", dir, (unsigned long long)state.step);
     if (d->rank == 0) {
-        uint16_t *hi = (uint16_t *)malloc_check((size_t)P * sizeof(uint16_t), "checkpoint weights");
-        int16_t *lo = (int16_t *)malloc_check((size_t)P * sizeof(int16_t), "checkpoint weights");
-        float *master = (float *)malloc_check((size_t)P * sizeof(float), "checkpoint weights");
-        CUDA_CHECK(cudaMemcpy(hi, m->params, (size_t)P * sizeof(uint16_t), cudaMemcpyDeviceToHost));
-        CUDA_CHECK(cudaMemcpy(lo, full_lo, (size_t)P * sizeof(int16_t), cudaMemcpyDeviceToHost));
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < P; i++)
-            master[i] = master_join(hi[i], lo[i]);
+        float *master = llama_download_master(m, full_lo);
         fail_if_error(checkpoint_write_model_try(staging, &m->config, &m->layout, master, err, sizeof(err)), d->rank,
                       "saving a checkpoint", err);
-        free(hi);
-        free(lo);
         free(master);
     }
     if (m->zero_stage >= 1 || d->rank == 0) {
@@ -1183,12 +1193,9 @@ int main(int argc, char **argv)
                     a.zero_stage, mfu, peak_gib, used_gib);
             fflush(log);
         }
-        if (a.checkpoint_dir && ((a.save_every > 0 && (step + 1) % a.save_every == 0) || step + 1 == a.steps)) {
-            CheckpointState st;
-            memset(&st, 0, sizeof(st));
-            st.step = (uint64_t)(step + 1);
-            st.adam_step = (uint64_t)model.adam_step;
-            st.rng_state = src.rng;
+        if (a.checkpoint_dir && checkpoint_due(step + 1, a.save_every, a.steps)) {
+            CheckpointState st =
+                checkpoint_state((uint64_t)(step + 1), (uint64_t)model.adam_step, src.rng, model.layout.total);
             if (!src.random)
                 dataloader_get_state(&src.loader, &st.data);
             llama_save_checkpoint(&model, a.checkpoint_dir, a.keep, st, stream);

@@ -1053,16 +1053,10 @@ int main(int argc, char **argv)
                     step + 1, loss, opt.lr, norm, tokens_per_s);
             fflush(log);
         }
-        if (a.checkpoint_dir && ((a.save_every > 0 && (step + 1) % a.save_every == 0) || step + 1 == a.steps)) {
-            CheckpointState st;
-            memset(&st, 0, sizeof(st));
-            st.step = (uint64_t)(step + 1);
-            st.adam_step = (uint64_t)model.adam_step;
-            st.rng_state = (uint64_t)a.seed; /* training draws no random numbers after the init */
-            st.rank = 0;
-            st.world = 1;
-            st.shard_offset = 0;
-            st.shard_count = model.layout.total;
+        if (a.checkpoint_dir && checkpoint_due(step + 1, a.save_every, a.steps)) {
+            /* training draws no random numbers after the init: the seed stands for the RNG */
+            CheckpointState st = checkpoint_state((uint64_t)(step + 1), (uint64_t)model.adam_step, (uint64_t)a.seed,
+                                                  model.layout.total);
             dataloader_get_state(&train, &st.data);
             char saved[CKPT_PATH_MAX];
             checkpoint_save(a.checkpoint_dir, c, &model.layout, model.params, model.adam_m, model.adam_v, &st, a.keep,

@@ -79,6 +79,27 @@ typedef struct {
     DataLoaderState data;
 } CheckpointState;
 
+/* Whether a run saves after completing steps_done of total_steps: every save_every
+ * steps (0: never) and at the end. */
+static inline int checkpoint_due(int steps_done, int save_every, int total_steps)
+{
+    return (save_every > 0 && steps_done % save_every == 0) || steps_done == total_steps;
+}
+
+/* The state of a single-process run after `step` optimizer steps; a sharded
+ * optimizer sets rank, world and the range per file. */
+static inline CheckpointState checkpoint_state(uint64_t step, uint64_t adam_step, uint64_t rng_state, int64_t total)
+{
+    CheckpointState st;
+    memset(&st, 0, sizeof(st));
+    st.step = step;
+    st.adam_step = adam_step;
+    st.rng_state = rng_state;
+    st.world = 1;
+    st.shard_count = total;
+    return st;
+}
+
 #define CKPT_ERR(...)                                                                                                  \
     do {                                                                                                               \
         ckpt_path(err, errlen, __VA_ARGS__);                                                                           \

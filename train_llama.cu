@@ -47,6 +47,7 @@
 #include "llmc/adamw.h"
 #include "llmc/checkpoint.h"
 #include "llmc/distributed.h"
+#include "llmc/flags.h"
 #include "llmc/profile.h"
 
 #define IGNORE_INDEX (-100)
@@ -634,216 +635,122 @@ typedef struct {
     int untied;
 } Args;
 
-static void usage(FILE *out)
+#define F(name, type, field, help) FLAG(name, type, Args, field, help)
+static const Flag TRAIN_FLAGS[] = {
+    FLAG_SECTION("data"),
+    F("--train", FLAG_STRING, train_pattern, "train shards, a glob"),
+    F("--val", FLAG_STRING, val_pattern, "val shards, a glob ('' = no evaluation)"),
+    F("--random-data", FLAG_SWITCH, random_data, "random tokens instead of shards (benchmarks)"),
+    FLAG_SECTION("model"),
+    F("--preset", FLAG_STRING, preset, "llama3.2-1b, llama3.2-3b, llama3.1-8b, nano, tiny or small (default tiny)"),
+    F("--init-from", FLAG_STRING, init_from, "start from a .llmt weights file (its shape, no preset needed)"),
+    F("--vocab", FLAG_INT, shape.vocab_size, "vocabulary size (overrides the preset)"),
+    F("--d-model", FLAG_INT, shape.d_model, "hidden size (overrides the preset)"),
+    F("--n-layer", FLAG_INT, shape.n_layer, "decoder layers (overrides the preset)"),
+    F("--n-head", FLAG_INT, shape.n_head, "query heads (overrides the preset)"),
+    F("--n-kv-head", FLAG_INT, shape.n_kv_head, "key/value heads (overrides the preset)"),
+    F("--head-dim", FLAG_INT, shape.head_dim, "head size (default d_model / n_head)"),
+    F("--ffn-dim", FLAG_INT, shape.ffn_dim, "SwiGLU hidden size (overrides the preset)"),
+    F("--untied", FLAG_SWITCH, untied, "untie lm_head from the embedding"),
+    FLAG_SECTION("batch"),
+    F("-B", FLAG_INT, B, "sequences per micro-batch and GPU"),
+    F("-T", FLAG_INT, T, "sequence length"),
+    F("--total-batch", FLAG_INT, total_batch,
+      "tokens per optimizer step over all GPUs, a multiple of B*T*GPUs "
+      "(default B*T*GPUs)"),
+    FLAG_SECTION("optimizer"),
+    F("--lr", FLAG_FLOAT, lr, "peak learning rate"),
+    F("--schedule", FLAG_STRING, schedule, "cosine, linear, constant or wsd"),
+    F("--warmup", FLAG_INT, warmup, "warmup steps"),
+    F("--min-lr-frac", FLAG_FLOAT, min_lr_frac, "final lr as a fraction of --lr"),
+    F("--decay-frac", FLAG_FLOAT, decay_frac, "wsd: fraction of the steps spent decaying"),
+    F("--weight-decay", FLAG_FLOAT, opt.weight_decay, "AdamW weight decay, on matrices only"),
+    F("--beta1", FLAG_FLOAT, opt.beta1, "AdamW beta1"),
+    F("--beta2", FLAG_FLOAT, opt.beta2, "AdamW beta2"),
+    F("--eps", FLAG_FLOAT, opt.eps, "AdamW epsilon"),
+    F("--grad-clip", FLAG_FLOAT, opt.grad_clip, "max global gradient norm, 0 = off"),
+    FLAG_SECTION("run"),
+    F("--steps", FLAG_INT, steps, "optimizer steps"),
+    F("--eval-every", FLAG_INT, eval_every, "evaluate on the val shards every N steps, 0 = never"),
+    F("--eval-batches", FLAG_INT, eval_batches, "val batches per evaluation"),
+    F("--recompute", FLAG_INT, recompute,
+      "0: store every activation; 1: recompute norms and SwiGLU; 2: also the "
+      "gate/up GEMM (least memory)"),
+    F("--logits-budget-mb", FLAG_FLOAT, logits_budget_mb, "memory for one chunk of logits"),
+    F("--profile-step", FLAG_INT, profile_step, "print where step N's GPU time goes, by kernel class"),
+    F("--seed", FLAG_INT, seed, "init and data-order seed"),
+    F("--log", FLAG_STRING, log_path, "JSON lines log ('' = none)"),
+    FLAG_SECTION("checkpoints"),
+    F("--checkpoint-dir", FLAG_STRING, checkpoint_dir,
+      "save DIR/step_<08d>/: model.safetensors (fp32, HF names), "
+      "config.json, optimizer state; at the end and"),
+    F("--save-every", FLAG_INT, save_every, "every N steps (0 = only at the end)"),
+    F("--keep", FLAG_INT, keep, "keep the newest K complete checkpoints (0 = all)"),
+    F("--resume", FLAG_SWITCH, resume, "continue from the newest complete checkpoint (on any number of GPUs)"),
+    FLAG_SECTION("several GPUs (one process per GPU: mpirun, a scheduler, or scripts/launch_multi_gpu.sh)"),
+    F("--zero-stage", FLAG_INT, zero_stage,
+      "0: all-reduce, every GPU keeps all optimizer state; 1: AdamW state "
+      "sharded over the GPUs"),
+    F("--rank", FLAG_INT, launch.rank,
+      "this process's rank, when no launcher variable says it (mpirun, "
+      "RANK/WORLD_SIZE, Slurm and PMI are read)"),
+    F("--world-size", FLAG_INT, launch.world, "number of processes, with --rank"),
+    F("--local-rank", FLAG_INT, launch.local_rank, "GPU on this host (default rank % GPUs)"),
+    F("--rendezvous", FLAG_STRING, rendezvous,
+      "without MPI: tcp://HOST:PORT of rank 0 or file:PATH on a shared "
+      "file system (default tcp://$MASTER_ADDR:$MASTER_PORT)"),
+    F("--rendezvous-timeout", FLAG_FLOAT, rendezvous_timeout, "seconds to wait for all ranks"),
+};
+#undef F
+#define N_TRAIN_FLAGS ((int)(sizeof(TRAIN_FLAGS) / sizeof(TRAIN_FLAGS[0])))
+
+static Args default_args(void)
 {
-    fprintf(out, "usage: ./train_llama [flags]\n"
-                 "Trains a Llama 3 family model on one GPU or several (bf16, fp32 master weights, AdamW).\n"
-                 "Several GPUs: one process per GPU, started by mpirun or by a scheduler (see README.md).\n\n"
-                 "data:\n"
-                 "  --train PATTERN       train shards, a glob (default data/shards/corpus_train_*.bin)\n"
-                 "  --val PATTERN         val shards, a glob (default data/shards/corpus_val_*.bin; '' = no eval)\n"
-                 "  --random-data         random tokens instead of shards (benchmarks)\n"
-                 "model:\n"
-                 "  --preset NAME         llama3.2-1b, llama3.2-3b, llama3.1-8b, nano, tiny, small (default tiny)\n"
-                 "  --init-from FILE      start from a .llmt weights file (its shape, no preset needed)\n"
-                 "  --vocab N --d-model N --n-layer N --n-head N --n-kv-head N --head-dim N --ffn-dim N\n"
-                 "                        override the preset's shape; --untied unties lm_head\n"
-                 "batch:\n"
-                 "  -B N                  sequences per micro-batch and GPU (default 4)\n"
-                 "  -T N                  sequence length (default 256)\n"
-                 "  --total-batch N       tokens per optimizer step over all GPUs, a multiple of B*T*GPUs\n"
-                 "                        (default B*T*GPUs)\n"
-                 "several GPUs:\n"
-                 "  --zero-stage N        0: every GPU keeps all optimizer state (all-reduce);\n"
-                 "                        1: AdamW state sharded over the GPUs (default)\n"
-                 "  --rank N --world-size N --local-rank N\n"
-                 "                        this process's place, when no launcher variables say it\n"
-                 "                        (mpirun, torchrun-style RANK/WORLD_SIZE, Slurm and PMI are read)\n"
-                 "  --rendezvous SPEC     without MPI: tcp://HOST:PORT of rank 0 or file:PATH on a shared\n"
-                 "                        file system (default tcp://MASTER_ADDR:MASTER_PORT)\n"
-                 "  --rendezvous-timeout S  seconds to wait for all ranks (default 300)\n"
-                 "optimizer:\n"
-                 "  --lr F                peak learning rate (default 3e-4)\n"
-                 "  --schedule NAME       cosine, linear, constant or wsd (default cosine)\n"
-                 "  --warmup N            warmup steps (default 10)\n"
-                 "  --min-lr-frac F       final lr as a fraction of --lr (default 0.1)\n"
-                 "  --decay-frac F        wsd: fraction of steps spent decaying (default 0.2)\n"
-                 "  --weight-decay F      on matrices only (default 0.1)\n"
-                 "  --beta1 F --beta2 F --eps F   AdamW (default 0.9, 0.95, 1e-8)\n"
-                 "  --grad-clip F         max global grad norm, 0 = off (default 1.0)\n"
-                 "run:\n"
-                 "  --steps N             optimizer steps (default 50)\n"
-                 "  --eval-every N        evaluate on the val shards every N steps, 0 = never (default 25)\n"
-                 "  --eval-batches N      val batches per evaluation (default 8)\n"
-                 "  --recompute N         0: store all activations; 1: recompute norms and SwiGLU (default);\n"
-                 "                        2: also recompute the gate/up GEMM (least memory)\n"
-                 "  --logits-budget-mb F  memory for one chunk of logits (default 512)\n"
-                 "  --profile-step N      print where step N's GPU time goes, by kernel class (default: none)\n"
-                 "  --seed N              init and data-order seed (default 1337)\n"
-                 "checkpoints:\n"
-                 "  --checkpoint-dir DIR  save checkpoints here: DIR/step_<08d>/ with model.safetensors (fp32, HF\n"
-                 "                        names), config.json and the optimizer state; at the end of the run and\n"
-                 "  --save-every N        every N steps (default 0: only at the end)\n"
-                 "  --keep K              keep the newest K complete checkpoints (default 3, 0 = all)\n"
-                 "  --resume              continue from the newest complete checkpoint in DIR (any GPU count)\n"
-                 "  --log FILE            JSON lines log (default log/train_llama.jsonl; '' = none)\n"
-                 "  -h, --help            this text\n");
+    Args a;
+    memset(&a, 0, sizeof(a));
+    a.train_pattern = "data/shards/corpus_train_*.bin";
+    a.val_pattern = "data/shards/corpus_val_*.bin";
+    a.log_path = "log/train_llama.jsonl";
+    a.schedule = "cosine";
+    a.B = 4;
+    a.T = 256;
+    a.steps = 50;
+    a.warmup = 10;
+    a.eval_every = 25;
+    a.eval_batches = 8;
+    a.recompute = 1;
+    a.seed = 1337;
+    a.lr = 3e-4f;
+    a.min_lr_frac = 0.1f;
+    a.decay_frac = 0.2f;
+    a.logits_budget_mb = 512.0f;
+    a.profile_step = -1;
+    a.opt.beta1 = 0.9f;
+    a.opt.beta2 = 0.95f;
+    a.opt.eps = 1e-8f;
+    a.opt.weight_decay = 0.1f;
+    a.opt.grad_clip = 1.0f;
+    a.zero_stage = 1;
+    a.keep = 3;
+    a.launch.rank = a.launch.world = a.launch.local_rank = -1;
+    a.rendezvous_timeout = 300.0f;
+    return a;
 }
 
-static int parse_int(const char *flag, const char *v)
+static void usage(void)
 {
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (*v == '\0' || *end != '\0' || x < -2147483647L || x > 2147483647L)
-        FAIL("%s needs an integer, got '%s'\n  hint: ./train_llama --help", flag, v);
-    return (int)x;
-}
-
-static float parse_float(const char *flag, const char *v)
-{
-    char *end;
-    float x = strtof(v, &end);
-    if (*v == '\0' || *end != '\0' || !isfinite(x))
-        FAIL("%s needs a number, got '%s'\n  hint: ./train_llama --help", flag, v);
-    return x;
+    Args defaults = default_args();
+    printf("usage: ./train_llama [flags]\n"
+           "Trains a Llama 3 family model on one GPU or several (bf16, fp32 master weights, AdamW).\n\n");
+    flags_usage(stdout, TRAIN_FLAGS, N_TRAIN_FLAGS, &defaults);
+    printf("  %-22s this text\n", "-h, --help");
+    exit(0);
 }
 
 static void parse_args(Args *a, int argc, char **argv)
 {
-    memset(a, 0, sizeof(*a));
-    a->train_pattern = "data/shards/corpus_train_*.bin";
-    a->val_pattern = "data/shards/corpus_val_*.bin";
-    a->preset = NULL;
-    a->log_path = "log/train_llama.jsonl";
-    a->schedule = "cosine";
-    a->B = 4;
-    a->T = 256;
-    a->steps = 50;
-    a->warmup = 10;
-    a->eval_every = 25;
-    a->eval_batches = 8;
-    a->recompute = 1;
-    a->seed = 1337;
-    a->lr = 3e-4f;
-    a->min_lr_frac = 0.1f;
-    a->decay_frac = 0.2f;
-    a->logits_budget_mb = 512.0f;
-    a->profile_step = -1;
-    a->zero_stage = 1;
-    a->keep = 3;
-    a->launch.rank = a->launch.world = a->launch.local_rank = -1;
-    a->rendezvous_timeout = 300.0f;
-    a->opt.beta1 = 0.9f;
-    a->opt.beta2 = 0.95f;
-    a->opt.eps = 1e-8f;
-    a->opt.weight_decay = 0.1f;
-    a->opt.grad_clip = 1.0f;
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i];
-        if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
-            usage(stdout);
-            exit(0);
-        }
-        if (!strcmp(f, "--random-data")) {
-            a->random_data = 1;
-            continue;
-        }
-        if (!strcmp(f, "--untied")) {
-            a->untied = 1;
-            continue;
-        }
-        if (!strcmp(f, "--resume")) {
-            a->resume = 1;
-            continue;
-        }
-        if (i + 1 >= argc)
-            FAIL("unknown flag '%s' or it lacks a value\n  hint: ./train_llama --help", f);
-        const char *v = argv[++i];
-        if (!strcmp(f, "--train"))
-            a->train_pattern = v;
-        else if (!strcmp(f, "--val"))
-            a->val_pattern = v;
-        else if (!strcmp(f, "--preset"))
-            a->preset = v;
-        else if (!strcmp(f, "--init-from"))
-            a->init_from = v;
-        else if (!strcmp(f, "--log"))
-            a->log_path = v;
-        else if (!strcmp(f, "--schedule"))
-            a->schedule = v;
-        else if (!strcmp(f, "-B"))
-            a->B = parse_int(f, v);
-        else if (!strcmp(f, "-T"))
-            a->T = parse_int(f, v);
-        else if (!strcmp(f, "--total-batch"))
-            a->total_batch = parse_int(f, v);
-        else if (!strcmp(f, "--steps"))
-            a->steps = parse_int(f, v);
-        else if (!strcmp(f, "--warmup"))
-            a->warmup = parse_int(f, v);
-        else if (!strcmp(f, "--eval-every"))
-            a->eval_every = parse_int(f, v);
-        else if (!strcmp(f, "--eval-batches"))
-            a->eval_batches = parse_int(f, v);
-        else if (!strcmp(f, "--recompute"))
-            a->recompute = parse_int(f, v);
-        else if (!strcmp(f, "--seed"))
-            a->seed = parse_int(f, v);
-        else if (!strcmp(f, "--profile-step"))
-            a->profile_step = parse_int(f, v);
-        else if (!strcmp(f, "--zero-stage"))
-            a->zero_stage = parse_int(f, v);
-        else if (!strcmp(f, "--checkpoint-dir"))
-            a->checkpoint_dir = v;
-        else if (!strcmp(f, "--save-every"))
-            a->save_every = parse_int(f, v);
-        else if (!strcmp(f, "--keep"))
-            a->keep = parse_int(f, v);
-        else if (!strcmp(f, "--rank"))
-            a->launch.rank = parse_int(f, v);
-        else if (!strcmp(f, "--world-size"))
-            a->launch.world = parse_int(f, v);
-        else if (!strcmp(f, "--local-rank"))
-            a->launch.local_rank = parse_int(f, v);
-        else if (!strcmp(f, "--rendezvous"))
-            a->rendezvous = v;
-        else if (!strcmp(f, "--rendezvous-timeout"))
-            a->rendezvous_timeout = parse_float(f, v);
-        else if (!strcmp(f, "--lr"))
-            a->lr = parse_float(f, v);
-        else if (!strcmp(f, "--min-lr-frac"))
-            a->min_lr_frac = parse_float(f, v);
-        else if (!strcmp(f, "--decay-frac"))
-            a->decay_frac = parse_float(f, v);
-        else if (!strcmp(f, "--weight-decay"))
-            a->opt.weight_decay = parse_float(f, v);
-        else if (!strcmp(f, "--beta1"))
-            a->opt.beta1 = parse_float(f, v);
-        else if (!strcmp(f, "--beta2"))
-            a->opt.beta2 = parse_float(f, v);
-        else if (!strcmp(f, "--eps"))
-            a->opt.eps = parse_float(f, v);
-        else if (!strcmp(f, "--grad-clip"))
-            a->opt.grad_clip = parse_float(f, v);
-        else if (!strcmp(f, "--logits-budget-mb"))
-            a->logits_budget_mb = parse_float(f, v);
-        else if (!strcmp(f, "--vocab"))
-            a->shape.vocab_size = parse_int(f, v);
-        else if (!strcmp(f, "--d-model"))
-            a->shape.d_model = parse_int(f, v);
-        else if (!strcmp(f, "--n-layer"))
-            a->shape.n_layer = parse_int(f, v);
-        else if (!strcmp(f, "--n-head"))
-            a->shape.n_head = parse_int(f, v);
-        else if (!strcmp(f, "--n-kv-head"))
-            a->shape.n_kv_head = parse_int(f, v);
-        else if (!strcmp(f, "--head-dim"))
-            a->shape.head_dim = parse_int(f, v);
-        else if (!strcmp(f, "--ffn-dim"))
-            a->shape.ffn_dim = parse_int(f, v);
-        else
-            FAIL("unknown flag '%s'\n  hint: ./train_llama --help", f);
-    }
+    *a = default_args();
+    flags_parse(TRAIN_FLAGS, N_TRAIN_FLAGS, argc, argv, a, usage);
     a->opt.lr = a->lr;
     if (a->B <= 0 || a->T <= 0)
         FAIL("-B and -T must be positive (got %d, %d)", a->B, a->T);

@@ -29,6 +29,7 @@
 
 #include "llmc/checkpoint.h"
 #include "llmc/dataloader.h"
+#include "llmc/flags.h"
 #include "llmc/llama_config.h"
 #include "llmc/schedule.h"
 #include "llmc/tensorfile.h"
@@ -770,108 +771,65 @@ typedef struct {
     double lr, min_lr_frac, weight_decay, beta1, beta2, eps, grad_clip;
 } Args;
 
-typedef struct {
-    const char *name;
-    char type; /* 'i' int, 'd' double, 's' string, 'b' switch (no value; sets the int to 1) */
-    size_t offset;
-    const char *help;
-} Flag;
-
-#define FLAG(name, type, field, help) {name, type, offsetof(Args, field), help}
+#define F(name, type, field, help) FLAG(name, type, Args, field, help)
 static const Flag FLAGS[] = {
-    FLAG("--train", 's', train_pattern, "glob of the training token shards (required), e.g. 'data/shards/train_*.bin'"),
-    FLAG("--val", 's', val_pattern, "glob of the validation token shards (optional)"),
-    FLAG("--preset", 's', preset, "model shape, one of the presets listed below"),
-    FLAG("--d-model", 'i', d_model, "hidden size (overrides the preset; head_dim becomes d_model / n_head)"),
-    FLAG("--n-layer", 'i', n_layer, "decoder layers (overrides the preset)"),
-    FLAG("--n-head", 'i', n_head, "query heads (overrides the preset)"),
-    FLAG("--n-kv-head", 'i', n_kv_head, "key/value heads, dividing n_head (overrides the preset)"),
-    FLAG("--ffn-dim", 'i', ffn_dim, "SwiGLU hidden size (overrides the preset)"),
-    FLAG("--vocab", 'i', vocab, "vocabulary size (default: the preset's, 128256 for the Llama 3 tokenizer)"),
-    FLAG("--init-from", 's', init_from, "start from a .weights.llmt file; the model config comes from the file"),
-    FLAG("-B", 'i', B, "sequences per micro-batch"),
-    FLAG("-T", 'i', T, "sequence length, at most the model's max_seq_len"),
-    FLAG("--grad-accum", 'i', grad_accum, "micro-batches per optimizer step"),
-    FLAG("--steps", 'i', steps, "optimizer steps"),
-    FLAG("--lr", 'd', lr, "peak learning rate"),
-    FLAG("--schedule", 's', lr_schedule, "after warmup: cosine or linear to min-lr-frac * lr, constant, or wsd (llmc/schedule.h)"),
-    FLAG("--min-lr-frac", 'd', min_lr_frac, "final learning rate as a fraction of --lr (cosine schedule)"),
-    FLAG("--warmup", 'i', warmup, "linear warmup steps"),
-    FLAG("--weight-decay", 'd', weight_decay, "AdamW weight decay, applied to matrices only"),
-    FLAG("--beta1", 'd', beta1, "AdamW beta1"),
-    FLAG("--beta2", 'd', beta2, "AdamW beta2"),
-    FLAG("--eps", 'd', eps, "AdamW epsilon"),
-    FLAG("--grad-clip", 'd', grad_clip, "max global gradient L2 norm; 0 disables clipping"),
-    FLAG("--eval-every", 'i', eval_every, "evaluate on --val every N steps and at the end; 0: only at the end"),
-    FLAG("--eval-batches", 'i', eval_batches, "validation batches per evaluation"),
-    FLAG("--seed", 'i', seed, "seed of the weight init and the data order"),
-    FLAG("--log", 's', log_path, "append JSON lines (step, loss, lr, grad_norm, tokens_per_s, val_loss) here"),
-    FLAG("--checkpoint-dir", 's', checkpoint_dir, "save checkpoints (HF safetensors + optimizer state) under this directory"),
-    FLAG("--save-every", 'i', save_every, "checkpoint every N steps; 0: only at the end (needs --checkpoint-dir)"),
-    FLAG("--keep", 'i', keep, "keep the newest K complete checkpoints; 0: all"),
-    FLAG("--resume", 'b', resume, "continue from the newest complete checkpoint in --checkpoint-dir (fresh if none)"),
+    F("--train", FLAG_STRING, train_pattern, "glob of the training token shards (required), e.g. 'data/shards/train_*.bin'"),
+    F("--val", FLAG_STRING, val_pattern, "glob of the validation token shards (optional)"),
+    F("--preset", FLAG_STRING, preset, "model shape, one of the presets listed below"),
+    F("--d-model", FLAG_INT, d_model, "hidden size (overrides the preset; head_dim becomes d_model / n_head)"),
+    F("--n-layer", FLAG_INT, n_layer, "decoder layers (overrides the preset)"),
+    F("--n-head", FLAG_INT, n_head, "query heads (overrides the preset)"),
+    F("--n-kv-head", FLAG_INT, n_kv_head, "key/value heads, dividing n_head (overrides the preset)"),
+    F("--ffn-dim", FLAG_INT, ffn_dim, "SwiGLU hidden size (overrides the preset)"),
+    F("--vocab", FLAG_INT, vocab, "vocabulary size (default: the preset's, 128256 for the Llama 3 tokenizer)"),
+    F("--init-from", FLAG_STRING, init_from, "start from a .weights.llmt file; the model config comes from the file"),
+    F("-B", FLAG_INT, B, "sequences per micro-batch"),
+    F("-T", FLAG_INT, T, "sequence length, at most the model's max_seq_len"),
+    F("--grad-accum", FLAG_INT, grad_accum, "micro-batches per optimizer step"),
+    F("--steps", FLAG_INT, steps, "optimizer steps"),
+    F("--lr", FLAG_DOUBLE, lr, "peak learning rate"),
+    F("--schedule", FLAG_STRING, lr_schedule, "after warmup: cosine or linear to min-lr-frac * lr, constant, or wsd (llmc/schedule.h)"),
+    F("--min-lr-frac", FLAG_DOUBLE, min_lr_frac, "final learning rate as a fraction of --lr (cosine schedule)"),
+    F("--warmup", FLAG_INT, warmup, "linear warmup steps"),
+    F("--weight-decay", FLAG_DOUBLE, weight_decay, "AdamW weight decay, applied to matrices only"),
+    F("--beta1", FLAG_DOUBLE, beta1, "AdamW beta1"),
+    F("--beta2", FLAG_DOUBLE, beta2, "AdamW beta2"),
+    F("--eps", FLAG_DOUBLE, eps, "AdamW epsilon"),
+    F("--grad-clip", FLAG_DOUBLE, grad_clip, "max global gradient L2 norm; 0 disables clipping"),
+    F("--eval-every", FLAG_INT, eval_every, "evaluate on --val every N steps and at the end; 0: only at the end"),
+    F("--eval-batches", FLAG_INT, eval_batches, "validation batches per evaluation"),
+    F("--seed", FLAG_INT, seed, "seed of the weight init and the data order"),
+    F("--log", FLAG_STRING, log_path, "append JSON lines (step, loss, lr, grad_norm, tokens_per_s, val_loss) here"),
+    F("--checkpoint-dir", FLAG_STRING, checkpoint_dir, "save checkpoints (HF safetensors + optimizer state) under this directory"),
+    F("--save-every", FLAG_INT, save_every, "checkpoint every N steps; 0: only at the end (needs --checkpoint-dir)"),
+    F("--keep", FLAG_INT, keep, "keep the newest K complete checkpoints; 0: all"),
+    F("--resume", FLAG_SWITCH, resume, "continue from the newest complete checkpoint in --checkpoint-dir (fresh if none)"),
 };
+#undef F
 #define N_FLAGS ((int)(sizeof(FLAGS) / sizeof(FLAGS[0])))
 
-static void usage(FILE *out, const Args *defaults)
+static Args usage_defaults;
+
+static void usage(void)
 {
-    fprintf(out, "usage: ./train_llama_ref --train PATTERN [options]\n"
-                 "Trains Llama 3 on the CPU in fp32 (the reference implementation).\n\noptions:\n");
-    for (int i = 0; i < N_FLAGS; i++) {
-        const Flag *f = &FLAGS[i];
-        const char *field = (const char *)defaults + f->offset;
-        char def[64] = "";
-        if (f->type == 'i' && *(const int *)field >= 0 && f->offset != offsetof(Args, resume)) snprintf(def, sizeof(def), " (default %d)", *(const int *)field);
-        if (f->type == 'd') snprintf(def, sizeof(def), " (default %g)", *(const double *)field);
-        if (f->type == 's' && *(const char *const *)field) snprintf(def, sizeof(def), " (default %s)", *(const char *const *)field);
-        fprintf(out, "  %-15s %s%s\n", f->name, f->help, def);
-    }
-    fprintf(out, "  %-15s this help\n\npresets:\n", "--help");
+    printf("usage: ./train_llama_ref --train PATTERN [options]\n"
+           "Trains Llama 3 on the CPU in fp32 (the reference implementation).\n\noptions:\n");
+    flags_usage(stdout, FLAGS, N_FLAGS, &usage_defaults);
+    printf("  %-22s this help\n\npresets:\n", "-h, --help");
     for (int i = 0; i < LLAMA_N_PRESETS; i++) {
         const LlamaConfig *c = &LLAMA_PRESETS[i].config;
-        fprintf(out, "  %-15s d_model %d, %d layers, %d heads (%d kv), ffn %d, vocab %d, max_seq_len %d\n",
-                LLAMA_PRESETS[i].name, c->d_model, c->n_layer, c->n_head, c->n_kv_head, c->ffn_dim, c->vocab_size,
-                c->max_seq_len);
+        printf("  %-15s d_model %d, %d layers, %d heads (%d kv), ffn %d, vocab %d, max_seq_len %d\n",
+               LLAMA_PRESETS[i].name, c->d_model, c->n_layer, c->n_head, c->n_kv_head, c->ffn_dim, c->vocab_size,
+               c->max_seq_len);
     }
+    exit(0);
 }
 
+/* args holds the defaults on entry. */
 static void parse_args(Args *args, int argc, char **argv)
 {
-    const Args defaults = *args;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(stdout, &defaults);
-            exit(0);
-        }
-        const Flag *f = NULL;
-        for (int k = 0; k < N_FLAGS; k++) {
-            if (strcmp(argv[i], FLAGS[k].name) == 0) f = &FLAGS[k];
-        }
-        if (f == NULL) FAIL("unknown option '%s'; ./train_llama_ref --help lists them", argv[i]);
-        if (f->type == 'b') {
-            *(int *)((char *)args + f->offset) = 1;
-            continue;
-        }
-        if (i + 1 >= argc) FAIL("option %s needs a value; see --help", argv[i]);
-        const char *value = argv[++i];
-        char *field = (char *)args + f->offset, *end;
-        errno = 0;
-        if (f->type == 's') {
-            *(const char **)field = value;
-        } else if (f->type == 'i') {
-            long v = strtol(value, &end, 10);
-            if (*value == '\0' || *end != '\0' || errno != 0 || v < INT_MIN || v > INT_MAX) {
-                FAIL("option %s wants an integer, got '%s'", f->name, value);
-            }
-            *(int *)field = (int)v;
-        } else {
-            double v = strtod(value, &end);
-            if (*value == '\0' || *end != '\0' || errno != 0 || !isfinite(v)) {
-                FAIL("option %s wants a number, got '%s'", f->name, value);
-            }
-            *(double *)field = v;
-        }
-    }
+    usage_defaults = *args;
+    flags_parse(FLAGS, N_FLAGS, argc, argv, args, usage);
 }
 
 static void check_args(const Args *a)

@@ -1,0 +1,120 @@
+/*
+ * flags.h: command-line flags from a table. Each entry names a flag, its type,
+ * where its value goes in the caller's options struct (offsetof) and one line
+ * of help; headings group the --help list. flags_parse fills the struct from
+ * argv (values the table does not name keep what the caller set: the defaults),
+ * flags_usage prints the list with those defaults.
+ *
+ * Errors (an unknown flag, a missing value, a value that is not a number or is
+ * out of range) print the flag, the value and a hint, and exit(1). Reads argv,
+ * writes only the struct. Plain C; also compiles as CUDA/C++.
+ */
+#ifndef LLMC_FLAGS_H
+#define LLMC_FLAGS_H
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "utils.h"
+
+typedef enum {
+    FLAG_INT,     /* int */
+    FLAG_FLOAT,   /* float */
+    FLAG_DOUBLE,  /* double */
+    FLAG_STRING,  /* const char *, pointing into argv */
+    FLAG_SWITCH,  /* int set to 1, takes no value */
+    FLAG_HEADING, /* not a flag: a title in the --help list */
+} FlagType;
+
+typedef struct {
+    const char *name;
+    FlagType type;
+    size_t offset; /* in the options struct */
+    const char *help;
+} Flag;
+
+#define FLAG(name, type, Options, field, help)                                                                         \
+    {                                                                                                                  \
+        name, type, offsetof(Options, field), help                                                                     \
+    }
+#define FLAG_SECTION(title)                                                                                            \
+    {                                                                                                                  \
+        NULL, FLAG_HEADING, 0, title                                                                                   \
+    }
+
+/* The flag list for --help; defaults (the options struct before parsing) adds
+ * "(default X)" to numbers above 0 and to set strings. */
+static inline void flags_usage(FILE *out, const Flag *flags, int n_flags, const void *defaults)
+{
+    for (int i = 0; i < n_flags; i++) {
+        const Flag *f = &flags[i];
+        if (f->type == FLAG_HEADING) {
+            fprintf(out, "%s:\n", f->help);
+            continue;
+        }
+        const char *field = (const char *)defaults + f->offset;
+        char def[96] = "";
+        if (f->type == FLAG_INT && *(const int *)field > 0)
+            snprintf(def, sizeof(def), " (default %d)", *(const int *)field);
+        if (f->type == FLAG_FLOAT && *(const float *)field > 0)
+            snprintf(def, sizeof(def), " (default %g)", *(const float *)field);
+        if (f->type == FLAG_DOUBLE && *(const double *)field > 0)
+            snprintf(def, sizeof(def), " (default %g)", *(const double *)field);
+        if (f->type == FLAG_STRING && *(const char *const *)field && **(const char *const *)field)
+            snprintf(def, sizeof(def), " (default %s)", *(const char *const *)field);
+        const char *value = f->type == FLAG_SWITCH ? "" : f->type == FLAG_STRING ? " S" : " N";
+        char left[64];
+        snprintf(left, sizeof(left), "%s%s", f->name, value);
+        fprintf(out, "  %-22s %s%s\n", left, f->help, def);
+    }
+}
+
+/* Fills options from argv[1..]; -h/--help calls help() (which should exit). */
+static inline void flags_parse(const Flag *flags, int n_flags, int argc, char **argv, void *options, void (*help)(void))
+{
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+            help();
+        const Flag *f = NULL;
+        for (int k = 0; k < n_flags && !f; k++) {
+            if (flags[k].type != FLAG_HEADING && strcmp(argv[i], flags[k].name) == 0)
+                f = &flags[k];
+        }
+        if (f == NULL)
+            FAIL("unknown flag '%s'\n  hint: %s --help lists them", argv[i], argv[0]);
+        char *field = (char *)options + f->offset;
+        if (f->type == FLAG_SWITCH) {
+            *(int *)field = 1;
+            continue;
+        }
+        if (i + 1 >= argc)
+            FAIL("flag %s needs a value\n  hint: %s --help", argv[i], argv[0]);
+        const char *value = argv[++i];
+        char *end;
+        errno = 0;
+        if (f->type == FLAG_STRING) {
+            *(const char **)field = value;
+        } else if (f->type == FLAG_INT) {
+            long v = strtol(value, &end, 10);
+            if (*value == '\0' || *end != '\0' || errno != 0 || v < INT_MIN || v > INT_MAX)
+                FAIL("%s needs an integer, got '%s'\n  hint: %s --help", f->name, value, argv[0]);
+            *(int *)field = (int)v;
+        } else {
+            double v = strtod(value, &end);
+            if (*value == '\0' || *end != '\0' || errno != 0 || !isfinite(v) ||
+                (f->type == FLAG_FLOAT && !isfinite((float)v)))
+                FAIL("%s needs a number, got '%s'\n  hint: %s --help", f->name, value, argv[0]);
+            if (f->type == FLAG_FLOAT)
+                *(float *)field = (float)v;
+            else
+                *(double *)field = v;
+        }
+    }
+}
+
+#endif /* LLMC_FLAGS_H */

@@ -14,7 +14,7 @@ PYTHON ?= $(if $(wildcard .venv/bin/python3),.venv/bin/python3,python3)
 
 LLMC_HEADERS = $(wildcard llmc/*.h)
 CPU_TESTS = test_llama_ref tests/test_tensorfile tests/test_dataloader tests/test_launch tests/test_zero_plan \
-            tests/test_master_weights tests/test_rendezvous
+            tests/test_master_weights tests/test_rendezvous tests/test_checkpoint_shards
 
 # CUDA: Hopper (sm_90). cuDNN attention goes through the cudnn-frontend headers
 # (scripts/get_cudnn_frontend.sh fetches them), compiled once into its own object.
@@ -70,6 +70,7 @@ test-c: $(CPU_TESTS)
 	./tests/test_zero_plan
 	./tests/test_master_weights
 	./tests/test_rendezvous
+	./tests/test_checkpoint_shards
 test-python:
 	$(PYTHON) -m pytest -q tests
 test-cli: train_llama_ref $(if $(HAVE_NVCC),gpu)

@@ -78,6 +78,7 @@ static int load_world(const char *dir, int64_t total, int world)
         float *m = (float *)malloc_check((size_t)shard * sizeof(float), "m");
         float *v = (float *)malloc_check((size_t)shard * sizeof(float), "v");
         CheckpointState st;
+        memset(&st, 0, sizeof(st));
         int64_t first = (int64_t)r * shard;
         ok = checkpoint_load_moments_try(dir, total, first, shard, m, v, &st, err, sizeof(err)) == 0;
         if (!ok)

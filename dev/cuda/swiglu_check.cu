@@ -7,6 +7,11 @@
  * 2^-8 = 3.9e-3 relative; fp32 math with expf adds ~1e-6), floor at 1% of the rms
  * since silu and its derivative pass through zero.
  *
+ * Experiment (not yet in llmc/swiglu.h, which is 0.95x Liger's speed): the same
+ * math with one block per row (or a few for wide rows) and VPT 16-byte vectors per
+ * thread and stream loaded before any is used, so more bytes are in flight per
+ * thread; checked bit-identical to the header's kernels and timed beside them.
+ *
  * Usage: swiglu_check [--seed N]
  */
 #include "check_common.h"
@@ -25,6 +30,51 @@ static void ref_swiglu(float *out, float *dgate_up, const float *gate_up, const 
     }
 }
 
+/* Threads per block for VPT vectors per thread: a whole row when it fits in 1024 threads. */
+static int rows_threads(int F, int vpt)
+{
+    int threads = (F / 8 + vpt - 1) / vpt;
+    threads = (threads + WARP_SIZE - 1) / WARP_SIZE * WARP_SIZE;
+    return threads > 1024 ? 1024 : threads;
+}
+
+template <int VPT>
+__global__ void swiglu_forward_rows_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ gate_up, int F)
+{
+    const bf16 *row = gate_up + (int64_t)blockIdx.x * 2 * F;
+    int base = (blockIdx.y * blockDim.x * VPT + threadIdx.x) * 8;
+    bf16x8 g[VPT], u[VPT];
+#pragma unroll
+    for (int k = 0; k < VPT; k++) {
+        int j = base + k * blockDim.x * 8;
+        if (j < F) {
+            g[k] = load16_stream(row + j);
+            u[k] = load16_stream(row + F + j);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < VPT; k++) {
+        int j = base + k * blockDim.x * 8;
+        if (j >= F)
+            break;
+        bf16x8 o;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            float gf = __bfloat162float(g[k].v[i]);
+            o.v[i] = __float2bfloat16_rn(__fdividef(gf, 1.0f + __expf(-gf)) * __bfloat162float(u[k].v[i]));
+        }
+        store16(out + (int64_t)blockIdx.x * F + j, o);
+    }
+}
+
+template <int VPT> static void swiglu_forward_rows(bf16 *out, const bf16 *gate_up, int N, int F, cudaStream_t stream)
+{
+    int threads = rows_threads(F, VPT);
+    dim3 grid(N, (F / 8 + threads * VPT - 1) / (threads * VPT));
+    swiglu_forward_rows_kernel<VPT><<<grid, threads, 0, stream>>>(out, gate_up, F);
+    CUDA_CHECK_LAST();
+}
+
 typedef struct {
     int N, F;
     bf16 **gate_up, **out, **dout, **dgate_up;
@@ -34,6 +84,11 @@ static void run_forward(void *ctx, int s)
 {
     Bench *b = (Bench *)ctx;
     swiglu_forward(b->out[s], b->gate_up[s], b->N, b->F, 0);
+}
+template <int VPT> static void run_forward_rows(void *ctx, int s)
+{
+    Bench *b = (Bench *)ctx;
+    swiglu_forward_rows<VPT>(b->out[s], b->gate_up[s], b->N, b->F, 0);
 }
 static void run_backward(void *ctx, int s)
 {
@@ -66,6 +121,17 @@ static void check_size(int N, int F, int bench)
     snprintf(what, sizeof(what), "swiglu_forward N=%d F=%d", N, F);
     check_close(what, got, ref_out, nf, 4e-3, 1e-2);
 
+    /* the experiment's kernels: the same bits */
+    void (*rows_variants[3])(bf16 *, const bf16 *, int, int,
+                             cudaStream_t) = {swiglu_forward_rows<1>, swiglu_forward_rows<2>, swiglu_forward_rows<4>};
+    for (int k = 0; k < 3; k++) {
+        poison(d_out, nf * 2);
+        rows_variants[k](d_out, d_gu, N, F, 0);
+        download(got2_b, d_out, nf * 2);
+        snprintf(what, sizeof(what), "swiglu_forward_rows<%d> N=%d F=%d", 1 << k, N, F);
+        check_result(memcmp(got_b, got2_b, nf * 2) == 0, "%-46s bit-identical to swiglu_forward", what);
+    }
+
     poison(d_dgu, n2f * 2);
     swiglu_backward(d_dgu, d_dout, d_gu, N, F, 0);
     download(got_b, d_dgu, n2f * 2);
@@ -84,7 +150,8 @@ static void check_size(int N, int F, int bench)
         Bench b = {N, F, NULL, NULL, NULL, NULL};
         int sets = bench_sets(n2f * 2 * 2 + nf * 2 * 2);
         bf16 ***lists[4] = {&b.gate_up, &b.out, &b.dout, &b.dgate_up};
-        for (int l = 0; l < 4; l++) *lists[l] = (bf16 **)malloc_check(sets * sizeof(bf16 *), "bench sets");
+        for (int l = 0; l < 4; l++)
+            *lists[l] = (bf16 **)malloc_check(sets * sizeof(bf16 *), "bench sets");
         for (int s = 0; s < sets; s++) {
             b.gate_up[s] = (bf16 *)dev_clone(d_gu, n2f * 2);
             b.dout[s] = (bf16 *)dev_clone(d_dout, nf * 2);
@@ -93,18 +160,27 @@ static void check_size(int N, int F, int bench)
         }
         snprintf(what, sizeof(what), "swiglu_forward N=%d F=%d", N, F);
         bench_report(what, run_forward, &b, sets, 3.0 * nf * 2);
+        bench_fn rows[3] = {run_forward_rows<1>, run_forward_rows<2>, run_forward_rows<4>};
+        for (int k = 0; k < 3; k++) {
+            snprintf(what, sizeof(what), "swiglu_forward_rows<%d> N=%d F=%d", 1 << k, N, F);
+            bench_report(what, rows[k], &b, sets, 3.0 * nf * 2);
+        }
         snprintf(what, sizeof(what), "swiglu_backward N=%d F=%d", N, F);
         bench_report(what, run_backward, &b, sets, 5.0 * nf * 2);
         for (int s = 0; s < sets; s++) {
-            for (int l = 0; l < 4; l++) CUDA_CHECK(cudaFree((*lists[l])[s]));
+            for (int l = 0; l < 4; l++)
+                CUDA_CHECK(cudaFree((*lists[l])[s]));
         }
-        for (int l = 0; l < 4; l++) free(*lists[l]);
+        for (int l = 0; l < 4; l++)
+            free(*lists[l]);
     }
 
     void *dev[] = {d_gu, d_dout, d_out, d_dgu};
-    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) CUDA_CHECK(cudaFree(dev[i]));
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
+        CUDA_CHECK(cudaFree(dev[i]));
     void *host[] = {gu_b, dout_b, got_b, got2_b, gu, dout, ref_out, ref_dgu, got};
-    for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++) free(host[i]);
+    for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++)
+        free(host[i]);
 }
 
 int main(int argc, char **argv)
@@ -115,6 +191,7 @@ int main(int argc, char **argv)
         /* N, F, bench */
         {37, 64, 0}, {37, 96, 0}, {3, 2056, 0}, {8192, 8192, 1}, {8192, 14336, 1},
     };
-    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) check_size(sizes[i][0], sizes[i][1], sizes[i][2]);
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+        check_size(sizes[i][0], sizes[i][1], sizes[i][2]);
     return check_exit();
 }

@@ -165,6 +165,14 @@ static bf16 **alloc_per_layer(int L, int64_t n, int shared, const char *what)
     return p;
 }
 
+/* Elements of this rank's range that are model parameters: the last shard ends in
+ * padding, and with many ranks a shard may lie wholly past the end. */
+static int64_t llama_owned_params(const Llama *m)
+{
+    int64_t n = m->layout.total - m->owned_first;
+    return n < 0 ? 0 : n < m->owned_count ? n : m->owned_count;
+}
+
 /* Copy the fp32 master weights (host) to the device, split into bf16 weights and
  * residuals; this rank keeps the residuals of its own range only. */
 static void llama_upload_params(Llama *m, const float *host_master)
@@ -176,9 +184,7 @@ static void llama_upload_params(Llama *m, const float *host_master)
     for (int64_t i = 0; i < P; i++)
         master_split(host_master[i], &hi[i], &lo[i]);
     CUDA_CHECK(cudaMemcpy(m->params, hi, (size_t)P * sizeof(uint16_t), cudaMemcpyHostToDevice));
-    int64_t owned_real = P - m->owned_first; /* the last shard ends in padding */
-    if (owned_real > m->owned_count)
-        owned_real = m->owned_count;
+    int64_t owned_real = llama_owned_params(m);
     if (owned_real > 0)
         CUDA_CHECK(cudaMemcpy(m->master_lo, lo + m->owned_first, (size_t)owned_real * sizeof(int16_t),
                               cudaMemcpyHostToDevice));
@@ -551,7 +557,7 @@ static void llama_save_checkpoint(Llama *m, const char *dir, int keep, Checkpoin
         fail_if_error(checkpoint_stage_try(dir, state.step, staging, sizeof(staging), err, sizeof(err)), d->rank,
                       "saving a checkpoint", err);
     dist_sum_host(d, 0.0, s); /* the staging directory exists for everyone */
-    ckpt_path(staging, sizeof(staging), "%s/step_%08llu.tmp", dir, (unsigned long long)state.step);
+    checkpoint_staging_path(staging, sizeof(staging), dir, state.step);
     if (d->rank == 0) {
         float *master = llama_download_master(m, full_lo);
         fail_if_error(checkpoint_write_model_try(staging, &m->config, &m->layout, master, err, sizeof(err)), d->rank,
@@ -559,9 +565,7 @@ static void llama_save_checkpoint(Llama *m, const char *dir, int keep, Checkpoin
         free(master);
     }
     if (m->zero_stage >= 1 || d->rank == 0) {
-        int64_t count = P - m->owned_first < m->owned_count ? P - m->owned_first : m->owned_count;
-        if (count < 0)
-            count = 0;
+        int64_t count = llama_owned_params(m);
         state.rank = m->zero_stage >= 1 ? d->rank : 0;
         state.world = m->zero_stage >= 1 ? d->world : 1;
         state.shard_offset = count > 0 ? m->owned_first : P; /* an empty shard past the end keeps the tiling */
@@ -587,14 +591,12 @@ static void llama_save_checkpoint(Llama *m, const char *dir, int keep, Checkpoin
  * checkpoint of any world size and ZeRO stage: the moments are re-sharded. */
 static void llama_load_checkpoint(Llama *m, const char *path, CheckpointState *state)
 {
-    char err[2048], file[CKPT_PATH_MAX + 64];
+    char err[2048];
     int64_t P = m->layout.total;
     int rank = m->dist->rank;
-    ckpt_path(file, sizeof(file), "%s/config.json", path);
-    fail_if_error(checkpoint_check_config_try(file, &m->config, err, sizeof(err)), rank, "resuming", err);
     float *master = (float *)malloc_check((size_t)P * sizeof(float), "checkpoint weights");
-    ckpt_path(file, sizeof(file), "%s/model.safetensors", path);
-    fail_if_error(checkpoint_load_safetensors_try(file, &m->layout, master, err, sizeof(err)), rank, "resuming", err);
+    fail_if_error(checkpoint_load_model_try(path, &m->config, &m->layout, master, err, sizeof(err)), rank, "resuming",
+                  err);
     llama_upload_params(m, master);
     free(master);
     float *adam = (float *)malloc_check((size_t)2 * m->owned_count * sizeof(float), "checkpoint moments");

@@ -452,6 +452,12 @@ static inline void checkpoint_state_file(char *out, size_t n, const char *ckpt_d
         ckpt_path(out, n, "%s/train_state.%05d.bin", ckpt_dir, rank);
 }
 
+/* Where a save of `step` writes before it is committed: <dir>/step_<08d>.tmp. */
+static inline void checkpoint_staging_path(char *out, size_t n, const char *dir, uint64_t step)
+{
+    ckpt_path(out, n, "%s/step_%08llu.tmp", dir, (unsigned long long)step);
+}
+
 /* Step 1 of a save: creates <dir>/step_<08d>.tmp/ (removing a stale one), whose
  * path goes to staging. In a multi-process save one process does this, then all
  * write their files into it (checkpoint_write_*_try), then one commits. */
@@ -462,7 +468,7 @@ static inline int checkpoint_stage_try(const char *dir, uint64_t step, char *sta
         ckpt_path(err, errlen, "cannot create checkpoint directory '%s': %s", dir, strerror(errno));
         return -1;
     }
-    ckpt_path(staging, staging_len, "%s/step_%08llu.tmp", dir, (unsigned long long)step);
+    checkpoint_staging_path(staging, staging_len, dir, step);
     if (ckpt_exists(staging))
         ckpt_remove_dir(staging);
     if (mkdir(staging, 0755) != 0) {
@@ -509,7 +515,7 @@ static inline int checkpoint_commit_try(const char *dir, uint64_t step, int keep
     char staging[CKPT_PATH_MAX], final_dir[CKPT_PATH_MAX], file[CKPT_PATH_MAX + 64], aside[CKPT_PATH_MAX + 64];
     char marker_tmp[CKPT_PATH_MAX + 64];
     ckpt_path(final_dir, sizeof(final_dir), "%s/step_%08llu", dir, (unsigned long long)step);
-    ckpt_path(staging, sizeof(staging), "%s.tmp", final_dir);
+    checkpoint_staging_path(staging, sizeof(staging), dir, step);
     ckpt_fsync_path(staging);
     if (ckpt_exists(final_dir)) { /* the same step saved before: move it aside, the cleanup removes it */
         ckpt_path(aside, sizeof(aside), "%s.tmp%ld.old", final_dir, (long)getpid());
@@ -1021,26 +1027,6 @@ fail:
     return -1;
 }
 
-/* One train_state file's AdamW moments into adam_m/adam_v, which hold all `total`
- * elements (indexed by flat offset). */
-static inline int checkpoint_load_state_try(const char *path, int64_t total, CheckpointState *state, float *adam_m,
-                                            float *adam_v, char *err, size_t errlen)
-{
-    FILE *f = NULL;
-    if (ckpt_open_state(path, total, state, &f, err, errlen) != 0)
-        return -1;
-    if (fread(adam_m + state->shard_offset, sizeof(float), (size_t)state->shard_count, f) !=
-            (size_t)state->shard_count ||
-        fread(adam_v + state->shard_offset, sizeof(float), (size_t)state->shard_count, f) != (size_t)state->shard_count)
-        CKPT_ERR("'%s': short read of the AdamW moments", path);
-    fclose(f);
-    return 0;
-fail:
-    if (f)
-        fclose(f);
-    return -1;
-}
-
 /* The AdamW moments of flat elements [first, first + count) into m[count] and
  * v[count], from the train_state files of ckpt_dir, whatever world size wrote
  * them (they must tile [0, total)); elements at or past total are zero (ZeRO
@@ -1097,12 +1083,10 @@ fail:
     return -1;
 }
 
-/* Load a whole checkpoint directory (written by checkpoint_save) into a model
- * built with `config`: weights, AdamW moments and the state. A single-process
- * resume needs the whole range: a file of rank r of n > 1 is refused. */
-static inline int checkpoint_load_try(const char *ckpt_dir, const LlamaConfig *config, const ParamLayout *layout,
-                                      float *params, float *adam_m, float *adam_v, CheckpointState *state, char *err,
-                                      size_t errlen)
+/* The weights of a complete checkpoint directory into params (layout->total
+ * floats), after checking its COMPLETE marker and that config.json is `config`. */
+static inline int checkpoint_load_model_try(const char *ckpt_dir, const LlamaConfig *config, const ParamLayout *layout,
+                                            float *params, char *err, size_t errlen)
 {
     char path[CKPT_PATH_MAX + 64];
     ckpt_path(path, sizeof(path), "%s/COMPLETE", ckpt_dir);
@@ -1114,17 +1098,25 @@ static inline int checkpoint_load_try(const char *ckpt_dir, const LlamaConfig *c
     if (checkpoint_check_config_try(path, config, err, errlen) != 0)
         return -1;
     ckpt_path(path, sizeof(path), "%s/model.safetensors", ckpt_dir);
-    if (checkpoint_load_safetensors_try(path, layout, params, err, errlen) != 0)
+    return checkpoint_load_safetensors_try(path, layout, params, err, errlen);
+}
+
+/* Load a whole checkpoint directory (written by checkpoint_save) into a model
+ * built with `config`: weights, AdamW moments and the state. A single-process
+ * resume takes a single-process checkpoint: one of several ranks is refused. */
+static inline int checkpoint_load_try(const char *ckpt_dir, const LlamaConfig *config, const ParamLayout *layout,
+                                      float *params, float *adam_m, float *adam_v, CheckpointState *state, char *err,
+                                      size_t errlen)
+{
+    if (checkpoint_load_model_try(ckpt_dir, config, layout, params, err, errlen) != 0)
         return -1;
-    ckpt_path(path, sizeof(path), "%s/train_state.bin", ckpt_dir);
-    if (checkpoint_load_state_try(path, layout->total, state, adam_m, adam_v, err, errlen) != 0)
+    if (checkpoint_load_moments_try(ckpt_dir, layout->total, 0, layout->total, adam_m, adam_v, state, err, errlen) != 0)
         return -1;
-    if (state->shard_offset != 0 || state->shard_count != layout->total) {
+    if (state->world != 1) {
         ckpt_path(err, errlen,
-                  "'%s' holds AdamW state for [%lld, +%lld) of %lld parameters (rank %d of %d); "
-                  "this loader needs the whole range",
-                  path, (long long)state->shard_offset, (long long)state->shard_count, (long long)layout->total,
-                  state->rank, state->world);
+                  "'%s' holds the AdamW state of %d ranks; this loader needs the state of one process "
+                  "(resume it with train_llama)",
+                  ckpt_dir, state->world);
         return -1;
     }
     return 0;

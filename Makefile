@@ -56,7 +56,7 @@ train_llama_ref: train_llama_ref.c $(LLMC_HEADERS)
 test_llama_ref: test_llama_ref.c train_llama_ref.c $(LLMC_HEADERS)
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
 tests/test_tensorfile: train_llama_ref.c
-tests/test_%: tests/test_%.c $(LLMC_HEADERS)
+tests/test_%: tests/test_%.c $(LLMC_HEADERS) tests/check.h
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
 
 # Where nvcc exists the GPU programs are built too, so CUDA code that no longer

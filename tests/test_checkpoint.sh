@@ -8,17 +8,8 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-$([ -x .venv/bin/python3 ] && echo .venv/bin/python3 || echo python3)}
 tmp=$(mktemp -d)
 trap '[ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"' EXIT
-pass=0
-fail=0
+. tests/lib.sh
 export OMP_NUM_THREADS=2 # several threads: the trainer must still give the same bits in every run
-
-ok() { echo "PASS $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; fail=$((fail + 1)); }
-check() { # check NAME COMMAND...: passes when the command succeeds
-    local name=$1
-    shift
-    if "$@"; then ok "$name"; else bad "$name"; fi
-}
 
 # A shard of 5000 tokens of a 512-token vocabulary (docs/shard_format.md).
 python3 tests/make_random_shard.py "$tmp/data_000000.bin" 512 5000 2 0 1
@@ -74,19 +65,6 @@ check "losses after skipping the unfinished checkpoints are bit-identical" \
     [ "$(losses "$tmp/a.jsonl" 3 6)" = "$(losses "$tmp/i.jsonl" 1 6)" ]
 
 # (d) corrupt checkpoints: clear errors naming the file, non-zero exit
-expect() { # expect NAME TEXT COMMAND...
-    local name=$1 want=$2
-    shift 2
-    local out rc
-    out=$("$@" 2>&1)
-    rc=$?
-    if [ $rc -ne 0 ] && grep -qF -- "$want" <<< "$out"; then
-        ok "$name"
-    else
-        bad "$name: exit $rc, wanted '$want' in:"
-        tail -3 <<< "$out" | sed 's/^/    /'
-    fi
-}
 mkdir -p "$tmp/d1" "$tmp/d2" "$tmp/d3"
 cp -r "$tmp/a/step_00000006" "$tmp/d1/" && cp -r "$tmp/a/step_00000006" "$tmp/d2/" && cp -r "$tmp/a/step_00000006" "$tmp/d3/"
 f=$tmp/d1/step_00000006/model.safetensors
@@ -150,5 +128,4 @@ else
     echo "SKIP safetensors.numpy is not installed (pip install safetensors)"
 fi
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+summary

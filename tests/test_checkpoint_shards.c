@@ -8,19 +8,7 @@
 #include <unistd.h>
 
 #include "llmc/checkpoint.h"
-
-static int passed = 0, failed = 0;
-
-static void check(int ok, const char *fmt, ...)
-{
-    va_list args;
-    va_start(args, fmt);
-    printf("%s ", ok ? "PASS" : "FAIL");
-    vprintf(fmt, args);
-    printf("\n");
-    va_end(args);
-    ok ? passed++ : failed++;
-}
+#include "tests/check.h"
 
 /* The shard of rank r of `world` as train_llama cuts it: multiples of 8, the last one short. */
 static void shard_of(int64_t total, int world, int r, int64_t *first, int64_t *count)
@@ -133,6 +121,5 @@ int main(void)
     snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
     if (system(cmd) != 0)
         printf("warning: could not remove %s\n", root);
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_summary();
 }

@@ -6,8 +6,7 @@ set -u
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
+. tests/lib.sh
 
 # A valid shard (header per docs/shard_format.md) of 5000 tokens of a 128256 vocab.
 python3 tests/make_random_shard.py "$tmp/good_000000.bin" 128256 5000 1 128000 128001
@@ -16,22 +15,6 @@ printf 'NOTASHARD' > "$tmp/junk_000000.bin"
 head -c 1000 testdata/tiny_gqa_tied.weights.llmt > "$tmp/cut.weights.llmt"
 good="$tmp/good_*.bin"
 
-# expect NAME EXPECTED_TEXT COMMAND...
-expect() {
-    local name=$1 want=$2
-    shift 2
-    local out rc
-    out=$("$@" 2>&1)
-    rc=$?
-    if [ $rc -ne 0 ] && grep -qF -- "$want" <<< "$out"; then
-        echo "PASS $name"
-        pass=$((pass + 1))
-    else
-        echo "FAIL $name: exit $rc, wanted a message with '$want', got:"
-        sed 's/^/    /' <<< "$out" | head -5
-        fail=$((fail + 1))
-    fi
-}
 
 for bin in ./train_llama_ref ./train_llama; do
     [ -x "$bin" ] || continue
@@ -66,5 +49,4 @@ if [ -x ./train_llama ]; then
             ./train_llama --preset nano -B 1 -T 64 --train "$good" --val ''
     fi
 fi
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+summary

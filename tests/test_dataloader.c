@@ -7,27 +7,13 @@
  *   ./tests/test_dataloader
  */
 #include "llmc/dataloader.h"
+#include "tests/check.h"
 
 #include <dirent.h>
 #include <unistd.h>
 
-static int passed, failed;
 static char tmpdir[256];
 
-#if defined(__GNUC__)
-__attribute__((format(printf, 2, 3)))
-#endif
-static int check(int ok, const char *fmt, ...)
-{
-    va_list args;
-    printf("%s ", ok ? "PASS" : "FAIL");
-    va_start(args, fmt);
-    vprintf(fmt, args);
-    va_end(args);
-    printf("\n");
-    ok ? passed++ : failed++;
-    return ok;
-}
 
 static int check_init(int rc, const DataLoader *dl, const char *what)
 {
@@ -593,6 +579,5 @@ int main(void)
     test_eval();
     test_bad_inputs();
     remove_tmpdir();
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed == 0 ? 0 : 1;
+    return check_summary();
 }

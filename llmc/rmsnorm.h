@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(RMSNORM_MAX_THREADS)
                 for (int i = 0; i < 8; i++) {
                     a.v[i] = __float2bfloat16_rn(__bfloat162float(a.v[i]) + __bfloat162float(b.v[i]));
                 }
-                store16(residual_out + at, a);
+                store16_stream(residual_out + at, a);
             }
 #pragma unroll
             for (int i = 0; i < 8; i++) {
@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(RMSNORM_MAX_THREADS)
 #pragma unroll
             for (int i = 0; i < 8; i++)
                 o.v[i] = __float2bfloat16_rn(x[k][i] * r * __bfloat162float(w.v[i]));
-            store16(out + row_offset + (int64_t)j * 8, o);
+            store16_stream(out + row_offset + (int64_t)j * 8, o);
         }
     }
 }

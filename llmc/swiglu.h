@@ -19,44 +19,83 @@
 
 #include "cuda_common.h"
 
-#define SWIGLU_THREADS 256
+/* 16-byte vectors per thread, all loaded before any is used. One block covers a
+ * whole row when F/8/SWIGLU_VPT <= 1024 (F <= 16384): 2 in flight per thread
+ * measured 2-4% faster than 1 vector per thread on 256-thread blocks, and than 4
+ * (dev/cuda/swiglu_check's experiment, H100, docs/performance.md). */
+#define SWIGLU_VPT 2
+#define SWIGLU_MAX_THREADS 1024
 
-/* Grid (N, ceil(F/8 / threads)): row from blockIdx.x, so no 64-bit division. */
-__global__ void swiglu_forward_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ gate_up, int F)
+/* Grid (N, row pieces): the row comes from blockIdx.x, so no 64-bit division. */
+__global__ void __launch_bounds__(SWIGLU_MAX_THREADS)
+    swiglu_forward_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ gate_up, int F)
 {
-    int j = (blockIdx.y * blockDim.x + threadIdx.x) * 8;
-    if (j >= F)
-        return;
     const bf16 *row = gate_up + (int64_t)blockIdx.x * 2 * F;
-    bf16x8 g = load16_stream(row + j), u = load16_stream(row + F + j);
-    bf16x8 o;
+    int base = (blockIdx.y * blockDim.x * SWIGLU_VPT + threadIdx.x) * 8;
+    bf16x8 g[SWIGLU_VPT], u[SWIGLU_VPT];
 #pragma unroll
-    for (int i = 0; i < 8; i++) {
-        float gf = __bfloat162float(g.v[i]);
-        o.v[i] = __float2bfloat16_rn(__fdividef(gf, 1.0f + __expf(-gf)) * __bfloat162float(u.v[i]));
+    for (int k = 0; k < SWIGLU_VPT; k++) {
+        int j = base + k * blockDim.x * 8;
+        if (j < F) {
+            g[k] = load16_stream(row + j);
+            u[k] = load16_stream(row + F + j);
+        }
     }
-    store16(out + (int64_t)blockIdx.x * F + j, o);
+#pragma unroll
+    for (int k = 0; k < SWIGLU_VPT; k++) {
+        int j = base + k * blockDim.x * 8;
+        if (j >= F)
+            break;
+        bf16x8 o;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            float gf = __bfloat162float(g[k].v[i]);
+            o.v[i] = __float2bfloat16_rn(__fdividef(gf, 1.0f + __expf(-gf)) * __bfloat162float(u[k].v[i]));
+        }
+        store16_stream(out + (int64_t)blockIdx.x * F + j, o);
+    }
 }
 
 /* No __restrict__ on gate_up and dgate_up: they may be the same buffer. */
-__global__ void swiglu_backward_kernel(bf16 *dgate_up, const bf16 *__restrict__ dout, const bf16 *gate_up, int F)
+__global__ void __launch_bounds__(SWIGLU_MAX_THREADS)
+    swiglu_backward_kernel(bf16 *dgate_up, const bf16 *__restrict__ dout, const bf16 *gate_up, int F)
 {
-    int j = (blockIdx.y * blockDim.x + threadIdx.x) * 8;
-    if (j >= F)
-        return;
     int64_t row = (int64_t)blockIdx.x * 2 * F;
-    bf16x8 g = load16_stream(gate_up + row + j), u = load16_stream(gate_up + row + F + j);
-    bf16x8 d = load16_stream(dout + (int64_t)blockIdx.x * F + j);
-    bf16x8 dg, du;
+    int base = (blockIdx.y * blockDim.x * SWIGLU_VPT + threadIdx.x) * 8;
+    bf16x8 g[SWIGLU_VPT], u[SWIGLU_VPT], d[SWIGLU_VPT];
 #pragma unroll
-    for (int i = 0; i < 8; i++) {
-        float gf = __bfloat162float(g.v[i]), uf = __bfloat162float(u.v[i]), df = __bfloat162float(d.v[i]);
-        float sig = __fdividef(1.0f, 1.0f + __expf(-gf));
-        dg.v[i] = __float2bfloat16_rn(df * uf * sig * (1.0f + gf * (1.0f - sig)));
-        du.v[i] = __float2bfloat16_rn(df * gf * sig);
+    for (int k = 0; k < SWIGLU_VPT; k++) {
+        int j = base + k * blockDim.x * 8;
+        if (j < F) {
+            g[k] = load16_stream(gate_up + row + j);
+            u[k] = load16_stream(gate_up + row + F + j);
+            d[k] = load16_stream(dout + (int64_t)blockIdx.x * F + j);
+        }
     }
-    store16(dgate_up + row + j, dg);
-    store16(dgate_up + row + F + j, du);
+#pragma unroll
+    for (int k = 0; k < SWIGLU_VPT; k++) {
+        int j = base + k * blockDim.x * 8;
+        if (j >= F)
+            break;
+        bf16x8 dg, du;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            float gf = __bfloat162float(g[k].v[i]), uf = __bfloat162float(u[k].v[i]);
+            float df = __bfloat162float(d[k].v[i]);
+            float sig = __fdividef(1.0f, 1.0f + __expf(-gf));
+            dg.v[i] = __float2bfloat16_rn(df * uf * sig * (1.0f + gf * (1.0f - sig)));
+            du.v[i] = __float2bfloat16_rn(df * gf * sig);
+        }
+        store16(dgate_up + row + j, dg);
+        store16(dgate_up + row + F + j, du);
+    }
+}
+
+/* Threads per block: the whole row when it fits, in whole warps. */
+static inline int swiglu_threads(int F)
+{
+    int threads = ceil_div(ceil_div(F / 8, SWIGLU_VPT), WARP_SIZE) * WARP_SIZE;
+    return threads < SWIGLU_MAX_THREADS ? threads : SWIGLU_MAX_THREADS;
 }
 
 static inline dim3 swiglu_grid(int N, int F)
@@ -64,12 +103,12 @@ static inline dim3 swiglu_grid(int N, int F)
     if (N <= 0 || F <= 0 || F % 8 != 0) {
         FAIL("swiglu: N = %d, F = %d unsupported: F must be a positive multiple of 8 (16-byte bf16 vectors)", N, F);
     }
-    return dim3(N, ceil_div(F / 8, SWIGLU_THREADS));
+    return dim3(N, ceil_div(F / 8, swiglu_threads(F) * SWIGLU_VPT));
 }
 
 static inline void swiglu_forward(bf16 *out, const bf16 *gate_up, int N, int F, cudaStream_t stream)
 {
-    swiglu_forward_kernel<<<swiglu_grid(N, F), SWIGLU_THREADS, 0, stream>>>(out, gate_up, F);
+    swiglu_forward_kernel<<<swiglu_grid(N, F), swiglu_threads(F), 0, stream>>>(out, gate_up, F);
     CUDA_CHECK_LAST();
 }
 
@@ -77,7 +116,7 @@ static inline void swiglu_forward(bf16 *out, const bf16 *gate_up, int N, int F, 
 static inline void swiglu_backward(bf16 *dgate_up, const bf16 *dout, const bf16 *gate_up, int N, int F,
                                    cudaStream_t stream)
 {
-    swiglu_backward_kernel<<<swiglu_grid(N, F), SWIGLU_THREADS, 0, stream>>>(dgate_up, dout, gate_up, F);
+    swiglu_backward_kernel<<<swiglu_grid(N, F), swiglu_threads(F), 0, stream>>>(dgate_up, dout, gate_up, F);
     CUDA_CHECK_LAST();
 }
 

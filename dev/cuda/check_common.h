@@ -14,7 +14,9 @@
  *   - poisoning: outputs are filled with 0xFF bytes (NaN in bf16 and fp32) before a
  *     run, and NaN fails every comparison, so an element a kernel forgets to write
  *     is caught;
- *   - timing: warm-up, then the median of BENCH_RUNS back-to-back runs timed with
+ *   - timing: warm-up of at least BENCH_WARMUP runs and BENCH_WARMUP_MS (the SM
+ *     clock reads 345 MHz while the GPU idles during the CPU reference), then the
+ *     median of BENCH_RUNS back-to-back runs timed with
  *     events, rotating over several input sets so that the L2 (50 MB on an H100)
  *     cannot hold them; GB/s from the bytes the kernel must move, and as a
  *     percentage of the cudaMemcpy device-to-device bandwidth measured here
@@ -36,6 +38,7 @@
 
 #define BENCH_RUNS 60
 #define BENCH_WARMUP 5
+#define BENCH_WARMUP_MS 200.0f
 
 static int check_failures = 0;
 static int check_passes = 0;
@@ -287,11 +290,19 @@ static int compare_float(const void *a, const void *b)
 static inline float bench_median_ms(bench_fn fn, void *ctx, int n_sets)
 {
     cudaEvent_t events[BENCH_RUNS + 1];
-    float ms[BENCH_RUNS];
-    for (int i = 0; i < BENCH_WARMUP; i++)
-        fn(ctx, i % n_sets);
+    float ms[BENCH_RUNS], warm_ms = 0.0f;
     for (int i = 0; i <= BENCH_RUNS; i++)
         CUDA_CHECK(cudaEventCreate(&events[i]));
+    for (int round = 0; warm_ms < BENCH_WARMUP_MS && round < 1000; round++) {
+        CUDA_CHECK(cudaEventRecord(events[0], 0));
+        for (int i = 0; i < BENCH_WARMUP; i++)
+            fn(ctx, i % n_sets);
+        CUDA_CHECK(cudaEventRecord(events[1], 0));
+        CUDA_CHECK(cudaEventSynchronize(events[1]));
+        float round_ms;
+        CUDA_CHECK(cudaEventElapsedTime(&round_ms, events[0], events[1]));
+        warm_ms += round_ms;
+    }
     CUDA_CHECK(cudaEventRecord(events[0], 0));
     for (int i = 0; i < BENCH_RUNS; i++) {
         fn(ctx, (i + BENCH_WARMUP) % n_sets);

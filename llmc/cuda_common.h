@@ -95,15 +95,6 @@ __device__ __forceinline__ void store16(T *address, Vec16<T> value)
 {
     *reinterpret_cast<int4 *>(address) = *reinterpret_cast<const int4 *>(value.v);
 }
-/* Store evicted first, the partner of load16_stream in kernels that stream rows
- * through: evict-first loads beside normal stores ran those kernels ~3% below the
- * rate of both hinted or neither (dev/cuda/swiglu_check, H100). */
-template <class T>
-__device__ __forceinline__ void store16_stream(T *address, Vec16<T> value)
-{
-    __stcs(reinterpret_cast<int4 *>(address), *reinterpret_cast<const int4 *>(value.v));
-}
-
 __device__ __forceinline__ float warp_sum(float x)
 {
     for (int offset = WARP_SIZE / 2; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);

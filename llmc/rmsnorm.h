@@ -18,6 +18,8 @@
  * backward reads dout, x, dinp once and writes dinp once. The weight is re-read from
  * cache. A row lives in registers: RMSNORM_VPT 16-byte vectors per thread, so C must
  * be a multiple of 8 and at most RMSNORM_MAX_C, and pointers 16-byte aligned.
+ * The forward's loads carry no cache hint: evict-first loads there measured 1-2%
+ * slower in the per-kernel benchmark (docs/performance.md).
  * residual_out may alias residual_in (each element is read before it is written);
  * dinp must not alias dout or inp.
  */
@@ -65,14 +67,14 @@ __global__ void __launch_bounds__(RMSNORM_MAX_THREADS)
         int j = threadIdx.x + k * blockDim.x;
         if (j < vectors) {
             int64_t at = row_offset + (int64_t)j * 8;
-            bf16x8 a = load16_stream(inp + at);
+            bf16x8 a = load16(inp + at);
             if (branch != NULL) {
-                bf16x8 b = load16_stream(branch + at);
+                bf16x8 b = load16(branch + at);
 #pragma unroll
                 for (int i = 0; i < 8; i++) {
                     a.v[i] = __float2bfloat16_rn(__bfloat162float(a.v[i]) + __bfloat162float(b.v[i]));
                 }
-                store16_stream(residual_out + at, a);
+                store16(residual_out + at, a);
             }
 #pragma unroll
             for (int i = 0; i < 8; i++) {
@@ -95,7 +97,7 @@ __global__ void __launch_bounds__(RMSNORM_MAX_THREADS)
 #pragma unroll
             for (int i = 0; i < 8; i++)
                 o.v[i] = __float2bfloat16_rn(x[k][i] * r * __bfloat162float(w.v[i]));
-            store16_stream(out + row_offset + (int64_t)j * 8, o);
+            store16(out + row_offset + (int64_t)j * 8, o);
         }
     }
 }

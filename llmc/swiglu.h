@@ -8,6 +8,9 @@
  * sig uses the fast exp and divide (__expf, __fdividef: a few fp32 ulps, far
  * below the bf16 rounding of the result), which keeps the special-function
  * units from limiting a kernel that should be limited by memory.
+ * Loads and stores carry no cache hint: in the per-kernel benchmark (an L2 flush
+ * before each run) evict-first loads ran the forward 5% slower than plain ones,
+ * and evict-first stores on top did not help (docs/performance.md).
  *
  * Memory: forward reads gate_up once and writes out [N, F] once; backward reads
  * gate_up and dout once and writes dgate_up [N, 2F] once. dgate_up may alias
@@ -37,8 +40,8 @@ __global__ void __launch_bounds__(SWIGLU_MAX_THREADS)
     for (int k = 0; k < SWIGLU_VPT; k++) {
         int j = base + k * blockDim.x * 8;
         if (j < F) {
-            g[k] = load16_stream(row + j);
-            u[k] = load16_stream(row + F + j);
+            g[k] = load16(row + j);
+            u[k] = load16(row + F + j);
         }
     }
 #pragma unroll
@@ -52,7 +55,7 @@ __global__ void __launch_bounds__(SWIGLU_MAX_THREADS)
             float gf = __bfloat162float(g[k].v[i]);
             o.v[i] = __float2bfloat16_rn(__fdividef(gf, 1.0f + __expf(-gf)) * __bfloat162float(u[k].v[i]));
         }
-        store16_stream(out + (int64_t)blockIdx.x * F + j, o);
+        store16(out + (int64_t)blockIdx.x * F + j, o);
     }
 }
 
@@ -67,9 +70,9 @@ __global__ void __launch_bounds__(SWIGLU_MAX_THREADS)
     for (int k = 0; k < SWIGLU_VPT; k++) {
         int j = base + k * blockDim.x * 8;
         if (j < F) {
-            g[k] = load16_stream(gate_up + row + j);
-            u[k] = load16_stream(gate_up + row + F + j);
-            d[k] = load16_stream(dout + (int64_t)blockIdx.x * F + j);
+            g[k] = load16(gate_up + row + j);
+            u[k] = load16(gate_up + row + F + j);
+            d[k] = load16(dout + (int64_t)blockIdx.x * F + j);
         }
     }
 #pragma unroll

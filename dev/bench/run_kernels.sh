@@ -51,5 +51,7 @@ for ((i = 0; i < ${#args[@]}; i++)); do
 done
 status=0
 "$PYTHON" dev/bench/bench_kernels.py "$@" || status=$?
-if [ -n "${OUT:-}" ] && [ -f "$out" ]; then cp "$out" "$OUT/"; fi
+if [ -n "${OUT:-}" ] && [ -f "$out" ] && [ "$(cd "$(dirname "$out")" && pwd)" != "$(cd "$OUT" && pwd)" ]; then
+    cp "$out" "$OUT/"
+fi
 exit $status

@@ -142,10 +142,20 @@ def distinct(records, field):
 # ---------------------------------------------------------------------------------------------
 # end to end
 
+def e2e_setting(r):
+    return (r.get("model"), r.get("layers"), r.get("gpu"), variant(r), r.get("B"), r.get("T"))
+
+
+def measured_line(recs):
+    """Which train_llama commits and what time span the records of one table come from."""
+    commits = [c[:7] for c in distinct([r for r in recs if r.get("system") == "train_llama"], "git_commit")]
+    dates = sorted(str(r["date"])[:16].replace("T", " ") for r in recs if r.get("date"))
+    return "Measured %s to %s UTC; train_llama commit %s." % (dates[0], dates[-1], ", ".join(commits) or "?")
+
+
 def e2e_section(records, img_dir, plt):
     lines = []
-    records = dedupe(records, lambda r: (r.get("model"), r.get("layers"), r.get("gpu"), variant(r), r.get("B"),
-                                         r.get("T")))
+    records = dedupe(records, e2e_setting)
     groups = sorted(set((r.get("model"), r.get("layers"), r.get("gpu")) for r in records),
                     key=lambda g: (str(g[0]), g[1] or 0, str(g[2])))
     many_gpus = len(set(g[2] for g in groups)) > 1
@@ -168,7 +178,7 @@ def e2e_section(records, img_dir, plt):
         lines.append(md_table(["B × T"] + [variant_name(v) for v in variants], rows))
         lines.append("")
         lines.append("OOM: out of GPU memory; OOM†: not run, a shorter T (or smaller B) already ran out; "
-                     "—: not run (time budget or earlier failures).")
+                     "—: not run (time budget or earlier failures). " + measured_line(recs))
         for i, n in enumerate(notes, 1):
             lines.append("[%d] %s" % (i, n))
         lines.append("")
@@ -441,7 +451,9 @@ def environment_lines(records):
     fields = [("GPU", "gpu"), ("driver", "driver"), ("torch", "torch"), ("transformers", "transformers"),
               ("liger-kernel", "liger_kernel"), ("triton", "triton"), ("CUDA (torch)", "cuda"),
               ("cuDNN (torch)", "cudnn"), ("python", "python"), ("train_llama commit", "git_commit")]
-    rows = [[name, ", ".join(distinct(records, f))] for name, f in fields if distinct(records, f)]
+    short = {"git_commit": lambda v: v[:7]}
+    rows = [[name, ", ".join(short.get(f, str)(v) for v in distinct(records, f))] for name, f in fields
+            if distinct(records, f)]
     dates = sorted(distinct(records, "date"))
     if dates:
         rows.append(["measured", dates[0] if len(dates) == 1 else "%s to %s" % (dates[0], dates[-1])])
@@ -501,7 +513,7 @@ def write_report(e2e, kernels, docs_dir, plot=True, profiles=()):
                   "`torch.cuda.max_memory_allocated` over the timed steps for HF, the allocator peak of the "
                   "train_llama log for train_llama (both exclude the CUDA context). Each setting ran in its own "
                   "process.", ""]
-        lines += environment_lines(e2e)
+        lines += environment_lines(dedupe(e2e, e2e_setting))
         lines += e2e_section(e2e, img_dir, plt)
     if kernels:
         if not e2e:

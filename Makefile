@@ -14,7 +14,7 @@ PYTHON ?= $(if $(wildcard .venv/bin/python3),.venv/bin/python3,python3)
 
 LLMC_HEADERS = $(wildcard llmc/*.h)
 CPU_TESTS = test_llama_ref tests/test_tensorfile tests/test_dataloader tests/test_launch tests/test_zero_plan \
-            tests/test_master_weights tests/test_rendezvous tests/test_checkpoint_shards
+            tests/test_master_weights tests/test_rendezvous tests/test_checkpoint_shards tests/test_watchdog
 
 # CUDA: Hopper (sm_90). cuDNN attention goes through the cudnn-frontend headers
 # (scripts/get_cudnn_frontend.sh fetches them), compiled once into its own object.
@@ -56,6 +56,7 @@ train_llama_ref: train_llama_ref.c $(LLMC_HEADERS)
 test_llama_ref: test_llama_ref.c train_llama_ref.c $(LLMC_HEADERS)
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
 tests/test_tensorfile: train_llama_ref.c
+tests/test_watchdog: LDLIBS += -pthread
 tests/test_%: tests/test_%.c $(LLMC_HEADERS) tests/check.h
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
 
@@ -71,6 +72,7 @@ test-c: $(CPU_TESTS)
 	./tests/test_master_weights
 	./tests/test_rendezvous
 	./tests/test_checkpoint_shards
+	./tests/test_watchdog
 test-python:
 	$(PYTHON) -m pytest -q tests
 test-cli: train_llama_ref $(if $(HAVE_NVCC),gpu)

@@ -49,6 +49,7 @@
 #include "llmc/distributed.h"
 #include "llmc/flags.h"
 #include "llmc/profile.h"
+#include "llmc/watchdog.h"
 
 #define IGNORE_INDEX (-100)
 /* Dense bf16 peak of an H100 SXM, the MFU denominator (PaLM/torchtitan convention). */
@@ -630,7 +631,7 @@ typedef struct {
     int B, T, steps, warmup, eval_every, eval_batches, recompute, random_data, seed, total_batch, profile_step;
     int zero_stage;
     LaunchFlags launch;
-    float rendezvous_timeout;
+    float rendezvous_timeout, comm_timeout;
     float lr, min_lr_frac, decay_frac, logits_budget_mb;
     AdamWConfig opt;
     LlamaConfig shape; /* explicit overrides; 0 = from the preset */
@@ -702,6 +703,9 @@ static const Flag TRAIN_FLAGS[] = {
       "without MPI: tcp://HOST:PORT of rank 0 or file:PATH on a shared "
       "file system (default tcp://$MASTER_ADDR:$MASTER_PORT)"),
     F("--rendezvous-timeout", FLAG_FLOAT, rendezvous_timeout, "seconds to wait for all ranks"),
+    F("--comm-timeout", FLAG_FLOAT, comm_timeout,
+      "seconds a rank waits without progress (a peer died) before it exits "
+      "with an error, 0 = forever"),
 };
 #undef F
 #define N_TRAIN_FLAGS ((int)(sizeof(TRAIN_FLAGS) / sizeof(TRAIN_FLAGS[0])))
@@ -736,6 +740,7 @@ static Args default_args(void)
     a.keep = 3;
     a.launch.rank = a.launch.world = a.launch.local_rank = -1;
     a.rendezvous_timeout = 300.0f;
+    a.comm_timeout = 600.0f;
     return a;
 }
 
@@ -772,6 +777,8 @@ static void parse_args(Args *a, int argc, char **argv)
         FAIL("--resume and --save-every need --checkpoint-dir DIR");
     if (!(a->rendezvous_timeout > 0))
         FAIL("--rendezvous-timeout must be positive");
+    if (!(a->comm_timeout >= 0))
+        FAIL("--comm-timeout must be >= 0 seconds (0 = wait forever; got %g)", a->comm_timeout);
     char err[2048];
     if (a->rendezvous && rendezvous_check_spec(a->rendezvous, err, sizeof(err)) != 0)
         FAIL("--rendezvous: %s", err);
@@ -960,6 +967,11 @@ int main(int argc, char **argv)
     }
     Dist dist;
     dist_init(&dist, &launch, a.rendezvous, a.rendezvous_timeout);
+    /* with peers, a rank that stops hearing from them exits instead of waiting forever */
+    Watchdog watchdog;
+    watchdog_start(&watchdog, rank, world > 1 ? a.comm_timeout : 0.0, world > 1 ? dist_async_error : NULL, &dist,
+                   "startup");
+    char phase[WATCHDOG_PHASE_MAX];
     /* rank 0 speaks for all; the others only report errors */
     int speaker = rank == 0;
     if (!speaker && !freopen("/dev/null", "w", stdout))
@@ -1026,6 +1038,7 @@ int main(int argc, char **argv)
         log = fopen_check(a.log_path, "w");
     }
 
+    watchdog_progress(&watchdog, "model ready");
     cudaStream_t stream;
     CUDA_CHECK(cudaStreamCreate(&stream));
     /* pinned, so the uploads are truly asynchronous */
@@ -1039,6 +1052,8 @@ int main(int argc, char **argv)
     for (int step = start_step; step < a.steps; step++) {
         if (have_val && (step % a.eval_every == 0)) {
             float vl = evaluate(&model, &val, a.eval_batches, stream);
+            snprintf(phase, sizeof(phase), "evaluation at step %d", step);
+            watchdog_progress(&watchdog, phase);
             printf("step %5d | val loss %.4f\n", step, vl);
             if (log)
                 fprintf(log, "{\"step\": %d, \"val_loss\": %.6f}\n", step, vl);
@@ -1093,6 +1108,8 @@ int main(int argc, char **argv)
             print_profile(log, step + 1, wall * 1e3);
         if (!isfinite(loss))
             FAIL("loss is %f at step %d\n  hint: lower --lr or check the data", loss, step + 1);
+        snprintf(phase, sizeof(phase), "step %d", step + 1);
+        watchdog_progress(&watchdog, phase);
         if (log) {
             fprintf(log,
                     "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, \"ms\": %.3f, "
@@ -1108,6 +1125,8 @@ int main(int argc, char **argv)
             if (!src.random)
                 dataloader_get_state(&src.loader, &st.data);
             llama_save_checkpoint(&model, a.checkpoint_dir, a.keep, st, stream);
+            snprintf(phase, sizeof(phase), "checkpoint of step %d", step + 1);
+            watchdog_progress(&watchdog, phase);
         }
     }
     if (have_val) {
@@ -1124,6 +1143,7 @@ int main(int argc, char **argv)
         fclose(log);
     attention_teardown();
     matmul_teardown();
+    watchdog_stop(&watchdog);
     dist_finalize(&dist);
     return 0;
 }

@@ -12,6 +12,8 @@
  *     they copy or do nothing, so single-GPU runs take the same code path.
  *   dist_sum_host: the sum over ranks of one host integer or double (blocking),
  *     for counts and losses that every rank must agree on.
+ *   dist_async_error: NCCL's asynchronous error state, for llmc/watchdog.h's
+ *     probe (NCCL allows the call from another thread).
  *
  * Every NCCL and MPI call is checked; the error names the rank, the call and
  * what to try. Reads and writes only the buffers passed in.
@@ -221,6 +223,19 @@ static inline double dist_sum_host(const Dist *d, double x, cudaStream_t stream)
     CUDA_CHECK(cudaMemcpyAsync(&x, d->sum_scratch, sizeof(double), cudaMemcpyDeviceToHost, stream));
     CUDA_CHECK(cudaStreamSynchronize(stream));
     return x;
+}
+
+/* A WatchdogProbe (llmc/watchdog.h): non-zero, with why in msg, once NCCL has
+ * seen an error on this rank's communicator (a peer gone over the network). */
+static inline int dist_async_error(void *dist, char *msg, size_t msg_size)
+{
+    const Dist *d = (const Dist *)dist;
+    ncclResult_t state = ncclSuccess;
+    if (!d->comm || ncclCommGetAsyncError(d->comm, &state) != ncclSuccess || state == ncclSuccess ||
+        state == ncclInProgress)
+        return 0;
+    snprintf(msg, msg_size, "NCCL reports %s on this rank's communicator", ncclGetErrorString(state));
+    return 1;
 }
 
 #endif /* LLMC_DISTRIBUTED_H */

@@ -17,7 +17,10 @@
 #                count (ZeRO 1, one optimizer file per rank), resume of that
 #                checkpoint on 1 GPU (re-sharded), a kill -9 during saves leaves
 #                a resumable newest complete checkpoint, and transformers loads
-#                the saved model.safetensors + config.json
+#                the saved model.safetensors + config.json; with N GPUs, a kill -9
+#                of rank 1 during saves makes the other ranks exit with the
+#                watchdog's error within --comm-timeout (20 s here) instead of
+#                waiting forever, and a resume on N GPUs continues bit for bit
 # Usage: scripts/multi_gpu_check.sh [build] [equivalence] [scaling] [checkpoint]
 set -u
 cd "$(dirname "$0")/.."
@@ -163,6 +166,30 @@ EOF
         ls "$ck/kill" > "$out/ck_kill_dir.txt" 2>&1
         run ck_resumed "${nano[@]}" --steps 40 -B 4 --checkpoint-dir "$ck/kill" --save-every 1 --keep 2 --resume \
             --log "$out/ck_resumed.jsonl"
+        # the same on N GPUs, killing rank 1 only (torchrun-style launch: mpirun would end the job itself)
+        run ck_ref_n "${mpi[@]}" "${nano[@]}" --steps 40 -B $((4 / np)) --log "$out/ck_ref_n.jsonl"
+        pids=()
+        t0=$(date +%s)
+        for ((r = 0; r < np; r++)); do
+            RANK=$r WORLD_SIZE=$np LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=29519 \
+                timeout 300 "${nano[@]}" --steps 40 -B $((4 / np)) --checkpoint-dir "$ck/killn" --save-every 1 \
+                --keep 2 --comm-timeout 20 --log "$out/ck_killed_n.jsonl" > "$out/ck_killed_n_rank$r.log" 2>&1 &
+            pids+=($!)
+        done
+        for _ in $(seq 600); do
+            logged=$(grep -c '"loss"' "$out/ck_killed_n.jsonl" 2> /dev/null)
+            [ "${logged:-0}" -ge 5 ] && break
+            sleep 0.1
+        done
+        kill -9 "${pids[1]}" 2> /dev/null
+        codes=""
+        for ((r = 0; r < np; r++)); do
+            wait "${pids[$r]}" 2> /dev/null
+            codes="$codes $?"
+        done
+        echo "ranks' exit codes:$codes after $(($(date +%s) - t0)) s" > "$out/ck_killed_n_exit.txt"
+        run ck_resumed_n "${mpi[@]}" "${nano[@]}" --steps 40 -B $((4 / np)) --checkpoint-dir "$ck/killn" \
+            --save-every 1 --keep 2 --resume --log "$out/ck_resumed_n.jsonl"
         python3 - "$out" "$np" "$results" "$ck" << 'EOF' || status=1
 import json, sys
 out, np_, results, ck = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
@@ -183,6 +210,19 @@ first = min(resumed) if resumed else None
 checks.append((f"kill -9 after step {max(killed) if killed else '?'} of 40; resumed at step {first}, every resumed "
                "step bit-identical to the uninterrupted run",
                bool(resumed) and max(resumed) == 40 and all(resumed[k] == ref.get(k) for k in resumed)))
+ref_n, resumed_n, killed_n = losses("ck_ref_n"), losses("ck_resumed_n"), losses("ck_killed_n")
+codes = open(f"{out}/ck_killed_n_exit.txt").read().split(":")[1].split()[:np_]
+others = [r for r in range(np_) if r != 1]
+logs = {r: open(f"{out}/ck_killed_n_rank{r}.log", errors="replace").read() for r in others}
+named = all(f"rank {r}:" in logs[r] and ("no progress for 20 s" in logs[r] or "NCCL reports" in logs[r])
+            for r in others)
+checks.append((f"kill -9 of rank 1 of {np_} after step {max(killed_n) if killed_n else '?'}: the others exit with "
+               f"the watchdog's code 3 naming their rank and the cause ({open(f'{out}/ck_killed_n_exit.txt').read().strip()})",
+               all(codes[r] == "3" for r in others) and named))
+first_n = min(resumed_n) if resumed_n else None
+checks.append((f"resumed on {np_} GPUs at step {first_n}, every resumed step bit-identical to an uninterrupted "
+               f"{np_}-GPU run",
+               bool(resumed_n) and max(resumed_n) == 40 and all(resumed_n[k] == ref_n.get(k) for k in resumed_n)))
 try:
     import torch
     from transformers import LlamaForCausalLM

@@ -15,20 +15,18 @@
 #include "train_llama_ref.c"
 
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
+
+#include "tests/check.h"
 
 #define DUMP "testdata/tiny_gqa_tied.dump.llmt"
 #define WEIGHTS "testdata/tiny_gqa_tied.weights.llmt"
 #define ROPE31_WEIGHTS "testdata/small_mha_untied_rope31.weights.llmt"
 
-static int n_passed, n_failed;
 static char tmpdir[64];
 
 static void expect(int ok, const char *what)
 {
-    printf("  %-4s %s\n", ok ? "ok" : "FAIL", what);
-    ok ? n_passed++ : n_failed++;
+    check(ok, "%s", what);
 }
 
 /* A whole file in memory. */
@@ -203,32 +201,18 @@ static void load_config_of_child_path(void)
 
 /* Runs fn in a child process and returns 1 if it exits non-zero with an
  * error on stderr that contains both needles; for the functions that exit on
- * an error instead of returning one. The message goes into msg. */
+ * an error instead of returning one. The message's first line goes into msg. */
+static void call_void(void *fn)
+{
+    ((void (*)(void))fn)();
+}
 static int child_fails_with(void (*fn)(void), const char *needle1, const char *needle2, char *msg, size_t msglen)
 {
-    int fds[2];
-    if (pipe(fds) != 0) FAIL("pipe: %s", strerror(errno));
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid < 0) FAIL("fork: %s", strerror(errno));
-    if (pid == 0) {
-        dup2(fds[1], 2);
-        close(fds[0]);
-        fn();
-        _exit(0);
-    }
-    close(fds[1]);
-    size_t len = 0;
-    ssize_t got;
-    while (len + 1 < msglen && (got = read(fds[0], msg + len, msglen - 1 - len)) > 0) len += (size_t)got;
-    msg[len] = '\0';
-    close(fds[0]);
-    int status;
-    waitpid(pid, &status, 0);
+    int code = run_child(call_void, (void *)fn, msg, msglen);
     char *newline = strchr(msg, '\n');
     int named = strstr(msg, needle1) != NULL && strstr(msg, needle2) != NULL;
     if (newline) *newline = '\0'; /* report only the first line */
-    return WIFEXITED(status) && WEXITSTATUS(status) != 0 && named;
+    return code != 0 && named;
 }
 
 /* A copy of the weights file with one metadata entry changed in place (same length). */
@@ -376,6 +360,5 @@ int main(void)
     test_config_mismatch();
     test_rope_inv_freq();
     rmdir(tmpdir);
-    printf("%d passed, %d failed\n", n_passed, n_failed);
-    return n_failed == 0 ? 0 : 1;
+    return check_summary();
 }

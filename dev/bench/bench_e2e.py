@@ -27,7 +27,7 @@ and some T, its longer T are skipped; once it OOMs at some B at the batch
 sweep's T, its larger B are skipped; after two failures (not OOM) of a system
 its remaining runs are skipped. Every record is one JSON line appended to --out.
 
-Time: the default settings of one model take ~8 min on an H100 (--dry-run
+Time: the default settings of one model take ~10 min on an H100 (--dry-run
 prints a rough estimate per run). Most of it is process start and, for
 hf_sdpa_compile, ~1 min of compilation per run, so by default compile runs only
 at T=2048 with B=1 and the largest B of --batch-sweep (--compile-full for the

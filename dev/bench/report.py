@@ -500,7 +500,9 @@ def write_report(e2e, kernels, docs_dir, plot=True, profiles=()):
             import matplotlib.pyplot as plt  # noqa: F811
         except ImportError:
             print("warning: no matplotlib; writing the tables without plots", file=sys.stderr)
-    lines = [GEN_NOTE, "", "# Benchmarks", ""]
+    lines = [GEN_NOTE, "", "# Benchmarks", "",
+             "Every table and plot here comes from `dev/bench/run_all.sh` on the GPU machine (~25 min on an H100; "
+             "`dev/bench/run_all.sh --help` lists its parts), which ends by running this report.", ""]
     if e2e:
         lines += ["End-to-end training on one GPU (`dev/bench/bench_e2e.py`): the same Llama 3 shape, batch, "
                   "sequence length and optimizer for every system: AdamW (lr 1e-4, betas 0.9/0.95, weight decay "

@@ -2,29 +2,38 @@
 # The benchmarks on the GPU machine, from the repository root:
 #   installs the liger-kernel wheel carried in .whl/ (into /tmp/site, on PYTHONPATH),
 #   builds train_llama, runs dev/bench/bench_e2e.py with its default settings for
-#   Llama 3.2 1B and the cut Llama 3.1 8B, then dev/bench/report.py.
-# Results are appended to dev/bench/results/e2e.jsonl (per-run logs in
-# dev/bench/results/logs/); docs/benchmarks.md and docs/img/ are rewritten.
+#   Llama 3.2 1B and the cut Llama 3.1 8B, the per-kernel benchmark, then
+#   dev/bench/report.py.
+# Results are appended to dev/bench/results/e2e.jsonl and kernels.jsonl (per-run
+# logs in dev/bench/results/logs/); docs/benchmarks.md and docs/img/ are rewritten.
 # When $OUT is set, every record is also appended to $OUT/results/e2e.jsonl as
 # it is made (so a run cut short still returns what it measured), and the
 # results, logs and docs are copied under $OUT at the end.
 #
-# Usage: dev/bench/run_all.sh [PART...]      (default: build 1b 8b report)
+# Usage: dev/bench/run_all.sh [PART...]      (default: build 1b 8b kernels report)
 #   build          install the wheel, make -j16 train_llama
 #   smoke          bench_e2e.py --quick (2 layers, T=2048; ~3 min): checks every system works
-#   1b             Llama 3.2 1B, default settings (~8 min)
-#   8b             Llama 3.1 8B cut to 8 layers (~8 min)
+#   1b             Llama 3.2 1B, default settings (~10 min on an H100, 2.5 of them compile runs)
+#   8b             Llama 3.1 8B cut to 8 layers (~9 min)
 #   1b-recompute   train_llama alone on the 1B at recompute 0 and 2 (~3-4 min)
+#   kernels        the per-kernel benchmark, dev/bench/run_kernels.sh (~4 min)
 #   report         docs/benchmarks.md and docs/img/*.png from dev/bench/results/
-# Each bench part keeps under its own time budget (BUDGET_S, default 540 s), so
-# with a 10-minute limit per command run the parts as separate commands, e.g.
-#   dev/bench/run_all.sh build smoke;  dev/bench/run_all.sh 1b;  dev/bench/run_all.sh 8b report
+# With no argument every table is made in one run each, ~25 min in all.
+# Where commands have a time limit, BUDGET_S=540 keeps each bench part under that
+# many seconds (skipping the last runs, the compile ones first), and the systems
+# can go in separate commands of one session, e.g.
+#   BENCH_ARGS="--systems train_llama hf_liger hf_sdpa hf_eager" dev/bench/run_all.sh 1b
+#   BENCH_ARGS="--systems hf_sdpa_compile" dev/bench/run_all.sh 1b
 # Extra bench_e2e.py flags: BENCH_ARGS="--expandable-segments" dev/bench/run_all.sh 1b
 set -uo pipefail
+if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
+    sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+    exit 0
+fi
 cd "$(dirname "$0")/../.." || exit 1
-parts="${*:-build 1b 8b report}"
+parts="${*:-build 1b 8b kernels report}"
 results=dev/bench/results
-budget="${BUDGET_S:-540}"
+budget="${BUDGET_S:-0}"
 mkdir -p "$results"
 mirror=()
 if [ -n "${OUT:-}" ]; then
@@ -72,10 +81,12 @@ for part in $parts; do
         bench --models llama3.1-8b-cut || status=1;;
     1b-recompute)
         bench --models llama3.2-1b --systems train_llama --train-llama-recompute 0 2 || status=1;;
+    kernels)
+        bash dev/bench/run_kernels.sh || status=1;;
     report)
         python3 dev/bench/report.py || status=1;;
     *)
-        echo "error: unknown part '$part' (build, smoke, 1b, 8b, 1b-recompute, report)"; status=1;;
+        echo "error: unknown part '$part' (build, smoke, 1b, 8b, 1b-recompute, kernels, report)"; status=1;;
     esac
     copy_out
 done

@@ -17,75 +17,12 @@
  * The relative error's floor is 1% of the rms of the reference (dinp sums values of
  * either sign), 10% for dweight.
  *
- * Experiment: the forward as it was before (evict-first loads; the header's are
- * plain), checked bit-identical to the header's kernel and timed beside it. An
- * earlier experiment that loaded the weight before the block reduction ran 9-10%
- * slower and was dropped (docs/performance.md).
- *
  * Usage: rmsnorm_check [--seed N]
  */
 #include "check_common.h"
 #include "llmc/rmsnorm.h"
 
 #define EPS 1e-5f
-
-#define VPT RMSNORM_VPT
-__global__ void __launch_bounds__(RMSNORM_MAX_THREADS)
-    rmsnorm_forward_stream_load_kernel(bf16 *residual_out, bf16 *__restrict__ out, float *__restrict__ rstd,
-                                       const bf16 *inp, const bf16 *branch, const bf16 *__restrict__ weight, int C,
-                                       float eps)
-{
-    __shared__ float shared[WARP_SIZE];
-    int64_t row_offset = (int64_t)blockIdx.x * C;
-    int vectors = C / 8;
-    float x[VPT][8];
-    float sumsq = 0.0f;
-#pragma unroll
-    for (int k = 0; k < VPT; k++) {
-        int j = threadIdx.x + k * blockDim.x;
-        if (j < vectors) {
-            int64_t at = row_offset + (int64_t)j * 8;
-            bf16x8 a = load16_stream(inp + at);
-            if (branch != NULL) {
-                bf16x8 b = load16_stream(branch + at);
-#pragma unroll
-                for (int i = 0; i < 8; i++)
-                    a.v[i] = __float2bfloat16_rn(__bfloat162float(a.v[i]) + __bfloat162float(b.v[i]));
-                store16(residual_out + at, a);
-            }
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                x[k][i] = __bfloat162float(a.v[i]);
-                sumsq += x[k][i] * x[k][i];
-            }
-        }
-    }
-    sumsq = block_sum(sumsq, shared);
-    float r = 1.0f / sqrtf(sumsq / (float)C + eps);
-    if (threadIdx.x == 0)
-        rstd[blockIdx.x] = r;
-#pragma unroll
-    for (int k = 0; k < VPT; k++) {
-        int j = threadIdx.x + k * blockDim.x;
-        if (j < vectors) {
-            bf16x8 w = load16(weight + j * 8);
-            bf16x8 o;
-#pragma unroll
-            for (int i = 0; i < 8; i++)
-                o.v[i] = __float2bfloat16_rn(x[k][i] * r * __bfloat162float(w.v[i]));
-            store16(out + row_offset + (int64_t)j * 8, o);
-        }
-    }
-}
-
-static void rmsnorm_forward_stream_load(bf16 *residual_out, bf16 *out, float *rstd, const bf16 *inp, const bf16 *branch,
-                                        const bf16 *weight, int N, int C, cudaStream_t stream)
-{
-    rmsnorm_forward_stream_load_kernel<<<N, rmsnorm_threads(C), 0, stream>>>(residual_out, out, rstd, inp, branch,
-                                                                             weight, C, EPS);
-    CUDA_CHECK_LAST();
-}
-#undef VPT
 
 /* x: the input rows (bf16 values), with branch != NULL: x = bf16(inp + branch). */
 static void ref_forward(float *out, float *rstd, float *residual_out, const float *inp, const float *branch,
@@ -148,34 +85,11 @@ static void run_fused(void *ctx, int s)
     fused_residual_rmsnorm_forward(b->residual[s], b->out[s], b->rstd[s], b->inp[s], b->branch[s], b->weight, b->N,
                                    b->C, EPS, 0);
 }
-static void run_forward_stream_load(void *ctx, int s)
-{
-    Bench *b = (Bench *)ctx;
-    rmsnorm_forward_stream_load(NULL, b->out[s], b->rstd[s], b->inp[s], NULL, b->weight, b->N, b->C, 0);
-}
-static void run_fused_stream_load(void *ctx, int s)
-{
-    Bench *b = (Bench *)ctx;
-    rmsnorm_forward_stream_load(b->residual[s], b->out[s], b->rstd[s], b->inp[s], b->branch[s], b->weight, b->N, b->C,
-                                0);
-}
 static void run_backward(void *ctx, int s)
 {
     Bench *b = (Bench *)ctx;
     rmsnorm_backward(b->dinp[s], b->dweight, b->scratch, b->dout[s], b->inp[s], b->weight, b->rstd[s], b->N, b->C, 1,
                      0);
-}
-
-/* The experiment's kernels give the header's bits: expect holds the header's out. */
-static void check_stream_load_variant(const uint16_t *expect, uint16_t *got, bf16 *d_out, bf16 *d_res, float *d_rstd,
-                                      const bf16 *d_inp, const bf16 *d_branch, const bf16 *d_w, int N, int C)
-{
-    size_t bf = (size_t)N * C * 2;
-    poison(d_out, bf);
-    rmsnorm_forward_stream_load(d_res, d_out, d_rstd, d_inp, d_branch, d_w, N, C, 0);
-    download(got, d_out, bf);
-    check_result(memcmp(expect, got, bf) == 0, "rmsnorm_forward_stream_load%s N=%d C=%d bit-identical",
-                 d_branch ? " fused" : "", N, C);
 }
 
 static void check_size(int N, int C, int bench)
@@ -238,7 +152,6 @@ static void check_size(int N, int C, int bench)
     check_close(what, got, ref_out, NC, 4e-3, 1e-2);
     snprintf(what, sizeof(what), "rmsnorm_forward rstd N=%d C=%d", N, C);
     check_close(what, got_rstd, ref_rstd, N, 1e-5, 0.0);
-    check_stream_load_variant(got_b, got_b2, d_out, NULL, d_rstd, d_inp, NULL, d_w, N, C);
 
     /* fused residual forward */
     ref_forward(ref_out, ref_rstd, ref_res, inp, branch, w, N, C);
@@ -257,7 +170,6 @@ static void check_size(int N, int C, int bench)
     check_close(what, got, ref_out, NC, 4e-3, 1e-2);
     snprintf(what, sizeof(what), "fused_residual rstd N=%d C=%d", N, C);
     check_close(what, got_rstd, ref_rstd, N, 1e-5, 0.0);
-    check_stream_load_variant(got_b, got_b2, d_out, d_res, d_rstd, d_inp, d_branch, d_w, N, C);
 
     /* backward, from the plain forward's input and the reference's rstd, fed to both sides */
     ref_forward(ref_out, ref_rstd, NULL, inp, NULL, w, N, C);
@@ -327,10 +239,6 @@ static void check_size(int N, int C, int bench)
         bench_report(what, run_forward, &b, sets, 2.0 * bf + N * 4.0);
         snprintf(what, sizeof(what), "fused_residual_rmsnorm N=%d C=%d", N, C);
         bench_report(what, run_fused, &b, sets, 4.0 * bf + N * 4.0);
-        snprintf(what, sizeof(what), "rmsnorm_forward_stream_load N=%d C=%d", N, C);
-        bench_report(what, run_forward_stream_load, &b, sets, 2.0 * bf + N * 4.0);
-        snprintf(what, sizeof(what), "fused_residual_stream_load N=%d C=%d", N, C);
-        bench_report(what, run_fused_stream_load, &b, sets, 4.0 * bf + N * 4.0);
         snprintf(what, sizeof(what), "rmsnorm_backward N=%d C=%d", N, C);
         bench_report(what, run_backward, &b, sets, 4.0 * bf + N * 4.0 + scratch_bytes);
         for (int s = 0; s < sets; s++) {

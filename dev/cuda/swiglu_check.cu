@@ -8,61 +8,10 @@
  * 2^-8 = 3.9e-3 relative; fp32 math with expf adds ~1e-6), floor at 1% of the rms
  * since silu and its derivative pass through zero.
  *
- * Experiment: the header's forward (plain loads and stores) against the same
- * kernel with cache hints: evict-first loads and plain stores (the header before),
- * and evict-first loads and stores; checked bit-identical to the header, timed
- * beside it. The ranking depends on the harness: here (back-to-back runs over
- * rotating buffers) the evict-first pair won by 3%; with an L2 flush before each
- * run (dev/bench/bench_kernels.py) the plain pair won by 5% (docs/performance.md).
- *
  * Usage: swiglu_check [--seed N]
  */
 #include "check_common.h"
 #include "llmc/swiglu.h"
-
-template <int STORE_CS>
-__global__ void __launch_bounds__(SWIGLU_MAX_THREADS)
-    swiglu_forward_hinted_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ gate_up, int F)
-{
-    const bf16 *row = gate_up + (int64_t)blockIdx.x * 2 * F;
-    int base = (blockIdx.y * blockDim.x * SWIGLU_VPT + threadIdx.x) * 8;
-    bf16x8 g[SWIGLU_VPT], u[SWIGLU_VPT];
-#pragma unroll
-    for (int k = 0; k < SWIGLU_VPT; k++) {
-        int j = base + k * blockDim.x * 8;
-        if (j < F) {
-            g[k] = load16_stream(row + j);
-            u[k] = load16_stream(row + F + j);
-        }
-    }
-#pragma unroll
-    for (int k = 0; k < SWIGLU_VPT; k++) {
-        int j = base + k * blockDim.x * 8;
-        if (j >= F)
-            break;
-        bf16x8 o;
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            float gf = __bfloat162float(g[k].v[i]);
-            o.v[i] = __float2bfloat16_rn(__fdividef(gf, 1.0f + __expf(-gf)) * __bfloat162float(u[k].v[i]));
-        }
-        if (STORE_CS)
-            __stcs(reinterpret_cast<int4 *>(out + (int64_t)blockIdx.x * F + j), *reinterpret_cast<int4 *>(o.v));
-        else
-            store16(out + (int64_t)blockIdx.x * F + j, o);
-    }
-}
-
-template <int STORE_CS>
-static void swiglu_forward_hinted(bf16 *out, const bf16 *gate_up, int N, int F, cudaStream_t stream)
-{
-    swiglu_forward_hinted_kernel<STORE_CS><<<swiglu_grid(N, F), swiglu_threads(F), 0, stream>>>(out, gate_up, F);
-    CUDA_CHECK_LAST();
-}
-#define HINTED_VARIANTS 2
-static const char *hinted_names[HINTED_VARIANTS] = {"ld.cs st (before)", "ld.cs st.cs"};
-static void (*hinted[HINTED_VARIANTS])(bf16 *, const bf16 *, int, int, cudaStream_t) = {swiglu_forward_hinted<0>,
-                                                                                        swiglu_forward_hinted<1>};
 
 static void ref_swiglu(float *out, float *dgate_up, const float *gate_up, const float *dout, int N, int F)
 {
@@ -86,12 +35,6 @@ static void run_forward(void *ctx, int s)
 {
     Bench *b = (Bench *)ctx;
     swiglu_forward(b->out[s], b->gate_up[s], b->N, b->F, 0);
-}
-static int hinted_variant;
-static void run_forward_hinted(void *ctx, int s)
-{
-    Bench *b = (Bench *)ctx;
-    hinted[hinted_variant](b->out[s], b->gate_up[s], b->N, b->F, 0);
 }
 static void run_backward(void *ctx, int s)
 {
@@ -123,13 +66,6 @@ static void check_size(int N, int F, int bench)
     bf16_to_float(got, got_b, nf);
     snprintf(what, sizeof(what), "swiglu_forward N=%d F=%d", N, F);
     check_close(what, got, ref_out, nf, 4e-3, 1e-2);
-    for (int k = 0; k < HINTED_VARIANTS; k++) {
-        poison(d_out, nf * 2);
-        hinted[k](d_out, d_gu, N, F, 0);
-        download(got2_b, d_out, nf * 2);
-        check_result(memcmp(got_b, got2_b, nf * 2) == 0, "swiglu_forward %s N=%d F=%d bit-identical", hinted_names[k],
-                     N, F);
-    }
 
     poison(d_dgu, n2f * 2);
     swiglu_backward(d_dgu, d_dout, d_gu, N, F, 0);
@@ -159,10 +95,6 @@ static void check_size(int N, int F, int bench)
         }
         snprintf(what, sizeof(what), "swiglu_forward N=%d F=%d", N, F);
         bench_report(what, run_forward, &b, sets, 3.0 * nf * 2);
-        for (hinted_variant = 0; hinted_variant < HINTED_VARIANTS; hinted_variant++) {
-            snprintf(what, sizeof(what), "swiglu_forward %s N=%d F=%d", hinted_names[hinted_variant], N, F);
-            bench_report(what, run_forward_hinted, &b, sets, 3.0 * nf * 2);
-        }
         snprintf(what, sizeof(what), "swiglu_backward N=%d F=%d", N, F);
         bench_report(what, run_backward, &b, sets, 5.0 * nf * 2);
         for (int s = 0; s < sets; s++) {

@@ -21,7 +21,7 @@ static int check_passed = 0, check_failed = 0;
 #if defined(__GNUC__)
 __attribute__((format(printf, 2, 3)))
 #endif
-static int check(int ok, const char *fmt, ...)
+static inline int check(int ok, const char *fmt, ...)
 {
     va_list args;
     printf("%s ", ok ? "PASS" : "FAIL");
@@ -34,7 +34,7 @@ static int check(int ok, const char *fmt, ...)
 }
 
 /* The exit status: 0 when every check passed. */
-static int check_summary(void)
+static inline int check_summary(void)
 {
     printf("%d passed, %d failed\n", check_passed, check_failed);
     return check_failed ? 1 : 0;
@@ -43,7 +43,7 @@ static int check_summary(void)
 /* Runs fn(arg) in a child process, its stderr into msg (NUL-terminated, cut to
  * msg_size - 1 bytes); returns the child's exit code, or -1 if it did not exit
  * (a signal). A child whose fn returns exits with 0. */
-static int run_child(void (*fn)(void *), void *arg, char *msg, size_t msg_size)
+static inline int run_child(void (*fn)(void *), void *arg, char *msg, size_t msg_size)
 {
     int fds[2];
     if (pipe(fds) != 0) {

@@ -254,7 +254,7 @@ static void check_adamw(const Layout *L, const int64_t (*ranges)[2], int n_range
                              memcmp(got_m + end, m0 + end, (size_t)(total - end) * 4) == 0 &&
                              memcmp(got_v + end, v0 + end, (size_t)(total - end) * 4) == 0;
             snprintf(what, sizeof(what), "adamw %s step=%d outside the range", range, step);
-            check_result(outside_ok, "%-46s %lld elements bit-identical", what, (long long)(total - n));
+            check(outside_ok, "%-46s %lld elements bit-identical", what, (long long)(total - n));
 
             for (int64_t i = 0; i < n; i++) {
                 int64_t at = first + i;
@@ -276,7 +276,7 @@ static void check_adamw(const Layout *L, const int64_t (*ranges)[2], int n_range
             snprintf(what, sizeof(what), "adamw param = bf16 nearest(master) %s s=%d", range, step);
             check_identical(what, got_hi + first, want_hi, (size_t)n * 2);
             snprintf(what, sizeof(what), "adamw (param, lo) = split(master) %s s=%d", range, step);
-            check_result(memcmp(got_hi + first, split_hi, (size_t)n * 2) == 0 &&
+            check(memcmp(got_hi + first, split_hi, (size_t)n * 2) == 0 &&
                              memcmp(got_lo + first, split_lo, (size_t)n * 2) == 0,
                          "%-46s bit-identical", what);
             snprintf(what, sizeof(what), "adamw param %s step=%d", range, step);
@@ -391,5 +391,5 @@ int main(int argc, char **argv)
     const int64_t big_ranges[][2] = {{0, real}, {G - 4000, 3 * G + 3}};
     check_adamw(&big, big_ranges, 2, 1);
     layout_free(&big);
-    return check_exit();
+    return check_summary();
 }

@@ -240,5 +240,5 @@ int main(int argc, char **argv)
     Shape big[] = {{4, 2048, 32, 8, 64}, {2, 2048, 32, 8, 128}};
     for (size_t i = 0; i < sizeof(big) / sizeof(big[0]); i++) check_shape(big[i], 0);
     attention_teardown();
-    return check_exit();
+    return check_summary();
 }

@@ -21,7 +21,8 @@
  *     cannot hold them; GB/s from the bytes the kernel must move, and as a
  *     percentage of the cudaMemcpy device-to-device bandwidth measured here
  *     (bytes read + written).
- * Every check prints a PASS or FAIL line; check_exit() returns non-zero if any failed.
+ * Every check prints a PASS or FAIL line through tests/check.h's check(), the
+ * CPU tests' bookkeeping; check_summary() returns non-zero if any failed.
  */
 #ifndef DEV_CUDA_CHECK_COMMON_H
 #define DEV_CUDA_CHECK_COMMON_H
@@ -35,13 +36,12 @@
 #include <time.h>
 
 #include "llmc/cuda_common.h"
+#include "tests/check.h"
 
 #define BENCH_RUNS 60
 #define BENCH_WARMUP 5
 #define BENCH_WARMUP_MS 200.0f
 
-static int check_failures = 0;
-static int check_passes = 0;
 static double copy_gbps = 0.0;
 
 /* ---- RNG (splitmix64) ---- */
@@ -181,20 +181,6 @@ static inline void poison(void *dev, size_t bytes)
 
 /* ---- comparisons ---- */
 
-static inline void check_result(int ok, const char *fmt, ...)
-{
-    va_list args;
-    printf("%s ", ok ? "PASS" : "FAIL");
-    va_start(args, fmt);
-    vprintf(fmt, args);
-    va_end(args);
-    printf("\n");
-    if (ok)
-        check_passes++;
-    else
-        check_failures++;
-}
-
 /* Max over i of |got - ref| / max(|ref|, floor_frac * rms(ref)); NaN anywhere fails. */
 static inline void check_close(const char *what, const float *got, const float *ref, int64_t n, double tol,
                                double floor_frac)
@@ -217,7 +203,7 @@ static inline void check_close(const char *what, const float *got, const float *
             worst_i = i;
         }
     }
-    check_result(bad == 0, "%-46s max rel err %.3e (tol %.0e) at %lld: got %.8g want %.8g", what, worst, tol,
+    check(bad == 0, "%-46s max rel err %.3e (tol %.0e) at %lld: got %.8g want %.8g", what, worst, tol,
                  (long long)worst_i, n > 0 ? got[worst_i] : 0.0f, n > 0 ? ref[worst_i] : 0.0f);
     if (bad)
         printf("     %lld of %lld elements out of tolerance\n", (long long)bad, (long long)n);
@@ -245,7 +231,7 @@ static inline void check_within(const char *what, const float *got, const float 
             worst_i = i;
         }
     }
-    check_result(bad == 0, "%-46s max err/bound %.3f at %lld: got %.8g want %.8g (bound %.3g)", what, worst,
+    check(bad == 0, "%-46s max err/bound %.3f at %lld: got %.8g want %.8g (bound %.3g)", what, worst,
                  (long long)worst_i, n > 0 ? got[worst_i] : 0.0f, n > 0 ? ref[worst_i] : 0.0f,
                  n > 0 ? bound[worst_i] : 0.0f);
     if (bad)
@@ -254,13 +240,7 @@ static inline void check_within(const char *what, const float *got, const float 
 
 static inline void check_identical(const char *what, const void *a, const void *b, size_t bytes)
 {
-    check_result(memcmp(a, b, bytes) == 0, "%-46s bit-identical (%zu bytes)", what, bytes);
-}
-
-static inline int check_exit(void)
-{
-    printf("== %d passed, %d failed\n", check_passes, check_failures);
-    return check_failures ? 1 : 0;
+    check(memcmp(a, b, bytes) == 0, "%-46s bit-identical (%zu bytes)", what, bytes);
 }
 
 /* ---- timing ---- */

@@ -87,7 +87,7 @@ static void check_size(int N, int C, int V, int bench)
     int *workspace = (int *)malloc_check(embedding_backward_plan_workspace_ints(N, V) * 4, "plan workspace");
     int n_buckets = embedding_backward_plan_host(bucket_token, bucket_start, positions, tokens, N, V, workspace);
     snprintf(what, sizeof(what), "embedding_backward_plan_host N=%d V=%d", N, V);
-    check_result(plan_ok(tokens, N, V, bucket_token, bucket_start, positions, n_buckets),
+    check(plan_ok(tokens, N, V, bucket_token, bucket_start, positions, n_buckets),
                  "%-46s %d buckets, largest %d positions", what, n_buckets, bucket_start[1] - bucket_start[0]);
 
     uint16_t *wte_b = (uint16_t *)malloc_check(VC * 2, "wte"), *dout_b = (uint16_t *)malloc_check(NC * 2, "dout");
@@ -152,7 +152,7 @@ static void check_size(int N, int C, int V, int bench)
         changed += memcmp(got_b + (int64_t)v * C, dwte0_b + (int64_t)v * C, (size_t)C * 2) != 0;
     }
     snprintf(what, sizeof(what), "embedding_backward other rows N=%d V=%d", N, V);
-    check_result(changed == 0, "%-46s %lld of %lld rows of tokens not in the batch changed", what, (long long)changed,
+    check(changed == 0, "%-46s %lld of %lld rows of tokens not in the batch changed", what, (long long)changed,
                  (long long)untouched);
     free(in_batch);
 
@@ -198,5 +198,5 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
         check_size(sizes[i][0], sizes[i][1], sizes[i][2], sizes[i][3]);
     }
-    return check_exit();
+    return check_summary();
 }

@@ -205,7 +205,7 @@ static void check_small(int N, int C, int V, int chunk)
     }
     bf16_to_float(got_dx, dx_b, nx);
     snprintf(what, sizeof(what), "dx, losses same with accumulate=1 %s", tag);
-    check_result(memcmp(dx_b, dx_b2, nx * 2) == 0 && memcmp(got_loss, got_loss3, (size_t)N * 4) == 0,
+    check(memcmp(dx_b, dx_b2, nx * 2) == 0 && memcmp(got_loss, got_loss3, (size_t)N * 4) == 0,
                  "%-46s bit-identical", what);
 
     int ignored_ok = 1;
@@ -214,7 +214,7 @@ static void check_small(int N, int C, int V, int chunk)
             ignored_ok = 0;
     }
     snprintf(what, sizeof(what), "ignored rows have loss 0 %s", tag);
-    check_result(ignored_ok, "%s", what);
+    check(ignored_ok, "%s", what);
     snprintf(what, sizeof(what), "losses vs bf16 logits %s", tag);
     check_close(what, got_loss, ref_loss, N, 1e-4, 1e-2);
     snprintf(what, sizeof(what), "losses vs fp64 logits %s", tag);
@@ -409,7 +409,7 @@ int main(int argc, char **argv)
     int c1 = fused_classifier_chunk_rows(8192, 128256, (size_t)1 << 30);
     int c2 = fused_classifier_chunk_rows(100, 1000, (size_t)1 << 30);
     int c3 = fused_classifier_chunk_rows(8192, 128256, (size_t)1 << 20);
-    check_result(c1 == 4096 && c2 == 100 && c3 == 4,
+    check(c1 == 4096 && c2 == 100 && c3 == 4,
                  "fused_classifier_chunk_rows: 1 GiB at V=128256 -> %d rows "
                  "(want 4096), capped at N=100 -> %d, 1 MiB -> %d (want 4)",
                  c1, c2, c3);
@@ -418,5 +418,5 @@ int main(int argc, char **argv)
     check_small(64, 32, 777, 64);    /* one chunk */
     check_large(8192, 2048, 128256);
     matmul_teardown();
-    return check_exit();
+    return check_summary();
 }

@@ -267,5 +267,5 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof(llama) / sizeof(llama[0]); i++)
         check_shape(llama[i], 0, ref_tflops);
     matmul_teardown();
-    return check_exit();
+    return check_summary();
 }

@@ -75,7 +75,7 @@ static void check_size(int B, int T, int H, int KV, int D, int bench)
         if (!(e <= worst)) worst = e;
     }
     snprintf(what, sizeof(what), "rope_table_host T=%d D=%d", T, D);
-    check_result(table_ok && worst <= 1e-6, "%-46s pos 0 is (1, 0): %s, max |cos^2+sin^2-1| %.2e (tol 1e-6)", what,
+    check(table_ok && worst <= 1e-6, "%-46s pos 0 is (1, 0): %s, max |cos^2+sin^2-1| %.2e (tol 1e-6)", what,
                  table_ok ? "yes" : "no", worst);
 
     uint16_t *in_b = (uint16_t *)malloc_check(bf, "qkv"), *got_b = (uint16_t *)malloc_check(bf, "got");
@@ -101,7 +101,7 @@ static void check_size(int B, int T, int H, int KV, int D, int bench)
             v_same &= memcmp(got_b + v0, in_b + v0, (size_t)KV * D * 2) == 0;
         }
         snprintf(what, sizeof(what), "%s v untouched B=%d T=%d D=%d", name, B, T, D);
-        check_result(v_same, "%-46s v heads keep their bits", what);
+        check(v_same, "%-46s v heads keep their bits", what);
     }
 
     if (bench) {
@@ -142,5 +142,5 @@ int main(int argc, char **argv)
         int *s = sizes[i];
         check_size(s[0], s[1], s[2], s[3], s[4], s[5]);
     }
-    return check_exit();
+    return check_summary();
 }

@@ -79,7 +79,7 @@ static void check_size(int N, int F, int bench)
     swiglu_backward(d_dgu, d_dout, d_dgu, N, F, 0);
     download(got2_b, d_dgu, n2f * 2);
     snprintf(what, sizeof(what), "swiglu_backward in place N=%d F=%d", N, F);
-    check_result(memcmp(got_b, got2_b, n2f * 2) == 0, "%-46s bit-identical to out of place", what);
+    check(memcmp(got_b, got2_b, n2f * 2) == 0, "%-46s bit-identical to out of place", what);
 
     if (bench) {
         Bench b = {N, F, NULL, NULL, NULL, NULL};
@@ -124,5 +124,5 @@ int main(int argc, char **argv)
     };
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
         check_size(sizes[i][0], sizes[i][1], sizes[i][2]);
-    return check_exit();
+    return check_summary();
 }

@@ -134,6 +134,18 @@ static inline uint64_t ckpt_get_u64(const unsigned char *p)
     return v;
 }
 
+/* array, with room for one more element after its first n (capacity *cap, doubled when full). */
+static inline void *ckpt_grow(void *array, int n, int *cap, size_t element_size, const char *for_path)
+{
+    if (n < *cap)
+        return array;
+    *cap = *cap ? 2 * *cap : 16;
+    array = realloc(array, (size_t)*cap * element_size);
+    if (!array)
+        FAIL("out of host memory reading '%s'", for_path);
+    return array;
+}
+
 /* snprintf for paths: -1 if it did not fit (vsnprintf, so that gcc does not
  * warn about the truncation that the return value reports). */
 static inline int ckpt_path(char *out, size_t n, const char *fmt, ...)
@@ -415,12 +427,7 @@ static inline void ckpt_cleanup(const char *dir, int keep)
             ckpt_remove_dir(buf);
             continue;
         }
-        if (n == cap) {
-            cap = cap ? 2 * cap : 16;
-            steps = (int64_t *)realloc(steps, (size_t)cap * sizeof(int64_t));
-            if (!steps)
-                FAIL("out of host memory listing checkpoints in '%s'", dir);
-        }
+        steps = (int64_t *)ckpt_grow(steps, n, &cap, sizeof(int64_t), dir);
         steps[n++] = step;
     }
     closedir(d);
@@ -807,12 +814,7 @@ static inline int checkpoint_load_safetensors_try(const char *path, const ParamL
                 CKPT_ERR("'%s': bad JSON in the header's __metadata__", path);
             continue;
         }
-        if (n_infos == cap) {
-            cap = cap ? 2 * cap : 64;
-            infos = (CkptTensorInfo *)realloc(infos, (size_t)cap * sizeof(CkptTensorInfo));
-            if (!infos)
-                FAIL("out of host memory reading '%s'", path);
-        }
+        infos = (CkptTensorInfo *)ckpt_grow(infos, n_infos, &cap, sizeof(CkptTensorInfo), path);
         CkptTensorInfo *t = &infos[n_infos++];
         memset(t, 0, sizeof(*t));
         t->begin = t->end = -1;

@@ -971,7 +971,6 @@ int main(int argc, char **argv)
     Watchdog watchdog;
     watchdog_start(&watchdog, rank, world > 1 ? a.comm_timeout : 0.0, world > 1 ? dist_async_error : NULL, &dist,
                    "startup");
-    char phase[WATCHDOG_PHASE_MAX];
     /* rank 0 speaks for all; the others only report errors */
     int speaker = rank == 0;
     if (!speaker && !freopen("/dev/null", "w", stdout))
@@ -1052,8 +1051,7 @@ int main(int argc, char **argv)
     for (int step = start_step; step < a.steps; step++) {
         if (have_val && (step % a.eval_every == 0)) {
             float vl = evaluate(&model, &val, a.eval_batches, stream);
-            snprintf(phase, sizeof(phase), "evaluation at step %d", step);
-            watchdog_progress(&watchdog, phase);
+            watchdog_progress(&watchdog, "evaluation at step %d", step);
             printf("step %5d | val loss %.4f\n", step, vl);
             if (log)
                 fprintf(log, "{\"step\": %d, \"val_loss\": %.6f}\n", step, vl);
@@ -1108,8 +1106,7 @@ int main(int argc, char **argv)
             print_profile(log, step + 1, wall * 1e3);
         if (!isfinite(loss))
             FAIL("loss is %f at step %d\n  hint: lower --lr or check the data", loss, step + 1);
-        snprintf(phase, sizeof(phase), "step %d", step + 1);
-        watchdog_progress(&watchdog, phase);
+        watchdog_progress(&watchdog, "step %d", step + 1);
         if (log) {
             fprintf(log,
                     "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, \"ms\": %.3f, "
@@ -1125,8 +1122,7 @@ int main(int argc, char **argv)
             if (!src.random)
                 dataloader_get_state(&src.loader, &st.data);
             llama_save_checkpoint(&model, a.checkpoint_dir, a.keep, st, stream);
-            snprintf(phase, sizeof(phase), "checkpoint of step %d", step + 1);
-            watchdog_progress(&watchdog, phase);
+            watchdog_progress(&watchdog, "checkpoint of step %d", step + 1);
         }
     }
     if (have_val) {

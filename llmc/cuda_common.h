@@ -95,6 +95,7 @@ __device__ __forceinline__ void store16(T *address, Vec16<T> value)
 {
     *reinterpret_cast<int4 *>(address) = *reinterpret_cast<const int4 *>(value.v);
 }
+
 __device__ __forceinline__ float warp_sum(float x)
 {
     for (int offset = WARP_SIZE / 2; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);

@@ -13,14 +13,15 @@
  * and exits with WATCHDOG_EXIT_CODE. Nothing is lost: checkpoints are committed
  * only once complete (checkpoint.h), so an exit leaves the newest complete one.
  *
- * Plain C with POSIX threads and the GCC atomic builtins (the same header then
- * builds as C, for its test, and as CUDA C++); reads and writes only the
- * Watchdog it is given.
+ * Plain C with POSIX threads (the same header builds as C, for its test, and as
+ * CUDA C++); one mutex guards what both threads touch. Reads and writes only
+ * the Watchdog it is given.
  */
 #ifndef LLMC_WATCHDOG_H
 #define LLMC_WATCHDOG_H
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -43,9 +44,9 @@ typedef struct {
     double timeout_s; /* <= 0: no timeout (the probe still runs) */
     WatchdogProbe probe;
     void *probe_ctx;
-    int64_t last_progress_ns; /* monotonic; read and written atomically */
-    int stop;                 /* atomically */
-    pthread_mutex_t phase_lock;
+    pthread_mutex_t lock; /* guards the three below */
+    int stop;
+    int64_t last_progress_ns;       /* monotonic clock */
     char phase[WATCHDOG_PHASE_MAX]; /* what the loop moved on to last */
 } Watchdog;
 
@@ -56,21 +57,12 @@ static inline int64_t watchdog_now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static inline double watchdog_idle_s(Watchdog *w)
-{
-    return (watchdog_now_ns() - __atomic_load_n(&w->last_progress_ns, __ATOMIC_SEQ_CST)) * 1e-9;
-}
-
 /* Ends the process from the watchdog thread: the main thread may be blocked in a
  * CUDA or NCCL call that never returns, so no clean shutdown is attempted. */
-static inline void watchdog_fire(Watchdog *w, const char *why, const char *hint)
+static inline void watchdog_fire(const Watchdog *w, const char *why, const char *phase, double idle_s, const char *hint)
 {
-    char phase[WATCHDOG_PHASE_MAX];
-    pthread_mutex_lock(&w->phase_lock);
-    memcpy(phase, w->phase, sizeof(phase));
-    pthread_mutex_unlock(&w->phase_lock);
-    fprintf(stderr, "error: rank %d: %s (last progress: %s, %.0f s ago)\n  hint: %s\n", w->rank, why, phase,
-            watchdog_idle_s(w), hint);
+    fprintf(stderr, "error: rank %d: %s (last progress: %s, %.0f s ago)\n  hint: %s\n", w->rank, why, phase, idle_s,
+            hint);
     fflush(stderr);
     _exit(WATCHDOG_EXIT_CODE);
 }
@@ -78,32 +70,47 @@ static inline void watchdog_fire(Watchdog *w, const char *why, const char *hint)
 static void *watchdog_main(void *arg)
 {
     Watchdog *w = (Watchdog *)arg;
-    char msg[512];
+    char msg[512], phase[WATCHDOG_PHASE_MAX];
     struct timespec nap = {0, (long)(WATCHDOG_POLL_S * 1e9)};
-    while (!__atomic_load_n(&w->stop, __ATOMIC_SEQ_CST)) {
+    for (;;) {
         nanosleep(&nap, NULL);
+        pthread_mutex_lock(&w->lock);
+        int stop = w->stop;
+        double idle_s = (watchdog_now_ns() - w->last_progress_ns) * 1e-9;
+        memcpy(phase, w->phase, sizeof(phase));
+        pthread_mutex_unlock(&w->lock);
+        if (stop)
+            return NULL;
         if (w->probe && w->probe(w->probe_ctx, msg, sizeof(msg)) != 0)
-            watchdog_fire(w, msg, "the first rank to fail says why; the others exit here instead of waiting forever");
-        if (w->timeout_s > 0 && watchdog_idle_s(w) > w->timeout_s) {
+            watchdog_fire(w, msg, phase, idle_s,
+                          "the first rank to fail says why; the others exit here instead of waiting forever");
+        if (w->timeout_s > 0 && idle_s > w->timeout_s) {
             char why[128];
             snprintf(why, sizeof(why), "no progress for %.0f s (--comm-timeout)", w->timeout_s);
-            watchdog_fire(w, why,
+            watchdog_fire(w, why, phase, idle_s,
                           "another rank probably died or hangs (its own error, if any, says why); resume from the "
                           "newest complete checkpoint with --resume. A phase that legitimately takes longer (a "
                           "large checkpoint on a slow disk) needs a larger --comm-timeout");
         }
     }
-    return NULL;
 }
 
-static inline void watchdog_progress(Watchdog *w, const char *phase)
+/* The loop has moved on; phase_format (printf-style) says to what. Formats
+ * nothing when no thread watches. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static inline void watchdog_progress(Watchdog *w, const char *phase_format, ...)
 {
     if (!w->running)
         return;
-    pthread_mutex_lock(&w->phase_lock);
-    snprintf(w->phase, sizeof(w->phase), "%s", phase);
-    pthread_mutex_unlock(&w->phase_lock);
-    __atomic_store_n(&w->last_progress_ns, watchdog_now_ns(), __ATOMIC_SEQ_CST);
+    va_list args;
+    va_start(args, phase_format);
+    pthread_mutex_lock(&w->lock);
+    vsnprintf(w->phase, sizeof(w->phase), phase_format, args);
+    w->last_progress_ns = watchdog_now_ns();
+    pthread_mutex_unlock(&w->lock);
+    va_end(args);
 }
 
 /* Starts the thread unless there is nothing to watch (timeout_s <= 0 and no probe). */
@@ -117,9 +124,9 @@ static inline void watchdog_start(Watchdog *w, int rank, double timeout_s, Watch
     w->probe_ctx = probe_ctx;
     if (timeout_s <= 0 && !probe)
         return;
-    pthread_mutex_init(&w->phase_lock, NULL);
+    pthread_mutex_init(&w->lock, NULL);
     w->running = 1;
-    watchdog_progress(w, phase);
+    watchdog_progress(w, "%s", phase);
     if (pthread_create(&w->thread, NULL, watchdog_main, w) != 0)
         FAIL("rank %d: cannot start the watchdog thread", rank);
 }
@@ -128,9 +135,11 @@ static inline void watchdog_stop(Watchdog *w)
 {
     if (!w->running)
         return;
-    __atomic_store_n(&w->stop, 1, __ATOMIC_SEQ_CST);
+    pthread_mutex_lock(&w->lock);
+    w->stop = 1;
+    pthread_mutex_unlock(&w->lock);
     pthread_join(w->thread, NULL);
-    pthread_mutex_destroy(&w->phase_lock);
+    pthread_mutex_destroy(&w->lock);
     w->running = 0;
 }
 

@@ -204,7 +204,7 @@ static inline void check_close(const char *what, const float *got, const float *
         }
     }
     check(bad == 0, "%-46s max rel err %.3e (tol %.0e) at %lld: got %.8g want %.8g", what, worst, tol,
-                 (long long)worst_i, n > 0 ? got[worst_i] : 0.0f, n > 0 ? ref[worst_i] : 0.0f);
+          (long long)worst_i, n > 0 ? got[worst_i] : 0.0f, n > 0 ? ref[worst_i] : 0.0f);
     if (bad)
         printf("     %lld of %lld elements out of tolerance\n", (long long)bad, (long long)n);
 }
@@ -232,8 +232,7 @@ static inline void check_within(const char *what, const float *got, const float 
         }
     }
     check(bad == 0, "%-46s max err/bound %.3f at %lld: got %.8g want %.8g (bound %.3g)", what, worst,
-                 (long long)worst_i, n > 0 ? got[worst_i] : 0.0f, n > 0 ? ref[worst_i] : 0.0f,
-                 n > 0 ? bound[worst_i] : 0.0f);
+          (long long)worst_i, n > 0 ? got[worst_i] : 0.0f, n > 0 ? ref[worst_i] : 0.0f, n > 0 ? bound[worst_i] : 0.0f);
     if (bad)
         printf("     %lld of %lld elements beyond their bound\n", (long long)bad, (long long)n);
 }

@@ -202,13 +202,17 @@ static void load_config_of_child_path(void)
 /* Runs fn in a child process and returns 1 if it exits non-zero with an
  * error on stderr that contains both needles; for the functions that exit on
  * an error instead of returning one. The message's first line goes into msg. */
-static void call_void(void *fn)
+typedef struct {
+    void (*fn)(void);
+} VoidCall;
+static void call_void(void *call)
 {
-    ((void (*)(void))fn)();
+    ((VoidCall *)call)->fn();
 }
 static int child_fails_with(void (*fn)(void), const char *needle1, const char *needle2, char *msg, size_t msglen)
 {
-    int code = run_child(call_void, (void *)fn, msg, msglen);
+    VoidCall call = {fn};
+    int code = run_child(call_void, &call, msg, msglen);
     char *newline = strchr(msg, '\n');
     int named = strstr(msg, needle1) != NULL && strstr(msg, needle2) != NULL;
     if (newline) *newline = '\0'; /* report only the first line */

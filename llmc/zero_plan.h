@@ -75,6 +75,42 @@ static inline void zero_owned_range(const ZeroPlan *plan, int b, int rank, int64
     *end = z->offset + hi;
 }
 
+/* What `rank` updates in bucket b at ZeRO `stage`: with stage 0 every rank the whole
+ * padded bucket, with stages 1 to 3 its own share. Returns the element count; *at
+ * receives the first element in the padded flat buffer. */
+static inline int64_t zero_update_range(const ZeroPlan *plan, int stage, int rank, int b, int64_t *at)
+{
+    const ZeroBucket *z = &plan->buckets[b];
+    *at = z->padded_offset + (stage == 0 ? 0 : (int64_t)rank * z->shard);
+    return stage == 0 ? z->padded : z->shard;
+}
+
+/* The model elements of that range: [*begin, *end) of the unpadded flat buffer. */
+static inline void zero_update_model_range(const ZeroPlan *plan, int stage, int rank, int b, int64_t *begin,
+                                           int64_t *end)
+{
+    const ZeroBucket *z = &plan->buckets[b];
+    if (stage == 0) {
+        *begin = z->offset;
+        *end = z->offset + z->numel;
+    } else {
+        zero_owned_range(plan, b, rank, begin, end);
+    }
+}
+
+/* A rank keeps the optimizer state of its update ranges back to back, bucket after
+ * bucket: state_at[b] (n_buckets entries) receives where bucket b's range starts
+ * there. Returns the total, the size of the rank's state buffers. */
+static inline int64_t zero_state_offsets(const ZeroPlan *plan, int stage, int rank, int64_t *state_at)
+{
+    int64_t total = 0, at;
+    for (int b = 0; b < plan->n_buckets; b++) {
+        state_at[b] = total;
+        total += zero_update_range(plan, stage, rank, b, &at);
+    }
+    return total;
+}
+
 static inline void zero_plan_free(ZeroPlan *plan)
 {
     free(plan->buckets);

@@ -47,6 +47,34 @@ static void test_model(const char *name, const LlamaConfig *c)
         check(little_padding && plan.padded_total == next_padded, "padding under world * ZERO_ALIGN per bucket", name,
               world);
         check(layers, "one bucket per layer between the embedding and the head", name, world);
+        /* update ranges: stage 0 the whole padded bucket on every rank; stages 1 to 3
+         * the ranks' shares tile it in rank order; a range's model elements come first */
+        int64_t *state_at = (int64_t *)malloc_check(sizeof(int64_t) * plan.n_buckets, "state offsets");
+        for (int stage = 0; stage <= 3; stage++) {
+            int ranges_ok = 1, state_ok = 1;
+            for (int r = 0; r < world; r++) {
+                int64_t state_total = zero_state_offsets(&plan, stage, r, state_at), expect_state = 0;
+                for (int b = 0; b < plan.n_buckets; b++) {
+                    const ZeroBucket *z = &plan.buckets[b];
+                    int64_t at, begin, end, count = zero_update_range(&plan, stage, r, b, &at);
+                    zero_update_model_range(&plan, stage, r, b, &begin, &end);
+                    int64_t want_at = z->padded_offset + (stage == 0 ? 0 : r * z->shard);
+                    ranges_ok &= at == want_at && count == (stage == 0 ? z->padded : z->shard);
+                    ranges_ok &= end >= begin && end - begin <= count && at % ZERO_ALIGN == 0;
+                    if (end > begin) /* model element i sits at padded element i - offset + padded_offset */
+                        ranges_ok &= begin - z->offset == at - z->padded_offset;
+                    state_ok &= state_at[b] == expect_state && state_at[b] % ZERO_ALIGN == 0;
+                    expect_state += count;
+                }
+                state_ok &= state_total == (stage == 0 ? plan.padded_total : plan.padded_total / world);
+            }
+            char what[96];
+            snprintf(what, sizeof(what), "stage %d: update ranges and their model elements", stage);
+            check(ranges_ok, what, name, world);
+            snprintf(what, sizeof(what), "stage %d: state offsets back to back, sized padded / world", stage);
+            check(state_ok, what, name, world);
+        }
+        free(state_at);
         zero_plan_free(&plan);
     }
     llama_param_layout_free(&layout);

@@ -1013,8 +1013,7 @@ int main(int argc, char **argv)
         }
         if (a.checkpoint_dir && checkpoint_due(step + 1, a.save_every, a.steps)) {
             /* training draws no random numbers after the init: the seed stands for the RNG */
-            CheckpointState st = checkpoint_state((uint64_t)(step + 1), (uint64_t)model.adam_step, (uint64_t)a.seed,
-                                                  model.layout.total);
+            CheckpointState st = checkpoint_state((uint64_t)(step + 1), (uint64_t)model.adam_step, (uint64_t)a.seed);
             dataloader_get_state(&train, &st.data);
             char saved[CKPT_PATH_MAX];
             checkpoint_save(a.checkpoint_dir, c, &model.layout, model.params, model.adam_m, model.adam_v, &st, a.keep,

@@ -14,20 +14,28 @@
  *   config.json        HF LlamaConfig of the model.
  *   train_state.bin    what else training needs to continue bit for bit,
  *                      little-endian, CKPT_STATE_HEADER_BYTES of header:
- *                        0  char[8] magic "LLMCKPT\0"   8 u32 version (1)
+ *                        0  char[8] magic "LLMCKPT\0"   8 u32 version (2)
  *                       12  u32 header bytes (128)      16 u64 step
  *                       24  u64 AdamW step count        32 u64 RNG state
  *                       40  i32 rank   44 i32 world     48 i64 total (layout.total)
- *                       56  i64 shard offset            64 i64 shard count
+ *                       56  i64 number of ranges n      64 i64 moments count
  *                       72  DataLoaderState: u64 epoch, shard, window, seed, layout
  *                      112  zeros to 128
- *                      then AdamW m[shard count] and v[shard count], fp32:
- *                      the range [offset, offset + count) of the flat buffers.
- *                      One file with the whole range (rank 0 of 1), or with
- *                      ZeRO-sharded optimizer state one file per rank,
- *                      train_state.<rank, 5 digits>.bin, the ranges tiling
- *                      [0, total) in rank order. A resume of any world size
- *                      reads the part of each file that its own range needs.
+ *                      then the range table, n x (i64 offset, i64 count):
+ *                      ascending, not overlapping, adjacent ones merged; then
+ *                      AdamW m[count] and v[count], fp32, each the ranges'
+ *                      elements of the flat buffers concatenated in table
+ *                      order (count = the sum of the ranges' counts).
+ *                      One file with the range [0, total) (rank 0 of 1), or
+ *                      with ZeRO-sharded optimizer state one file per rank,
+ *                      train_state.<rank, 5 digits>.bin, holding whatever
+ *                      list of ranges that rank owns (with per-bucket
+ *                      sharding one slice of every bucket, interleaved with
+ *                      the other ranks'); all files' ranges together tile
+ *                      [0, total). A resume of any world size reads, for each
+ *                      range it needs, the parts of whichever files hold it.
+ *                      Version 1 (still read) had no table: one range, its
+ *                      offset at 56 and its count at 64, the moments at 128.
  *   COMPLETE           marker: the checkpoint is whole.
  *
  * Atomicity: everything is written into <dir>/step_<08d>.tmp/ (the staging
@@ -41,7 +49,8 @@
  *
  * Loading validates everything against the model built from the run's flags:
  * config.json's shape fields, every tensor's dtype/shape/offsets and the file
- * size of model.safetensors, train_state.bin's magic, version and sizes.
+ * size of model.safetensors, train_state.bin's magic, version and sizes, its
+ * range table, and that the ranges of all ranks' files tile [0, total).
  *
  * The *_try functions return 0, or -1 with a message naming the file in err;
  * the plain ones print it and exit(1). Plain C (POSIX); compiles as C++ too.
@@ -66,16 +75,20 @@
 #include "utils.h"
 
 #define CKPT_STATE_MAGIC "LLMCKPT"
-#define CKPT_STATE_VERSION 1
+#define CKPT_STATE_VERSION 2 /* 1 (one range per file) is read too */
 #define CKPT_STATE_HEADER_BYTES 128
 #define CKPT_PATH_MAX 1024
+
+/* Elements [offset, offset + count) of the flat AdamW buffers. */
+typedef struct {
+    int64_t offset, count;
+} CkptRange;
 
 typedef struct {
     uint64_t step;      /* optimizer steps completed */
     uint64_t adam_step; /* AdamW's step count (bias correction) */
     uint64_t rng_state;
-    int32_t rank, world;
-    int64_t shard_offset, shard_count; /* range of the flat AdamW buffers in this file */
+    int32_t rank, world; /* which file of how many (the ranges travel beside the state) */
     DataLoaderState data;
 } CheckpointState;
 
@@ -86,9 +99,9 @@ static inline int checkpoint_due(int steps_done, int save_every, int total_steps
     return (save_every > 0 && steps_done % save_every == 0) || steps_done == total_steps;
 }
 
-/* The state of a single-process run after `step` optimizer steps; a sharded
- * optimizer sets rank, world and the range per file. */
-static inline CheckpointState checkpoint_state(uint64_t step, uint64_t adam_step, uint64_t rng_state, int64_t total)
+/* The state of a single-process run after `step` optimizer steps (rank 0 of 1);
+ * a sharded optimizer sets rank and world per file. */
+static inline CheckpointState checkpoint_state(uint64_t step, uint64_t adam_step, uint64_t rng_state)
 {
     CheckpointState st;
     memset(&st, 0, sizeof(st));
@@ -96,7 +109,6 @@ static inline CheckpointState checkpoint_state(uint64_t step, uint64_t adam_step
     st.adam_step = adam_step;
     st.rng_state = rng_state;
     st.world = 1;
-    st.shard_count = total;
     return st;
 }
 
@@ -348,14 +360,53 @@ static inline int ckpt_write_config(const char *path, const LlamaConfig *c, char
     return ckpt_write_file(path, buf, (size_t)n, err, errlen);
 }
 
-/* adam_m, adam_v: the shard_count moments of the state's range (NULL: zeros). */
-static inline int ckpt_write_state(const char *path, const CheckpointState *st, int64_t total, const float *adam_m,
-                                   const float *adam_v, char *err, size_t errlen)
+/* The ranges a file is written with: checks that ranges[n_ranges] lie in
+ * [0, total] with counts >= 0, ascending without overlap, and writes them to out
+ * (room for n_ranges) with the empty ones dropped and adjacent ones
+ * (a.offset + a.count == b.offset) merged, *n_out of them. Merging moves no
+ * moment: they are concatenated in range order either way. */
+static inline int ckpt_merge_ranges(const char *path, const CkptRange *ranges, int n_ranges, int64_t total,
+                                    CkptRange *out, int *n_out, char *err, size_t errlen)
 {
-    unsigned char h[CKPT_STATE_HEADER_BYTES];
+    int n = 0;
+    int64_t end = 0; /* of the last non-empty range */
+    for (int i = 0; i < n_ranges; i++) {
+        CkptRange r = ranges[i];
+        if (r.offset < 0 || r.count < 0 || r.offset > total || r.count > total - r.offset) {
+            ckpt_path(err, errlen, "'%s': range %d, [%lld, +%lld), is outside the %lld parameters", path, i,
+                      (long long)r.offset, (long long)r.count, (long long)total);
+            return -1;
+        }
+        if (r.count == 0)
+            continue;
+        if (r.offset < end) {
+            ckpt_path(err, errlen,
+                      "'%s': range %d, [%lld, +%lld), starts before the end %lld of the range before it "
+                      "(the ranges must ascend without overlap)",
+                      path, i, (long long)r.offset, (long long)r.count, (long long)end);
+            return -1;
+        }
+        if (n > 0 && out[n - 1].offset + out[n - 1].count == r.offset)
+            out[n - 1].count += r.count;
+        else
+            out[n++] = r;
+        end = r.offset + r.count;
+    }
+    *n_out = n;
+    return 0;
+}
+
+/* A train_state file of format 2: ranges[n_ranges] as ckpt_merge_ranges leaves
+ * them; adam_m, adam_v: their moments concatenated (NULL: zeros). */
+static inline int ckpt_write_state(const char *path, const CheckpointState *st, int64_t total, const CkptRange *ranges,
+                                   int n_ranges, const float *adam_m, const float *adam_v, char *err, size_t errlen)
+{
+    unsigned char h[CKPT_STATE_HEADER_BYTES], entry[16];
     FILE *f = NULL;
     int ok, saved;
-    int64_t count = st->shard_count;
+    int64_t count = 0;
+    for (int i = 0; i < n_ranges; i++)
+        count += ranges[i].count;
     memset(h, 0, sizeof(h));
     memcpy(h, CKPT_STATE_MAGIC, 8);
     ckpt_put_u32(h + 8, CKPT_STATE_VERSION);
@@ -366,7 +417,7 @@ static inline int ckpt_write_state(const char *path, const CheckpointState *st, 
     ckpt_put_u32(h + 40, (uint32_t)st->rank);
     ckpt_put_u32(h + 44, (uint32_t)st->world);
     ckpt_put_u64(h + 48, (uint64_t)total);
-    ckpt_put_u64(h + 56, (uint64_t)st->shard_offset);
+    ckpt_put_u64(h + 56, (uint64_t)n_ranges);
     ckpt_put_u64(h + 64, (uint64_t)count);
     ckpt_put_u64(h + 72, st->data.epoch);
     ckpt_put_u64(h + 80, st->data.shard);
@@ -377,6 +428,11 @@ static inline int ckpt_write_state(const char *path, const CheckpointState *st, 
     if (!f)
         CKPT_ERR("cannot create '%s': %s", path, strerror(errno));
     ok = fwrite(h, 1, sizeof(h), f) == sizeof(h);
+    for (int i = 0; i < n_ranges && ok; i++) {
+        ckpt_put_u64(entry, (uint64_t)ranges[i].offset);
+        ckpt_put_u64(entry + 8, (uint64_t)ranges[i].count);
+        ok = fwrite(entry, 1, sizeof(entry), f) == sizeof(entry);
+    }
     for (int which = 0; which < 2 && ok; which++) {
         const float *src = which == 0 ? adam_m : adam_v;
         if (src) {
@@ -498,19 +554,35 @@ static inline int checkpoint_write_model_try(const char *staging, const LlamaCon
     return ckpt_write_config(file, config, err, errlen);
 }
 
-/* This process's train_state file into the staging directory: the state's range
- * [shard_offset, +shard_count) of the moments, given from its start. */
+/* This process's train_state file into the staging directory: the moments of
+ * ranges[n_ranges] of the flat AdamW buffers (of total elements), which must lie
+ * in [0, total), ascend and not overlap; adam_m and adam_v each hold the sum of
+ * their counts, the ranges' moments concatenated in range order (NULL: zeros,
+ * before the first AdamW step). Empty ranges are dropped and adjacent ones
+ * merged. No range at all is a valid file (a rank that owns nothing). The file
+ * is train_state.bin for world 1, else train_state.<rank>.bin. */
 static inline int checkpoint_write_state_try(const char *staging, const CheckpointState *state, int64_t total,
-                                             const float *adam_m, const float *adam_v, char *err, size_t errlen)
+                                             const CkptRange *ranges, int n_ranges, const float *adam_m,
+                                             const float *adam_v, char *err, size_t errlen)
 {
     char file[CKPT_PATH_MAX + 64];
-    if (state->shard_offset < 0 || state->shard_count < 0 || state->shard_offset + state->shard_count > total) {
-        ckpt_path(err, errlen, "checkpoint shard [%lld, +%lld) is outside the %lld parameters",
-                  (long long)state->shard_offset, (long long)state->shard_count, (long long)total);
+    CkptRange *merged;
+    int n = 0, rc;
+    checkpoint_state_file(file, sizeof(file), staging, state->rank, state->world);
+    if (state->world < 1 || state->rank < 0 || state->rank >= state->world) {
+        ckpt_path(err, errlen, "'%s': rank %d of %d is impossible", file, state->rank, state->world);
         return -1;
     }
-    checkpoint_state_file(file, sizeof(file), staging, state->rank, state->world);
-    return ckpt_write_state(file, state, total, adam_m, adam_v, err, errlen);
+    if (total < 0 || n_ranges < 0 || (n_ranges > 0 && !ranges)) {
+        ckpt_path(err, errlen, "'%s': %d ranges of %lld parameters is impossible", file, n_ranges, (long long)total);
+        return -1;
+    }
+    merged = (CkptRange *)malloc_check((size_t)(n_ranges > 0 ? n_ranges : 1) * sizeof(CkptRange), "checkpoint ranges");
+    rc = ckpt_merge_ranges(file, ranges, n_ranges, total, merged, &n, err, errlen);
+    if (rc == 0)
+        rc = ckpt_write_state(file, state, total, merged, n, adam_m, adam_v, err, errlen);
+    free(merged);
+    return rc;
 }
 
 /* Last step of a save, once every file is in the staging directory: fsync, rename
@@ -568,8 +640,8 @@ static inline int checkpoint_save_try(const char *dir, const LlamaConfig *config
         return -1;
     if (checkpoint_write_model_try(staging, config, layout, params, err, errlen) != 0)
         return -1;
-    if (checkpoint_write_state_try(staging, state, layout->total, adam_m ? adam_m + state->shard_offset : NULL,
-                                   adam_v ? adam_v + state->shard_offset : NULL, err, errlen) != 0)
+    CkptRange all = {0, layout->total};
+    if (checkpoint_write_state_try(staging, state, layout->total, &all, 1, adam_m, adam_v, err, errlen) != 0)
         return -1;
     return checkpoint_commit_try(dir, state->step, keep, out_path, out_len, err, errlen);
 }
@@ -971,17 +1043,26 @@ fail:
     return -1;
 }
 
-/* Read train_state.bin at path: the header into state, AdamW moments of the
- * file's shard into adam_m/adam_v (each of `total` floats, at the shard offset). */
-/* Opens a train_state file and reads and checks its header into state; *out is
- * the open file, positioned after the header. */
-static inline int ckpt_open_state(const char *path, int64_t total, CheckpointState *state, FILE **out, char *err,
-                                  size_t errlen)
+/* One train_state file as the loader sees it. */
+typedef struct {
+    CheckpointState state;
+    int64_t n_ranges;  /* entries of ranges */
+    int64_t count;     /* moments in the file: the sum of the ranges' counts */
+    int64_t data_at;   /* byte offset of m[0]; v[0] is count floats later */
+    CkptRange *ranges; /* in file order, the moments of each following the previous' */
+} CkptStateFile;
+
+/* Reads and checks the header and range table of the train_state file at path
+ * (of version 1 or 2) into *out, whose ranges the caller frees. Every size is
+ * checked against the file's before anything is allocated from it. */
+static inline int ckpt_read_state(const char *path, int64_t total, CkptStateFile *out, char *err, size_t errlen)
 {
-    unsigned char h[CKPT_STATE_HEADER_BYTES];
-    int64_t size, file_total;
+    unsigned char h[CKPT_STATE_HEADER_BYTES], entry[16];
+    int64_t size, file_total, sum = 0;
     uint32_t version;
+    CheckpointState *st = &out->state;
     FILE *f = fopen(path, "rb");
+    memset(out, 0, sizeof(*out));
     if (!f)
         CKPT_ERR("cannot open '%s': %s", path, strerror(errno));
     fseeko(f, 0, SEEK_END);
@@ -992,96 +1073,257 @@ static inline int ckpt_open_state(const char *path, int64_t total, CheckpointSta
     if (memcmp(h, CKPT_STATE_MAGIC "\0", 8) != 0)
         CKPT_ERR("'%s' is not a train_state.bin (bad magic)", path);
     version = ckpt_get_u32(h + 8);
-    if (version != CKPT_STATE_VERSION)
-        CKPT_ERR("'%s' has version %u, this build reads version %d", path, version, CKPT_STATE_VERSION);
+    if (version != 1 && version != CKPT_STATE_VERSION)
+        CKPT_ERR("'%s' has version %u, this build reads versions 1 to %d", path, version, CKPT_STATE_VERSION);
     if (ckpt_get_u32(h + 12) != CKPT_STATE_HEADER_BYTES)
         CKPT_ERR("'%s' has a header of %u bytes, expected %d (corrupt)", path, ckpt_get_u32(h + 12),
                  CKPT_STATE_HEADER_BYTES);
-    state->step = ckpt_get_u64(h + 16);
-    state->adam_step = ckpt_get_u64(h + 24);
-    state->rng_state = ckpt_get_u64(h + 32);
-    state->rank = (int32_t)ckpt_get_u32(h + 40);
-    state->world = (int32_t)ckpt_get_u32(h + 44);
+    st->step = ckpt_get_u64(h + 16);
+    st->adam_step = ckpt_get_u64(h + 24);
+    st->rng_state = ckpt_get_u64(h + 32);
+    st->rank = (int32_t)ckpt_get_u32(h + 40);
+    st->world = (int32_t)ckpt_get_u32(h + 44);
     file_total = (int64_t)ckpt_get_u64(h + 48);
-    state->shard_offset = (int64_t)ckpt_get_u64(h + 56);
-    state->shard_count = (int64_t)ckpt_get_u64(h + 64);
-    state->data.epoch = ckpt_get_u64(h + 72);
-    state->data.shard = ckpt_get_u64(h + 80);
-    state->data.window = ckpt_get_u64(h + 88);
-    state->data.seed = ckpt_get_u64(h + 96);
-    state->data.layout = ckpt_get_u64(h + 104);
+    st->data.epoch = ckpt_get_u64(h + 72);
+    st->data.shard = ckpt_get_u64(h + 80);
+    st->data.window = ckpt_get_u64(h + 88);
+    st->data.seed = ckpt_get_u64(h + 96);
+    st->data.layout = ckpt_get_u64(h + 104);
     if (file_total != total)
         CKPT_ERR("'%s' holds optimizer state of %lld parameters, this model has %lld", path, (long long)file_total,
                  (long long)total);
-    if (state->world < 1 || state->rank < 0 || state->rank >= state->world || state->shard_offset < 0 ||
-        state->shard_count < 0 || state->shard_offset > total || state->shard_count > total - state->shard_offset)
-        CKPT_ERR("'%s': rank %d of %d, shard [%lld, +%lld) of %lld parameters is impossible (corrupt)", path,
-                 state->rank, state->world, (long long)state->shard_offset, (long long)state->shard_count,
+    if (st->world < 1 || st->rank < 0 || st->rank >= st->world)
+        CKPT_ERR("'%s': rank %d of %d is impossible (corrupt)", path, st->rank, st->world);
+    out->count = (int64_t)ckpt_get_u64(h + 64);
+    if (version == 1) { /* one range, no table */
+        out->n_ranges = 1;
+        out->ranges = (CkptRange *)malloc_check(sizeof(CkptRange), "checkpoint ranges");
+        out->ranges[0].offset = (int64_t)ckpt_get_u64(h + 56);
+        out->ranges[0].count = out->count;
+        out->data_at = CKPT_STATE_HEADER_BYTES;
+    } else {
+        out->n_ranges = (int64_t)ckpt_get_u64(h + 56);
+        /* every range holds at least one of the total elements: more is corruption, and a table needs its bytes */
+        if (out->n_ranges < 0 || out->n_ranges > total)
+            CKPT_ERR("'%s' claims %lld ranges of the %lld parameters (corrupt)", path, (long long)out->n_ranges,
+                     (long long)total);
+        if (out->n_ranges > (size - CKPT_STATE_HEADER_BYTES) / 16)
+            CKPT_ERR("'%s' is %lld bytes, too short for its table of %lld ranges (truncated or corrupt)", path,
+                     (long long)size, (long long)out->n_ranges);
+        out->ranges = (CkptRange *)malloc_check((size_t)(out->n_ranges > 0 ? out->n_ranges : 1) * sizeof(CkptRange),
+                                                "checkpoint ranges");
+        for (int64_t i = 0; i < out->n_ranges; i++) {
+            if (fread(entry, 1, sizeof(entry), f) != sizeof(entry))
+                CKPT_ERR("'%s': short read of the range table", path);
+            out->ranges[i].offset = (int64_t)ckpt_get_u64(entry);
+            out->ranges[i].count = (int64_t)ckpt_get_u64(entry + 8);
+        }
+        out->data_at = CKPT_STATE_HEADER_BYTES + 16 * out->n_ranges;
+    }
+    if (out->count < 0 || out->count > total)
+        CKPT_ERR("'%s' claims %lld moments of the %lld parameters (corrupt)", path, (long long)out->count,
                  (long long)total);
-    if (size != CKPT_STATE_HEADER_BYTES + 8 * state->shard_count)
+    for (int64_t i = 0; i < out->n_ranges; i++) {
+        const CkptRange *r = &out->ranges[i];
+        if (r->offset < 0 || r->count < 0 || r->offset > total || r->count > total - r->offset)
+            CKPT_ERR("'%s': rank %d of %d, range [%lld, +%lld) of %lld parameters is impossible (corrupt)", path,
+                     st->rank, st->world, (long long)r->offset, (long long)r->count, (long long)total);
+        if (r->count > out->count - sum)
+            CKPT_ERR("'%s': its ranges hold more than the %lld moments of its header (corrupt)", path,
+                     (long long)out->count);
+        sum += r->count;
+    }
+    if (sum != out->count)
+        CKPT_ERR("'%s': its ranges hold %lld moments, its header says %lld (corrupt)", path, (long long)sum,
+                 (long long)out->count);
+    if (size != out->data_at + 8 * out->count)
         CKPT_ERR("'%s' is %lld bytes, its header describes %lld (truncated or corrupt)", path, (long long)size,
-                 (long long)(CKPT_STATE_HEADER_BYTES + 8 * state->shard_count));
-    *out = f;
+                 (long long)(out->data_at + 8 * out->count));
+    fclose(f);
     return 0;
 fail:
     if (f)
         fclose(f);
+    free(out->ranges);
+    out->ranges = NULL;
     return -1;
 }
 
-/* The AdamW moments of flat elements [first, first + count) into m[count] and
- * v[count], from the train_state files of ckpt_dir, whatever world size wrote
- * them (they must tile [0, total)); elements at or past total are zero (ZeRO
- * padding). state receives rank 0's header (step, data position, RNG). */
-static inline int checkpoint_load_moments_try(const char *ckpt_dir, int64_t total, int64_t first, int64_t count,
-                                              float *m, float *v, CheckpointState *state, char *err, size_t errlen)
+/* A non-empty range of one file: where it lies in the flat buffers and where
+ * its moments are in the file (elements after the file's m[0]). */
+typedef struct {
+    int64_t offset, count, at;
+    int file;
+} CkptPiece;
+
+/* A copy from a file: n moments from element src of its m (and of its v) to
+ * element dst of the caller's m (and v). */
+typedef struct {
+    int64_t src, dst, n;
+    int file;
+} CkptRead;
+
+static inline int ckpt_piece_cmp(const void *a, const void *b)
 {
-    char path[CKPT_PATH_MAX + 64];
+    const CkptPiece *x = (const CkptPiece *)a, *y = (const CkptPiece *)b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset ? 1 : x->file - y->file;
+}
+
+static inline int ckpt_read_cmp(const void *a, const void *b)
+{
+    const CkptRead *x = (const CkptRead *)a, *y = (const CkptRead *)b;
+    if (x->file != y->file)
+        return x->file - y->file;
+    return x->src < y->src ? -1 : x->src > y->src ? 1 : 0;
+}
+
+/* The AdamW moments of wanted[n_wanted] (ranges of the flat buffers) into m and
+ * v, each the sum of their counts, concatenated in wanted order, from the
+ * train_state files of ckpt_dir, whatever world size and ranges wrote them: all
+ * files' ranges together must tile [0, total). Wanted ranges may come in any
+ * order and overlap; their elements at or past total are zero (ZeRO padding).
+ * state receives rank 0's header (step, data position, RNG). */
+static inline int checkpoint_load_moments_try(const char *ckpt_dir, int64_t total, const CkptRange *wanted,
+                                              int n_wanted, float *m, float *v, CheckpointState *state, char *err,
+                                              size_t errlen)
+{
+    char path[CKPT_PATH_MAX + 64], other[CKPT_PATH_MAX + 64];
     FILE *f = NULL;
-    int world = 1;
-    int64_t covered = 0;
-    CheckpointState h;
-    memset(m, 0, (size_t)count * sizeof(float));
-    memset(v, 0, (size_t)count * sizeof(float));
+    CkptStateFile *files = NULL;
+    CkptPiece *pieces = NULL;
+    CkptRead *reads = NULL;
+    int world = 1, n_files = 0, files_cap = 0, n_reads = 0, reads_cap = 0;
+    int64_t n_pieces = 0, k = 0, next = 0, dst = 0;
+    if (n_wanted < 0 || (n_wanted > 0 && !wanted))
+        CKPT_ERR("loading the AdamW moments of '%s': %d wanted ranges is impossible", ckpt_dir, n_wanted);
+    for (int i = 0; i < n_wanted; i++) {
+        if (wanted[i].offset < 0 || wanted[i].count < 0 || wanted[i].count > INT64_MAX - wanted[i].offset)
+            CKPT_ERR("loading the AdamW moments of '%s': wanted range %d, [%lld, +%lld), is impossible", ckpt_dir, i,
+                     (long long)wanted[i].offset, (long long)wanted[i].count);
+        dst += wanted[i].count;
+    }
+    if (dst > 0) {
+        memset(m, 0, (size_t)dst * sizeof(float));
+        memset(v, 0, (size_t)dst * sizeof(float));
+    }
+    /* which files: train_state.bin alone, or as many per-rank files as rank 0's header says */
     checkpoint_state_file(path, sizeof(path), ckpt_dir, 0, 1);
     if (!ckpt_exists(path)) {
         checkpoint_state_file(path, sizeof(path), ckpt_dir, 0, 2);
-        if (ckpt_open_state(path, total, &h, &f, err, errlen) != 0)
-            return -1;
-        fclose(f);
-        f = NULL;
-        world = h.world;
+        files = (CkptStateFile *)ckpt_grow(files, n_files, &files_cap, sizeof(CkptStateFile), path);
+        if (ckpt_read_state(path, total, &files[0], err, errlen) != 0)
+            goto fail;
+        world = files[0].state.world;
+        free(files[0].ranges);
+        files[0].ranges = NULL;
     }
-    for (int r = 0; r < world; r++) {
+    for (int r = 0; r < world; r++) { /* grown as read: a corrupt world fails at its first missing file */
         checkpoint_state_file(path, sizeof(path), ckpt_dir, r, world);
-        if (ckpt_open_state(path, total, &h, &f, err, errlen) != 0)
-            return -1;
-        if (h.rank != r || h.world != world || h.shard_offset != covered)
-            CKPT_ERR("'%s' is rank %d of %d with range [%lld, +%lld); expected rank %d of %d from %lld (a checkpoint "
-                     "mixed from several runs?)",
-                     path, h.rank, h.world, (long long)h.shard_offset, (long long)h.shard_count, r, world,
-                     (long long)covered);
-        if (r == 0)
-            *state = h;
-        int64_t lo = h.shard_offset > first ? h.shard_offset : first;
-        int64_t hi = h.shard_offset + h.shard_count < first + count ? h.shard_offset + h.shard_count : first + count;
-        for (int which = 0; which < 2 && lo < hi; which++) {
-            off_t at = (off_t)CKPT_STATE_HEADER_BYTES + (off_t)(which * h.shard_count + lo - h.shard_offset) * 4;
-            float *dst = (which == 0 ? m : v) + (lo - first);
-            if (fseeko(f, at, SEEK_SET) != 0 || fread(dst, sizeof(float), (size_t)(hi - lo), f) != (size_t)(hi - lo))
-                CKPT_ERR("'%s': short read of the AdamW moments", path);
+        files = (CkptStateFile *)ckpt_grow(files, n_files, &files_cap, sizeof(CkptStateFile), path);
+        if (ckpt_read_state(path, total, &files[n_files], err, errlen) != 0)
+            goto fail;
+        n_files++;
+        const CheckpointState *h = &files[r].state;
+        if (h->rank != r || h->world != world)
+            CKPT_ERR("'%s' is rank %d of %d; expected rank %d of %d (a checkpoint mixed from several runs?)", path,
+                     h->rank, h->world, r, world);
+        if (h->step != files[0].state.step)
+            CKPT_ERR("'%s' is of step %llu, rank 0's file of step %llu (a checkpoint mixed from several runs?)", path,
+                     (unsigned long long)h->step, (unsigned long long)files[0].state.step);
+        n_pieces += files[r].n_ranges;
+    }
+    *state = files[0].state;
+    /* every file's non-empty ranges, by offset: they must tile [0, total) */
+    pieces = (CkptPiece *)malloc_check((size_t)(n_pieces > 0 ? n_pieces : 1) * sizeof(CkptPiece), "checkpoint ranges");
+    n_pieces = 0;
+    for (int r = 0; r < n_files; r++) {
+        int64_t at = 0;
+        for (int64_t i = 0; i < files[r].n_ranges; i++) {
+            CkptPiece p = {files[r].ranges[i].offset, files[r].ranges[i].count, at, r};
+            at += p.count;
+            if (p.count > 0)
+                pieces[n_pieces++] = p;
         }
-        covered += h.shard_count;
+    }
+    qsort(pieces, (size_t)n_pieces, sizeof(CkptPiece), ckpt_piece_cmp);
+    for (k = 0; k < n_pieces; k++) {
+        if (pieces[k].offset < next) {
+            checkpoint_state_file(path, sizeof(path), ckpt_dir, pieces[k - 1].file, world);
+            checkpoint_state_file(other, sizeof(other), ckpt_dir, pieces[k].file, world);
+            CKPT_ERR("the train_state files of '%s' overlap: '%s' holds [%lld, +%lld), '%s' holds [%lld, +%lld) "
+                     "(a checkpoint mixed from several runs?)",
+                     ckpt_dir, path, (long long)pieces[k - 1].offset, (long long)pieces[k - 1].count, other,
+                     (long long)pieces[k].offset, (long long)pieces[k].count);
+        }
+        if (pieces[k].offset > next)
+            break;
+        next = pieces[k].offset + pieces[k].count;
+    }
+    if (next != total)
+        CKPT_ERR("the train_state files of '%s' leave a gap at element %lld of %lld parameters (a rank's file is "
+                 "missing or from another run?)",
+                 ckpt_dir, (long long)next, (long long)total);
+    /* what each wanted range needs from which file, then each file's reads in file order */
+    dst = 0;
+    for (int i = 0; i < n_wanted; i++) {
+        int64_t lo = wanted[i].offset, hi = wanted[i].offset + wanted[i].count, first = 0, last = n_pieces;
+        if (hi > total)
+            hi = total;
+        while (first < last) { /* the first piece that ends after lo */
+            int64_t mid = first + (last - first) / 2;
+            if (pieces[mid].offset + pieces[mid].count <= lo)
+                first = mid + 1;
+            else
+                last = mid;
+        }
+        for (k = first; k < n_pieces && pieces[k].offset < hi; k++) {
+            int64_t a = pieces[k].offset > lo ? pieces[k].offset : lo;
+            int64_t b = pieces[k].offset + pieces[k].count < hi ? pieces[k].offset + pieces[k].count : hi;
+            reads = (CkptRead *)ckpt_grow(reads, n_reads, &reads_cap, sizeof(CkptRead), ckpt_dir);
+            reads[n_reads].src = pieces[k].at + (a - pieces[k].offset);
+            reads[n_reads].dst = dst + (a - wanted[i].offset);
+            reads[n_reads].n = b - a;
+            reads[n_reads].file = pieces[k].file;
+            n_reads++;
+        }
+        dst += wanted[i].count;
+    }
+    qsort(reads, (size_t)n_reads, sizeof(CkptRead), ckpt_read_cmp);
+    for (int i = 0; i < n_reads;) {
+        int r = reads[i].file, end = i;
+        while (end < n_reads && reads[end].file == r)
+            end++;
+        checkpoint_state_file(path, sizeof(path), ckpt_dir, r, world);
+        f = fopen(path, "rb");
+        if (!f)
+            CKPT_ERR("cannot open '%s': %s", path, strerror(errno));
+        for (int which = 0; which < 2; which++) { /* all of m, then all of v: forward through the file */
+            for (int j = i; j < end; j++) {
+                const CkptRead *c = &reads[j];
+                off_t at = (off_t)files[r].data_at + (off_t)(which * files[r].count + c->src) * 4;
+                float *to = (which == 0 ? m : v) + c->dst;
+                if (fseeko(f, at, SEEK_SET) != 0 || fread(to, sizeof(float), (size_t)c->n, f) != (size_t)c->n)
+                    CKPT_ERR("'%s': short read of the AdamW moments (truncated?)", path);
+            }
+        }
         fclose(f);
         f = NULL;
+        i = end;
     }
-    if (covered != total)
-        CKPT_ERR("the train_state files of '%s' cover %lld of %lld parameters (a rank's file is missing?)", ckpt_dir,
-                 (long long)covered, (long long)total);
+    for (int r = 0; r < n_files; r++)
+        free(files[r].ranges);
+    free(files);
+    free(pieces);
+    free(reads);
     return 0;
 fail:
     if (f)
         fclose(f);
+    for (int r = 0; r < n_files; r++)
+        free(files[r].ranges);
+    free(files);
+    free(pieces);
+    free(reads);
     return -1;
 }
 
@@ -1112,7 +1354,8 @@ static inline int checkpoint_load_try(const char *ckpt_dir, const LlamaConfig *c
 {
     if (checkpoint_load_model_try(ckpt_dir, config, layout, params, err, errlen) != 0)
         return -1;
-    if (checkpoint_load_moments_try(ckpt_dir, layout->total, 0, layout->total, adam_m, adam_v, state, err, errlen) != 0)
+    CkptRange all = {0, layout->total};
+    if (checkpoint_load_moments_try(ckpt_dir, layout->total, &all, 1, adam_m, adam_v, state, err, errlen) != 0)
         return -1;
     if (state->world != 1) {
         ckpt_path(err, errlen,

@@ -6,7 +6,8 @@
  *     NORM_BLOCKS blocks (a fixed grid, whatever the GPU) each write one partial to
  *     scratch, then one block adds the partials in a fixed order. Squares are summed in
  *     double (fp64 costs nothing next to the memory stream on an H100), block partials
- *     are stored as floats. Scratch: NORM_BLOCKS floats.
+ *     are stored as floats. Scratch: NORM_BLOCKS floats. norm_squared_combine adds
+ *     several such sums (one per ZeRO bucket) in a fixed order.
  *   clip_coefficient: coef = max_norm > 0 ? min(1, max_norm / (sqrt(ns) + 1e-6)) : 1.
  *   adamw_update, as torch.optim.AdamW (non-fused) does it, with g = grad * grad_scale,
  *   on the fp32 master w = master_join(param, master_lo) (llmc/master_weights.h):
@@ -87,10 +88,11 @@ __global__ void norm_squared_partial_kernel(float *__restrict__ partials, const 
         partials[blockIdx.x] = (float)acc;
 }
 
-__global__ void norm_squared_final_kernel(float *__restrict__ out, const float *__restrict__ partials)
+/* out[0] = the sum of partials[0, n), in a fixed order; blockDim.x >= n, a multiple of 32. */
+__global__ void norm_squared_final_kernel(float *__restrict__ out, const float *__restrict__ partials, int n)
 {
     __shared__ double shared[WARP_SIZE];
-    double acc = block_sum_double((double)partials[threadIdx.x], shared);
+    double acc = block_sum_double(threadIdx.x < n ? (double)partials[threadIdx.x] : 0.0, shared);
     if (threadIdx.x == 0)
         out[0] = (float)acc;
 }
@@ -243,7 +245,17 @@ static inline void global_norm_squared(float *out, float *scratch, const bf16 *g
     }
     norm_squared_partial_kernel<<<NORM_BLOCKS, NORM_THREADS, 0, stream>>>(scratch, grad, n);
     CUDA_CHECK_LAST();
-    norm_squared_final_kernel<<<1, NORM_BLOCKS, 0, stream>>>(out, scratch);
+    norm_squared_final_kernel<<<1, NORM_BLOCKS, 0, stream>>>(out, scratch, NORM_BLOCKS);
+    CUDA_CHECK_LAST();
+}
+
+/* out[0] = parts[0] + ... + parts[n - 1], the same bits every run: the squared
+ * norm of several ranges from each range's (global_norm_squared). n <= NORM_BLOCKS. */
+static inline void norm_squared_combine(float *out, const float *parts, int n, cudaStream_t stream)
+{
+    if (n < 1 || n > NORM_BLOCKS)
+        FAIL("norm_squared_combine: %d parts; 1 to %d can be combined", n, NORM_BLOCKS);
+    norm_squared_final_kernel<<<1, (n + WARP_SIZE - 1) / WARP_SIZE * WARP_SIZE, 0, stream>>>(out, parts, n);
     CUDA_CHECK_LAST();
 }
 

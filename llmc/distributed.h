@@ -8,8 +8,9 @@
  *     through llmc/rendezvous.h (--rendezvous tcp://HOST:PORT or file:PATH, by
  *     default tcp://MASTER_ADDR:MASTER_PORT).
  *   collectives: sums over all ranks of bf16 or fp32 device buffers (all-reduce,
- *     reduce-scatter) and all-gather, each on the caller's stream; with one rank
- *     they copy or do nothing, so single-GPU runs take the same code path.
+ *     reduce-scatter) and all-gather, each on the caller's stream, alone or
+ *     grouped into one launch; with one rank they copy or do nothing, so
+ *     single-GPU runs take the same code path.
  *   dist_sum_host: the sum over ranks of one host integer or double (blocking),
  *     for counts and losses that every rank must agree on.
  *   dist_async_error: NCCL's asynchronous error state, for llmc/watchdog.h's
@@ -211,6 +212,19 @@ static inline void dist_all_gather(const Dist *d, const void *send, void *recv, 
         return;
     }
     NCCL_CHECK(ncclAllGather(send, recv, (size_t)count, dist_type(element_bytes), d->comm, stream));
+}
+
+/* Collectives issued between these two are launched together, as one (NCCL's
+ * group calls): many small per-bucket collectives then cost about one. */
+static inline void dist_group_begin(const Dist *d)
+{
+    if (d->world > 1)
+        NCCL_CHECK(ncclGroupStart());
+}
+static inline void dist_group_end(const Dist *d)
+{
+    if (d->world > 1)
+        NCCL_CHECK(ncclGroupEnd());
 }
 
 /* The sum over ranks of x; blocks until every rank has called it. */

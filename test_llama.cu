@@ -75,6 +75,19 @@ static float *download_bf16(const bf16 *d, int64_t n)
     return out;
 }
 
+/* The full gradient (ZeRO stage 0 or 1) in the unpadded layout's order. */
+static float *download_grads(const Llama *m)
+{
+    float *out = (float *)malloc_check((size_t)m->layout.total * 4, "download");
+    for (int b = 0; b < m->zero.plan.n_buckets; b++) {
+        const ZeroBucket *bk = &m->zero.plan.buckets[b];
+        float *part = download_bf16(zero_bucket_grads(&m->zero, b), bk->numel);
+        memcpy(out + bk->offset, part, (size_t)bk->numel * 4);
+        free(part);
+    }
+    return out;
+}
+
 static float *download_f32(const float *d, int64_t n)
 {
     float *out = (float *)malloc_check((size_t)n * 4, "download");
@@ -102,6 +115,95 @@ static float run_micro_step(Llama *m, const int *tokens, const int *targets, cud
     CUDA_CHECK(cudaMemcpyAsync(&loss_sum_host, m->loss_parts, sizeof(float), cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaStreamSynchronize(s));
     return loss_sum_host / (float)count;
+}
+
+/* Losses and final master weights of n AdamW steps on the batch, taken as
+ * `micro_steps` micro-steps, with ZeRO `stage` on this one GPU. */
+static float *zero_stage_run(const LlamaConfig *c, const char *weights_path, const int *tokens, const int *targets,
+                             int B, int T, int micro_steps, int stage, int n, const AdamWConfig *opt, float **master,
+                             cudaStream_t s)
+{
+    Llama m;
+    int rows = B / micro_steps;
+    llama_build(&m, c, rows, T, 1, micro_steps, (size_t)64 << 20, &single_process, stage);
+    llama_load_weights(&m, weights_path);
+    int count = count_targets(targets, (int64_t)B * T);
+    float *losses = (float *)malloc_check(sizeof(float) * n, "losses");
+    for (int k = 0; k < n; k++) {
+        for (int micro = 0; micro < micro_steps; micro++) {
+            int64_t at = (int64_t)micro * rows * T;
+            llama_set_batch(&m, tokens + at, targets + at, micro, s);
+            llama_micro_step(&m, 1.0f / (float)count, micro, s);
+        }
+        llama_update(&m, opt, opt->lr, s);
+        float *parts = download_f32(m.loss_parts, micro_steps);
+        losses[k] = 0.0f;
+        for (int micro = 0; micro < micro_steps; micro++)
+            losses[k] += parts[micro];
+        losses[k] /= (float)count;
+        free(parts);
+    }
+    *master = llama_download_master(&m, s);
+    return losses;
+}
+
+/* ZeRO stages 2 and 3 move gradients and weights through staging buffers, events
+ * and a second stream even on one GPU: with the whole batch in one micro-step
+ * every stage must give the same bits as stage 1 (losses and the final fp32
+ * master weights). With several micro-steps, stages 2 and 3 sum them after the
+ * bf16 rounding of each (one more rounding per micro-step than stage 1's
+ * accumulating GEMMs), so they match each other bit for bit and stage 1 within
+ * the N-step tolerance. */
+static void test_zero_stages(const LlamaConfig *c, const char *weights_path, const int *tokens, const int *targets,
+                             int B, int T, int n, const AdamWConfig *opt, const float *stage0_losses, cudaStream_t s)
+{
+    ParamLayout layout = llama_param_layout(c);
+    int64_t P = layout.total;
+    llama_param_layout_free(&layout);
+    char what[160];
+    int splits[2] = {1, B}; /* the whole batch at once, then one row per micro-step */
+    for (int split = 0; split < (B > 1 ? 2 : 1); split++) {
+        int micro_steps = splits[split];
+        float *ref_master,
+            *ref = zero_stage_run(c, weights_path, tokens, targets, B, T, micro_steps, 1, n, opt, &ref_master, s);
+        if (micro_steps == 1)
+            check("ZeRO 1 on one GPU: the same losses as the N-step run",
+                  memcmp(ref, stage0_losses, sizeof(float) * n) == 0);
+        float *stage2_master = NULL, *stage2 = NULL;
+        for (int stage = 0; stage <= 3; stage++) {
+            if (stage == 1)
+                continue;
+            float *master, *losses = zero_stage_run(c, weights_path, tokens, targets, B, T, micro_steps, stage, n, opt,
+                                                    &master, s);
+            int same = memcmp(losses, ref, sizeof(float) * n) == 0 && memcmp(master, ref_master, P * 4) == 0;
+            if (micro_steps == 1 || stage == 0) {
+                snprintf(what, sizeof(what),
+                         "ZeRO %d, %d micro-step(s): losses and master weights bit-identical to ZeRO 1", stage,
+                         micro_steps);
+                check(what, same);
+            } else {
+                snprintf(what, sizeof(what), "ZeRO %d, %d micro-steps: losses vs ZeRO 1", stage, micro_steps);
+                compare(what, losses, ref, n, TOL_STEPS, NULL);
+            }
+            if (stage == 2) {
+                stage2 = losses;
+                stage2_master = master;
+                continue;
+            }
+            if (stage == 3) {
+                snprintf(what, sizeof(what),
+                         "ZeRO 3, %d micro-step(s): losses and master weights bit-identical to ZeRO 2", micro_steps);
+                check(what,
+                      memcmp(losses, stage2, sizeof(float) * n) == 0 && memcmp(master, stage2_master, P * 4) == 0);
+            }
+            free(losses);
+            free(master);
+        }
+        free(stage2);
+        free(stage2_master);
+        free(ref);
+        free(ref_master);
+    }
 }
 
 static void test_dump(const char *dump_path)
@@ -141,7 +243,7 @@ static void test_dump(const char *dump_path)
             tensorfile_read(&wf, t->name, TF_FLOAT32, t->numel, file_weights + t->offset);
         }
         tensorfile_close(&wf);
-        float *master = llama_download_master(&m, m.master_lo);
+        float *master = llama_download_master(&m, s);
         check("fp32 master weights on the device equal the weights file bit for bit",
               memcmp(master, file_weights, (size_t)m.layout.total * sizeof(float)) == 0);
         free(master);
@@ -176,7 +278,7 @@ static void test_dump(const char *dump_path)
     free(got);
     free(ref);
 
-    float *grads = download_bf16(m.grads, m.layout.total);
+    float *grads = download_grads(&m);
     for (int i = 0; i < m.layout.n_tensors; i++) {
         const ParamTensor *t = &m.layout.tensors[i];
         snprintf(name, sizeof(name), "grad.%s", t->name);
@@ -187,7 +289,7 @@ static void test_dump(const char *dump_path)
 
     /* the same step again must give bit-identical gradients: a difference is a race */
     run_micro_step(&m, tokens, targets, s);
-    float *again = download_bf16(m.grads, m.layout.total);
+    float *again = download_grads(&m);
     check("gradients bit-identical between two identical runs",
           memcmp(grads, again, (size_t)m.layout.total * sizeof(float)) == 0);
     free(again);
@@ -198,7 +300,7 @@ static void test_dump(const char *dump_path)
         llama_build(&r, &c, B, T, level, 1, (size_t)64 << 20, &single_process, 0);
         llama_load_weights(&r, weights_path);
         run_micro_step(&r, tokens, targets, s);
-        float *g = download_bf16(r.grads, r.layout.total);
+        float *g = download_grads(&r);
         snprintf(name, sizeof(name), "recompute level %d gives bit-identical gradients", level);
         check(name, memcmp(grads, g, (size_t)m.layout.total * sizeof(float)) == 0);
         free(g);
@@ -225,7 +327,7 @@ static void test_dump(const char *dump_path)
             acc_loss += parts[k];
         acc_loss /= (float)count;
         compare("grad accumulation: loss of B micro-steps vs one batch", &acc_loss, &loss, 1, 1e-5f, NULL);
-        float *g = download_bf16(acc.grads, acc.layout.total);
+        float *g = download_grads(&acc);
         compare("grad accumulation: gradients of B micro-steps vs one batch", g, grads, acc.layout.total,
                 4.0f * B / 512.0f, NULL);
         free(g);
@@ -253,6 +355,7 @@ static void test_dump(const char *dump_path)
                ref_norms[k]);
     }
     compare("train.losses", losses, ref_losses, n_steps, TOL_STEPS, &worst_steps);
+    test_zero_stages(&c, weights_path, tokens, targets, B, T, n_steps, &opt, losses, s);
     compare("train.grad_norms", norms, ref_norms, n_steps, TOL_STEPS, &worst_steps);
     check("loss falls over the AdamW steps", losses[n_steps - 1] < losses[0]);
     free(losses);

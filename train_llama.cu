@@ -47,6 +47,7 @@
 #include "llmc/adamw.h"
 #include "llmc/checkpoint.h"
 #include "llmc/distributed.h"
+#include "llmc/zero.h"
 #include "llmc/flags.h"
 #include "llmc/profile.h"
 #include "llmc/watchdog.h"
@@ -67,21 +68,20 @@ typedef struct {
     int B, T, recompute;
     int logits_chunk;
 
-    /* Data parallel over dist->world ranks. The flat buffers are padded to
-     * world * shard_size elements (zeros past layout.total); with ZeRO stage 1
-     * rank r owns [r * shard_size, (r + 1) * shard_size): it keeps the optimizer
-     * state (master_lo, adam_m, adam_v) of that shard only and updates it; with
-     * stage 0 every rank owns and updates everything. */
+    /* Data parallel over dist->world ranks, ZeRO stage 0 to 3 (llmc/zero.h). The
+     * flat buffers follow the buckets of llmc/zero_plan.h, each padded with zeros
+     * so that every rank owns an equal share; a tensor lives in one bucket. Each
+     * rank keeps the optimizer state (master_lo, adam_m, adam_v) of the ranges it
+     * updates (everything with stage 0, its shares otherwise), back to back. */
     const Dist *dist;
     int zero_stage;
-    int64_t shard_size, padded_total;
-    int64_t owned_first, owned_count; /* the range this rank updates */
+    Zero zero;                 /* the weights and gradients: zero.params, zero.grads */
+    int *tensor_bucket;        /* [n_tensors] */
+    int64_t *tensor_in_bucket; /* [n_tensors] its first element inside its padded bucket */
 
-    /* flat buffers: params and grads [padded_total]; the fp32 master weights are
-     * (params, master_lo), master_lo, adam_m, adam_v [owned_count] */
-    bf16 *params;
+    /* the fp32 master weights are (bf16 weights, master_lo); master_lo, adam_m and
+     * adam_v hold zero.state_total elements */
     int16_t *master_lo;
-    bf16 *grads;
     float *adam_m, *adam_v;
     AdamWRuns decay_runs; /* weight decay on the matrices, not on the norm weights */
     int adam_step;
@@ -120,6 +120,7 @@ typedef struct {
     int *h_plan_workspace;
     int emb_buckets;
     float *grad_norm_sq, *clip_coef, *norm_reduce_scratch;
+    float *bucket_norm_sq; /* [n_buckets] squared norms of this rank's gradient shares */
     int max_accum;
 } Llama;
 
@@ -131,13 +132,19 @@ static inline const ParamTensor *ptensor(const Llama *m, int index)
 {
     return &m->layout.tensors[index];
 }
+/* Where the kernels read a weight and write its gradient; with ZeRO stages 2 and 3
+ * a staging buffer that the bucket's turn in the step fills (llmc/zero.h). */
 static inline bf16 *pweight(const Llama *m, int index)
 {
-    return m->params + ptensor(m, index)->offset;
+    return zero_bucket_weights(&m->zero, m->tensor_bucket[index]) + m->tensor_in_bucket[index];
 }
 static inline bf16 *pgrad(const Llama *m, int index)
 {
-    return m->grads + ptensor(m, index)->offset;
+    return zero_bucket_grads(&m->zero, m->tensor_bucket[index]) + m->tensor_in_bucket[index];
+}
+static inline int last_bucket(const Llama *m)
+{
+    return m->zero.plan.n_buckets - 1;
 }
 
 static bf16 *alloc_bf16(int64_t n, const char *what)
@@ -166,44 +173,57 @@ static bf16 **alloc_per_layer(int L, int64_t n, int shared, const char *what)
     return p;
 }
 
-/* Elements of this rank's range that are model parameters: the last shard ends in
- * padding, and with many ranks a shard may lie wholly past the end. */
-static int64_t llama_owned_params(const Llama *m)
-{
-    int64_t n = m->layout.total - m->owned_first;
-    return n < 0 ? 0 : n < m->owned_count ? n : m->owned_count;
-}
-
-/* Copy the fp32 master weights (host) to the device, split into bf16 weights and
- * residuals; this rank keeps the residuals of its own range only. */
+/* Copy the fp32 master weights (host, [layout.total]) to the device, split into
+ * bf16 weights and residuals; this rank keeps what its stage asks of it. */
 static void llama_upload_params(Llama *m, const float *host_master)
 {
     int64_t P = m->layout.total;
+    const Zero *z = &m->zero;
     uint16_t *hi = (uint16_t *)malloc_check((size_t)P * sizeof(uint16_t), "bf16 parameter staging");
     int16_t *lo = (int16_t *)malloc_check((size_t)P * sizeof(int16_t), "master residual staging");
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < P; i++)
         master_split(host_master[i], &hi[i], &lo[i]);
-    CUDA_CHECK(cudaMemcpy(m->params, hi, (size_t)P * sizeof(uint16_t), cudaMemcpyHostToDevice));
-    int64_t owned_real = llama_owned_params(m);
-    if (owned_real > 0)
-        CUDA_CHECK(cudaMemcpy(m->master_lo, lo + m->owned_first, (size_t)owned_real * sizeof(int16_t),
+    for (int b = 0; b < z->plan.n_buckets; b++) {
+        const ZeroBucket *bk = &z->plan.buckets[b];
+        int64_t begin, end;
+        zero_update_model_range(&z->plan, m->zero_stage, m->dist->rank, b, &begin, &end);
+        if (m->zero_stage >= 3)
+            CUDA_CHECK(cudaMemcpy(zero_update_weights(z, b), hi + begin, (size_t)(end - begin) * sizeof(uint16_t),
+                                  cudaMemcpyHostToDevice));
+        else
+            CUDA_CHECK(cudaMemcpy(zero_bucket_weights(z, b), hi + bk->offset, (size_t)bk->numel * sizeof(uint16_t),
+                                  cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(m->master_lo + z->state_at[b], lo + begin, (size_t)(end - begin) * sizeof(int16_t),
                               cudaMemcpyHostToDevice));
+    }
     free(hi);
     free(lo);
 }
 
-/* The fp32 master weights joined on the host from the bf16 weights and full_lo, the
- * residuals of all layout.total parameters (master_lo itself when this rank holds
- * them all): [layout.total] floats, the caller frees. */
-static float *llama_download_master(const Llama *m, const int16_t *full_lo)
+/* The fp32 master weights joined from the ranks' bf16 weights and residuals:
+ * [layout.total] floats on rank 0, which frees them; NULL on the others. Every
+ * rank calls it, between steps. */
+static float *llama_download_master(Llama *m, cudaStream_t s)
 {
     int64_t P = m->layout.total;
-    uint16_t *hi = (uint16_t *)malloc_check((size_t)P * sizeof(uint16_t), "bf16 parameter staging");
-    int16_t *lo = (int16_t *)malloc_check((size_t)P * sizeof(int16_t), "master residual staging");
+    Zero *z = &m->zero;
+    int keep = m->dist->rank == 0;
+    uint16_t *hi = keep ? (uint16_t *)malloc_check((size_t)P * sizeof(uint16_t), "bf16 parameter staging") : NULL;
+    int16_t *lo = keep ? (int16_t *)malloc_check((size_t)P * sizeof(int16_t), "master residual staging") : NULL;
+    for (int b = 0; b < z->plan.n_buckets; b++) {
+        const ZeroBucket *bk = &z->plan.buckets[b];
+        const bf16 *weights;
+        const int16_t *residuals;
+        zero_full_bucket(z, b, m->master_lo, &weights, &residuals, s);
+        if (!keep)
+            continue;
+        CUDA_CHECK(cudaMemcpy(hi + bk->offset, weights, (size_t)bk->numel * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(lo + bk->offset, residuals, (size_t)bk->numel * sizeof(int16_t), cudaMemcpyDeviceToHost));
+    }
+    if (!keep)
+        return NULL;
     float *master = (float *)malloc_check((size_t)P * sizeof(float), "master weights");
-    CUDA_CHECK(cudaMemcpy(hi, m->params, (size_t)P * sizeof(uint16_t), cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(lo, full_lo, (size_t)P * sizeof(int16_t), cudaMemcpyDeviceToHost));
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < P; i++)
         master[i] = master_join(hi[i], lo[i]);
@@ -228,32 +248,36 @@ static void llama_build(Llama *m, const LlamaConfig *config, int B, int T, int r
     int L = c->n_layer;
     int64_t N = (int64_t)B * T, C = c->d_model, F = c->ffn_dim, V = c->vocab_size;
     int64_t QKV = (int64_t)(c->n_head + 2 * c->n_kv_head) * c->head_dim, HD = (int64_t)c->n_head * c->head_dim;
-    int64_t P = m->layout.total;
 
-    /* shards of 8 elements' multiples keep every shard 16-byte aligned in bf16 */
-    int world = dist->world;
-    m->shard_size = (P + world - 1) / world;
-    m->shard_size = (m->shard_size + 7) / 8 * 8;
-    m->padded_total = m->shard_size * world;
-    m->owned_first = zero_stage >= 1 ? (int64_t)dist->rank * m->shard_size : 0;
-    m->owned_count = zero_stage >= 1 ? m->shard_size : m->padded_total;
-    m->params = alloc_bf16(m->padded_total, "bf16 weights");
-    m->master_lo =
-        (int16_t *)cuda_malloc_named((size_t)m->owned_count * sizeof(int16_t), "fp32 master weights' low halves");
-    m->grads = alloc_bf16(m->padded_total, "bf16 gradients");
-    m->adam_m = alloc_f32(m->owned_count, "AdamW first moments");
-    m->adam_v = alloc_f32(m->owned_count, "AdamW second moments");
+    Zero *z = &m->zero;
+    zero_init(z, dist, config, &m->layout, zero_stage);
+    int n_buckets = z->plan.n_buckets;
+    int64_t n_params = zero_params_elements(z), n_grads = zero_grads_elements(z), n_state = z->state_total;
+    z->params = alloc_bf16(n_params, zero_stage >= 3 ? "bf16 weight shares" : "bf16 weights");
+    z->grads = alloc_bf16(n_grads, zero_stage >= 2 ? "bf16 gradient shares" : "bf16 gradients");
+    m->master_lo = (int16_t *)cuda_malloc_named((size_t)n_state * sizeof(int16_t), "fp32 master weights' low halves");
+    m->adam_m = alloc_f32(n_state, "AdamW first moments");
+    m->adam_v = alloc_f32(n_state, "AdamW second moments");
     /* the padding stays zero: no kernel writes it, and AdamW keeps zeros zero */
-    CUDA_CHECK(cudaMemset(m->params, 0, (size_t)m->padded_total * sizeof(bf16)));
-    CUDA_CHECK(cudaMemset(m->master_lo, 0, (size_t)m->owned_count * sizeof(int16_t)));
-    CUDA_CHECK(cudaMemset(m->grads, 0, (size_t)m->padded_total * sizeof(bf16)));
-    CUDA_CHECK(cudaMemset(m->adam_m, 0, (size_t)m->owned_count * sizeof(float)));
-    CUDA_CHECK(cudaMemset(m->adam_v, 0, (size_t)m->owned_count * sizeof(float)));
+    CUDA_CHECK(cudaMemset(z->params, 0, (size_t)n_params * sizeof(bf16)));
+    CUDA_CHECK(cudaMemset(z->grads, 0, (size_t)n_grads * sizeof(bf16)));
+    CUDA_CHECK(cudaMemset(m->master_lo, 0, (size_t)n_state * sizeof(int16_t)));
+    CUDA_CHECK(cudaMemset(m->adam_m, 0, (size_t)n_state * sizeof(float)));
+    CUDA_CHECK(cudaMemset(m->adam_v, 0, (size_t)n_state * sizeof(float)));
+    /* a tensor's place: its bucket, and its offset there as in the unpadded layout */
+    m->tensor_bucket = (int *)malloc_check(sizeof(int) * m->layout.n_tensors, "tensor buckets");
+    m->tensor_in_bucket = (int64_t *)malloc_check(sizeof(int64_t) * m->layout.n_tensors, "tensor buckets");
     int64_t *run_start = (int64_t *)malloc_check(sizeof(int64_t) * m->layout.n_tensors, "AdamW runs");
     unsigned char *run_decay = (unsigned char *)malloc_check((size_t)m->layout.n_tensors, "AdamW runs");
-    for (int i = 0; i < m->layout.n_tensors; i++) {
-        run_start[i] = m->layout.tensors[i].offset;
-        run_decay[i] = (unsigned char)m->layout.tensors[i].is_matrix;
+    for (int i = 0, b = 0; i < m->layout.n_tensors; i++) {
+        const ParamTensor *t = &m->layout.tensors[i];
+        while (t->offset >= z->plan.buckets[b].offset + z->plan.buckets[b].numel)
+            b++;
+        m->tensor_bucket[i] = b;
+        m->tensor_in_bucket[i] = t->offset - z->plan.buckets[b].offset;
+        /* AdamW finds the decay flag by the element's place in the padded buffers */
+        run_start[i] = z->plan.buckets[b].padded_offset + m->tensor_in_bucket[i];
+        run_decay[i] = (unsigned char)t->is_matrix;
     }
     m->decay_runs = adamw_runs_create(run_start, run_decay, m->layout.n_tensors);
     free(run_start);
@@ -313,6 +337,7 @@ static void llama_build(Llama *m, const LlamaConfig *config, int B, int T, int r
     m->grad_norm_sq = alloc_f32(1, "grad norm");
     m->clip_coef = alloc_f32(1, "clip coefficient");
     m->norm_reduce_scratch = alloc_f32(NORM_BLOCKS, "grad norm scratch");
+    m->bucket_norm_sq = alloc_f32(n_buckets, "grad norm scratch");
 }
 
 /* HF's init: normal(0, init_std) for every matrix, ones for the norm weights. */
@@ -388,15 +413,25 @@ static void gate_up_forward(Llama *m, int l, cudaStream_t s)
                                        (int)llama_tokens(m), c->d_model, 2 * c->ffn_dim, s));
 }
 
-/* Forward through the final norm; the loss comes from the classifier. */
+/* Forward through the final norm; the loss comes from the classifier. Bucket b
+ * of the weights is the embedding (b = 0), layer b - 1, or the final norm (and
+ * lm_head); with ZeRO stage 3 each is gathered just ahead of use, the next
+ * layer's while this one computes. */
 static void llama_forward(Llama *m, cudaStream_t s)
 {
     const LlamaConfig *c = &m->config;
     int N = (int)llama_tokens(m), C = c->d_model, L = c->n_layer, H = c->n_head, KV = c->n_kv_head, D = c->head_dim;
     int QKV = (H + 2 * KV) * D;
+    Zero *z = &m->zero;
+    zero_weights_ready(z, 0, s);
+    zero_weights_fetch(z, 1);
     PROFILED(PROF_EMBEDDING, embedding_forward(m->embedded, m->tokens, pweight(m, 0), N, C, s));
+    zero_weights_ready(z, 1, s);
     attn_norm_forward(m, 0, s);
     for (int l = 0; l < L; l++) {
+        /* the next layer's bucket (its norm weight ends this layer), or the final norm's */
+        int next = l + 2;
+        zero_weights_fetch(z, next);
         PROFILED(PROF_GEMM,
                  matmul_forward(m->qkv[l], m->ln_attn[l], pweight(m, param_index_layer(l, LAYER_Q)), N, C, QKV, s));
         PROFILED(PROF_ROPE, rope_forward(m->qkv[l], m->freqs_cis, m->B, m->T, H, KV, D, s));
@@ -414,24 +449,35 @@ static void llama_forward(Llama *m, cudaStream_t s)
         bf16 *res_out = last ? m->res_final : m->res_attn_in[l + 1];
         bf16 *norm_out = last ? m->ln_final : m->ln_attn[l + 1];
         float *rstd = last ? m->rstd_final : m->rstd_attn + (int64_t)(l + 1) * N;
+        zero_weights_ready(z, next, s);
         const bf16 *norm_w = pweight(m, last ? param_index_final_norm(c) : param_index_layer(l + 1, LAYER_ATTN_NORM));
         PROFILED(PROF_NORM, fused_residual_rmsnorm_forward(res_out, norm_out, rstd, m->res_mlp_in[l], m->branch, norm_w,
                                                            N, C, c->norm_eps, s));
+        zero_weights_done(z, l + 1, s);
     }
 }
 
 /* Backward from the classifier's d_ln (gradient of the final norm output). The
- * weight gradients are written, or added to when accumulate (later micro-steps). */
-static void llama_backward(Llama *m, int accumulate, cudaStream_t s)
+ * weight gradients are written, or added to when accumulate (later micro-steps
+ * with ZeRO 0 and 1). With ZeRO 2 and 3 each bucket's gradient is handed to the
+ * reduce-scatter as soon as it is complete, and stage 3 gathers the weights of
+ * layer l - 1 while layer l computes. */
+static void llama_backward(Llama *m, int micro, int accumulate, cudaStream_t s)
 {
     const LlamaConfig *c = &m->config;
     int N = (int)llama_tokens(m), C = c->d_model, L = c->n_layer, H = c->n_head, KV = c->n_kv_head, D = c->head_dim;
     int F = c->ffn_dim, QKV = (H + 2 * KV) * D;
+    Zero *z = &m->zero;
     PROFILED(PROF_OTHER, CUDA_CHECK(cudaMemsetAsync(m->d_res, 0, (size_t)N * C * sizeof(bf16), s)));
     int fn = param_index_final_norm(c);
     PROFILED(PROF_NORM, rmsnorm_backward(m->d_res, pgrad(m, fn), m->norm_scratch, m->d_ln, m->res_final, pweight(m, fn),
                                          m->rstd_final, N, C, accumulate, s));
+    zero_grads_done(z, last_bucket(m), micro, s);
     for (int l = L - 1; l >= 0; l--) {
+        zero_weights_ready(z, l + 1, s);
+        if (l > 0)
+            zero_weights_fetch(z, l);
+        zero_grads_begin(z, l + 1, s);
         /* MLP: d_res is the gradient of the block's output, so also of the down_proj output */
         if (m->recompute >= 1)
             mlp_norm_forward(m, l, s);
@@ -465,6 +511,8 @@ static void llama_backward(Llama *m, int accumulate, cudaStream_t s)
         PROFILED(PROF_NORM,
                  rmsnorm_backward(m->d_res, pgrad(m, attn_norm), m->norm_scratch, m->d_ln, m->res_attn_in[l],
                                   pweight(m, attn_norm), m->rstd_attn + (int64_t)l * N, N, C, accumulate, s));
+        zero_weights_done(z, l + 1, s);
+        zero_grads_done(z, l + 1, micro, s);
     }
     /* tied: the classifier already wrote this micro-step's lm_head gradient into the
      * same tensor; untied: rows of tokens not in the batch must start from zero */
@@ -473,22 +521,28 @@ static void llama_backward(Llama *m, int accumulate, cudaStream_t s)
                  CUDA_CHECK(cudaMemsetAsync(pgrad(m, 0), 0, (size_t)ptensor(m, 0)->numel * sizeof(bf16), s)));
     PROFILED(PROF_EMBEDDING, embedding_backward(pgrad(m, 0), m->d_res, m->emb_bucket_token, m->emb_bucket_start,
                                                 m->emb_positions, m->emb_buckets, C, s));
+    zero_grads_done(z, 0, micro, s);
 }
 
 /* Forward, loss and backward of one micro-batch already set with llama_set_batch;
- * micro-step 0 writes the gradients, later ones add to them. The micro-step's summed
- * loss lands in loss_parts[micro]. */
+ * micro-step 0 writes the gradients, later ones add to them (with ZeRO 2 and 3 each
+ * micro-step writes the staging buffers and the reduce-scatter adds). The
+ * micro-step's summed loss lands in loss_parts[micro]. */
 static void llama_micro_step(Llama *m, float inv_count, int micro, cudaStream_t s)
 {
     const LlamaConfig *c = &m->config;
     int N = (int)llama_tokens(m);
     int lm = param_index_lm_head(c);
+    int accumulate = m->zero_stage < 2 && micro > 0;
     llama_forward(m, s);
+    /* the head's gradients (lm_head, final norm, a tied embedding) are written from here on */
+    zero_grads_begin(&m->zero, 0, s);
+    zero_grads_begin(&m->zero, last_bucket(m), s);
     PROFILED(PROF_LOSS, fused_classifier_forward_backward(m->losses, m->d_ln, pgrad(m, lm), m->logits, m->ln_final,
                                                           pweight(m, lm), m->targets, N, c->d_model, c->vocab_size,
-                                                          m->logits_chunk, inv_count, micro > 0, s));
+                                                          m->logits_chunk, inv_count, accumulate, s));
     PROFILED(PROF_LOSS, loss_sum(m->loss_parts + micro, m->losses, N, s));
-    llama_backward(m, micro > 0, s);
+    llama_backward(m, micro, accumulate, s);
 }
 
 /* Mean loss of the current batch without gradients (evaluation). */
@@ -503,30 +557,34 @@ static void llama_eval_micro(Llama *m, int micro, cudaStream_t s)
 }
 
 /* Sum the gradients over the ranks, clip by the global norm and take one AdamW
- * step; the norm stays on the device.
+ * step on what this rank updates, bucket by bucket; the norm stays on the device.
  *   stage 0: all-reduce the gradients; every rank updates every parameter.
- *   stage 1: reduce-scatter them, so each rank holds the sum of its own shard;
- *            each rank updates its shard; all-gather the new bf16 weights.
+ *   stage 1: reduce-scatter them per bucket, so each rank holds the sum of its
+ *            shares; each rank updates its shares; all-gather the new weights.
+ *   stage 2: the backward pass already reduce-scattered them; as stage 1 then.
+ *   stage 3: as stage 2, and the weights stay sharded (the next forward gathers).
  * Sums run in bf16 on NCCL's ring (one rounding per rank added). */
 static void llama_update(Llama *m, const AdamWConfig *opt, float lr, cudaStream_t s)
 {
-    const Dist *d = m->dist;
+    Zero *z = &m->zero;
+    int n_buckets = z->plan.n_buckets;
     m->adam_step++;
-    bf16 *owned_grads = m->grads + m->owned_first;
+    PROFILED(PROF_COMM, zero_reduce_grads(z, s));
+    for (int b = 0; b < n_buckets; b++)
+        PROFILED(PROF_OPTIMIZER, global_norm_squared(m->bucket_norm_sq + b, m->norm_reduce_scratch,
+                                                     zero_update_grads(z, b), z->update_count[b], s));
+    PROFILED(PROF_OPTIMIZER, norm_squared_combine(m->grad_norm_sq, m->bucket_norm_sq, n_buckets, s));
     if (m->zero_stage >= 1)
-        PROFILED(PROF_COMM, dist_reduce_scatter_sum(d, m->grads, owned_grads, m->shard_size, 2, s));
-    else
-        PROFILED(PROF_COMM, dist_all_reduce_sum(d, m->grads, m->padded_total, 2, s));
-    PROFILED(PROF_OPTIMIZER,
-             global_norm_squared(m->grad_norm_sq, m->norm_reduce_scratch, owned_grads, m->owned_count, s));
-    if (m->zero_stage >= 1)
-        PROFILED(PROF_COMM, dist_all_reduce_sum(d, m->grad_norm_sq, 1, 4, s));
+        PROFILED(PROF_COMM, dist_all_reduce_sum(m->dist, m->grad_norm_sq, 1, 4, s));
     PROFILED(PROF_OPTIMIZER, clip_coefficient(m->clip_coef, m->grad_norm_sq, opt->grad_clip, s));
-    PROFILED(PROF_OPTIMIZER, adamw_update(m->params + m->owned_first, m->master_lo, owned_grads, m->adam_m, m->adam_v,
-                                          m->owned_first, m->owned_count, &m->decay_runs, lr, opt->beta1, opt->beta2,
-                                          opt->eps, opt->weight_decay, m->clip_coef, m->adam_step, s));
-    if (m->zero_stage >= 1)
-        PROFILED(PROF_COMM, dist_all_gather(d, m->params + m->owned_first, m->params, m->shard_size, 2, s));
+    for (int b = 0; b < n_buckets; b++) {
+        int64_t at = z->state_at[b];
+        PROFILED(PROF_OPTIMIZER,
+                 adamw_update(zero_update_weights(z, b), m->master_lo + at, zero_update_grads(z, b), m->adam_m + at,
+                              m->adam_v + at, z->update_at[b], z->update_count[b], &m->decay_runs, lr, opt->beta1,
+                              opt->beta2, opt->eps, opt->weight_decay, m->clip_coef, m->adam_step, s));
+    }
+    PROFILED(PROF_COMM, zero_params_changed(z, s));
 }
 
 /* ------------------------------------------------------------------------- */
@@ -538,45 +596,78 @@ static void fail_if_error(int rc, int rank, const char *what, const char *err)
         FAIL("rank %d: %s: %s", rank, what, err);
 }
 
+/* The model elements whose optimizer state this rank keeps: one range per bucket,
+ * in the order of its state buffers (the caller frees); *count: their total. */
+static CkptRange *llama_state_ranges(const Llama *m, int64_t *count)
+{
+    const Zero *z = &m->zero;
+    CkptRange *ranges = (CkptRange *)malloc_check(sizeof(CkptRange) * z->plan.n_buckets, "checkpoint ranges");
+    *count = 0;
+    for (int b = 0; b < z->plan.n_buckets; b++) {
+        int64_t begin, end;
+        zero_update_model_range(&z->plan, m->zero_stage, m->dist->rank, b, &begin, &end);
+        ranges[b].offset = begin;
+        ranges[b].count = end - begin;
+        *count += end - begin;
+    }
+    return ranges;
+}
+
+/* Moves the AdamW moments between the state buffers (device, zero.state_total each,
+ * padding included) and host arrays holding only the ranges' model elements, back
+ * to back (2 x the ranges' total floats: m, then v). */
+static void llama_moments_transfer(Llama *m, float *host, int to_device)
+{
+    const Zero *z = &m->zero;
+    int64_t total;
+    CkptRange *ranges = llama_state_ranges(m, &total);
+    for (int which = 0; which < 2; which++) {
+        float *device = which == 0 ? m->adam_m : m->adam_v;
+        float *at = host + which * total;
+        for (int b = 0; b < z->plan.n_buckets; b++) {
+            size_t bytes = (size_t)ranges[b].count * sizeof(float);
+            if (to_device)
+                CUDA_CHECK(cudaMemcpy(device + z->state_at[b], at, bytes, cudaMemcpyHostToDevice));
+            else
+                CUDA_CHECK(cudaMemcpy(at, device + z->state_at[b], bytes, cudaMemcpyDeviceToHost));
+            at += ranges[b].count;
+        }
+    }
+    free(ranges);
+}
+
 /* Writes <dir>/step_<08d>/: rank 0 the fp32 master weights (safetensors) and the
- * config, each rank that owns optimizer state its train_state file (one file for
- * all with ZeRO 0, one per rank with ZeRO 1); rank 0 commits once all are written.
- * With ZeRO 1 the master's residuals are gathered into the gradient buffer, free
- * between steps. state: step, AdamW step, RNG and data position. */
+ * config, each rank that keeps optimizer state its train_state file (one file for
+ * all with ZeRO 0, one per rank otherwise, holding one range per bucket); rank 0
+ * commits once all are written. state: step, AdamW step, RNG and data position. */
 static void llama_save_checkpoint(Llama *m, const char *dir, int keep, CheckpointState state, cudaStream_t s)
 {
     const Dist *d = m->dist;
     int64_t P = m->layout.total;
     char err[2048], staging[CKPT_PATH_MAX], saved[CKPT_PATH_MAX];
-    const int16_t *full_lo = m->master_lo;
-    if (m->zero_stage >= 1) {
-        dist_all_gather(d, m->master_lo, m->grads, m->shard_size, 2, s);
-        full_lo = (const int16_t *)m->grads;
-    }
-    CUDA_CHECK(cudaStreamSynchronize(s));
+    float *master = llama_download_master(m, s);
     if (d->rank == 0)
         fail_if_error(checkpoint_stage_try(dir, state.step, staging, sizeof(staging), err, sizeof(err)), d->rank,
                       "saving a checkpoint", err);
     dist_sum_host(d, 0.0, s); /* the staging directory exists for everyone */
     checkpoint_staging_path(staging, sizeof(staging), dir, state.step);
     if (d->rank == 0) {
-        float *master = llama_download_master(m, full_lo);
         fail_if_error(checkpoint_write_model_try(staging, &m->config, &m->layout, master, err, sizeof(err)), d->rank,
                       "saving a checkpoint", err);
         free(master);
     }
     if (m->zero_stage >= 1 || d->rank == 0) {
-        int64_t count = llama_owned_params(m);
+        int64_t count;
+        CkptRange *ranges = llama_state_ranges(m, &count);
         state.rank = m->zero_stage >= 1 ? d->rank : 0;
         state.world = m->zero_stage >= 1 ? d->world : 1;
-        state.shard_offset = count > 0 ? m->owned_first : P; /* an empty shard past the end keeps the tiling */
-        state.shard_count = count;
         float *adam = (float *)malloc_check((size_t)2 * (count > 0 ? count : 1) * sizeof(float), "checkpoint moments");
-        CUDA_CHECK(cudaMemcpy(adam, m->adam_m, (size_t)count * sizeof(float), cudaMemcpyDeviceToHost));
-        CUDA_CHECK(cudaMemcpy(adam + count, m->adam_v, (size_t)count * sizeof(float), cudaMemcpyDeviceToHost));
-        fail_if_error(checkpoint_write_state_try(staging, &state, P, adam, adam + count, err, sizeof(err)), d->rank,
-                      "saving a checkpoint", err);
+        llama_moments_transfer(m, adam, 0);
+        fail_if_error(checkpoint_write_state_try(staging, &state, P, ranges, m->zero.plan.n_buckets, adam, adam + count,
+                                                 err, sizeof(err)),
+                      d->rank, "saving a checkpoint", err);
         free(adam);
+        free(ranges);
     }
     dist_sum_host(d, 0.0, s); /* every file is written */
     if (d->rank == 0) {
@@ -600,14 +691,15 @@ static void llama_load_checkpoint(Llama *m, const char *path, CheckpointState *s
                   err);
     llama_upload_params(m, master);
     free(master);
-    float *adam = (float *)malloc_check((size_t)2 * m->owned_count * sizeof(float), "checkpoint moments");
-    fail_if_error(checkpoint_load_moments_try(path, P, m->owned_first, m->owned_count, adam, adam + m->owned_count,
-                                              state, err, sizeof(err)),
+    int64_t count;
+    CkptRange *ranges = llama_state_ranges(m, &count);
+    float *adam = (float *)malloc_check((size_t)2 * (count > 0 ? count : 1) * sizeof(float), "checkpoint moments");
+    fail_if_error(checkpoint_load_moments_try(path, P, ranges, m->zero.plan.n_buckets, adam, adam + count, state, err,
+                                              sizeof(err)),
                   rank, "resuming", err);
-    CUDA_CHECK(cudaMemcpy(m->adam_m, adam, (size_t)m->owned_count * sizeof(float), cudaMemcpyHostToDevice));
-    CUDA_CHECK(
-        cudaMemcpy(m->adam_v, adam + m->owned_count, (size_t)m->owned_count * sizeof(float), cudaMemcpyHostToDevice));
+    llama_moments_transfer(m, adam, 1);
     free(adam);
+    free(ranges);
     if (state->adam_step > (uint64_t)INT_MAX || state->step > (uint64_t)INT_MAX)
         FAIL("rank %d: '%s': step %llu is out of range (corrupt?)", rank, path, (unsigned long long)state->step);
     m->adam_step = (int)state->adam_step;
@@ -693,7 +785,8 @@ static const Flag TRAIN_FLAGS[] = {
     FLAG_SECTION("several GPUs (one process per GPU: mpirun, a scheduler, or scripts/launch_multi_gpu.sh)"),
     F("--zero-stage", FLAG_INT, zero_stage,
       "0: all-reduce, every GPU keeps all optimizer state; 1: AdamW state "
-      "sharded over the GPUs"),
+      "sharded over the GPUs; 2: gradients too, reduce-scattered per layer during "
+      "backward; 3: weights too, gathered per layer just ahead of use"),
     F("--rank", FLAG_INT, launch.rank,
       "this process's rank, when no launcher variable says it (mpirun, "
       "RANK/WORLD_SIZE, Slurm and PMI are read)"),
@@ -767,10 +860,8 @@ static void parse_args(Args *a, int argc, char **argv)
         FAIL("--warmup and --eval-every must be >= 0, --eval-batches > 0");
     if (a->recompute < 0 || a->recompute > 2)
         FAIL("--recompute takes 0, 1 or 2 (got %d)", a->recompute);
-    if (a->zero_stage < 0 || a->zero_stage > 1)
-        FAIL("--zero-stage takes 0 or 1 (got %d); stages 2 and 3 (sharded gradients and weights) are not "
-             "implemented yet",
-             a->zero_stage);
+    if (a->zero_stage < 0 || a->zero_stage > 3)
+        FAIL("--zero-stage takes 0, 1, 2 or 3 (got %d)", a->zero_stage);
     if (a->save_every < 0 || a->keep < 0)
         FAIL("--save-every and --keep must be >= 0");
     if ((a->resume || a->save_every > 0) && !a->checkpoint_dir)
@@ -1117,8 +1208,7 @@ int main(int argc, char **argv)
             fflush(log);
         }
         if (a.checkpoint_dir && checkpoint_due(step + 1, a.save_every, a.steps)) {
-            CheckpointState st =
-                checkpoint_state((uint64_t)(step + 1), (uint64_t)model.adam_step, src.rng, model.layout.total);
+            CheckpointState st = checkpoint_state((uint64_t)(step + 1), (uint64_t)model.adam_step, src.rng);
             if (!src.random)
                 dataloader_get_state(&src.loader, &st.data);
             llama_save_checkpoint(&model, a.checkpoint_dir, a.keep, st, stream);

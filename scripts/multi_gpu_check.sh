@@ -4,17 +4,19 @@
 # go to $OUT (or /tmp/multi_gpu_check).
 #
 #   equivalence  the "small" preset, 20 steps, the same global batch (4 x 256
-#                tokens) on 1 GPU and on N GPUs under ZeRO stages 0 and 1,
+#                tokens) on 1 GPU and on N GPUs under ZeRO stages 0 to 3,
 #                launched by mpirun, by torchrun-style variables with a TCP
-#                rendezvous, and by flags with a file rendezvous; losses must
-#                match the 1-GPU run within TOL (bf16 gradients summed in a
+#                rendezvous, and by flags with a file rendezvous, and (8 x 128
+#                tokens) as 2 micro-steps (on 1 GPU too) under stages 1 to 3; losses
+#                must match the 1-GPU run within TOL (bf16 gradients summed in a
 #                different grouping: see docs/multi_gpu.md)
 #   scaling      Llama 3.2 1B, B=8, T=2048 per GPU: tokens/s per GPU and peak
 #                memory on 1 GPU and on N GPUs for each stage, and the same with
 #                NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 (the network transport
 #                separate hosts use)
 #   checkpoint   resume bit-identical to an uninterrupted run on the same GPU
-#                count (ZeRO 1, one optimizer file per rank), resume of that
+#                count (ZeRO 2, one optimizer file per rank), and on the same
+#                count under ZeRO 3 (state re-sharded across stages), resume of that
 #                checkpoint on 1 GPU (re-sharded), a kill -9 during saves leaves
 #                a resumable newest complete checkpoint, and transformers loads
 #                the saved model.safetensors + config.json; with N GPUs, a kill -9
@@ -49,8 +51,15 @@ for s in $steps; do
     equivalence)
         small=(./train_llama --preset small -T 256 --random-data --steps 20 --warmup 2 --lr 1e-3)
         run eq_1gpu "${small[@]}" -B 4 --log "$out/eq_1gpu.jsonl"
-        for z in 0 1; do
+        for z in 0 1 2 3; do
             run "eq_mpirun_z$z" "${mpi[@]}" "${small[@]}" -B $((4 / np)) --zero-stage $z --log "$out/eq_mpirun_z$z.jsonl"
+        done
+        # gradient accumulation: 1024 random tokens as 8 rows of 128 in two micro-steps, of 4 rows on 1 GPU
+        # and of 4 / N rows per GPU (each micro-step draws the next 512 tokens, whatever the GPU count)
+        run eq_1gpu_t128 "${small[@]}" -T 128 -B 4 --total-batch 1024 --log "$out/eq_1gpu_t128.jsonl"
+        for z in 1 2 3; do
+            run "eq_accum_z$z" "${mpi[@]}" "${small[@]}" -T 128 -B $((4 / np)) --total-batch 1024 --zero-stage $z \
+                --log "$out/eq_accum_z$z.jsonl"
         done
         # torchrun-style variables and a TCP rendezvous, no MPI involved
         pids=()
@@ -78,13 +87,15 @@ def losses(name):
         return [r["loss"] for r in map(json.loads, open(f"{out}/{name}.jsonl")) if "loss" in r]
     except OSError:
         return []
-ref = losses("eq_1gpu")
 # Tolerance: the N-GPU run rounds each rank's partial gradient to bf16 and sums the
 # partials in bf16 (N - 1 more roundings of 2^-8 relative at most); over 20 AdamW
 # steps at lr 1e-3 that moves the loss by well under 1e-2 (measured: see the JSON).
 TOL = 1e-2
 bad = 0
-for name in ["eq_mpirun_z0", "eq_mpirun_z1", "eq_tcp_z1", "eq_file_z1"]:
+runs = ["eq_mpirun_z0", "eq_mpirun_z1", "eq_mpirun_z2", "eq_mpirun_z3", "eq_tcp_z1", "eq_file_z1",
+        "eq_accum_z1", "eq_accum_z2", "eq_accum_z3"]
+for name in runs:
+    ref = losses("eq_1gpu_t128" if "accum" in name else "eq_1gpu")
     got = losses(name)
     ok = len(got) == len(ref) == 20
     diff = max(abs(a - b) for a, b in zip(got, ref)) if ok else float("nan")
@@ -104,11 +115,13 @@ EOF
     scaling)
         big=(./train_llama --preset llama3.2-1b -B 8 -T 2048 --random-data --steps 10 --warmup 2)
         run sc_1gpu "${big[@]}" --log "$out/sc_1gpu.jsonl"
-        for z in 0 1; do
+        for z in 0 1 2 3; do
             run "sc_z$z" "${mpi[@]}" "${big[@]}" --zero-stage $z --log "$out/sc_z$z.jsonl"
         done
-        NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 run sc_z1_net "${mpi[@]}" -x NCCL_P2P_DISABLE -x NCCL_SHM_DISABLE \
-            "${big[@]}" --zero-stage 1 --log "$out/sc_z1_net.jsonl"
+        for z in 1 2 3; do
+            NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 run "sc_z${z}_net" "${mpi[@]}" -x NCCL_P2P_DISABLE \
+                -x NCCL_SHM_DISABLE "${big[@]}" --zero-stage $z --log "$out/sc_z${z}_net.jsonl"
+        done
         python3 - "$out" "$np" "$results" << 'EOF' || status=1
 import json, statistics, sys
 out, np_, results = sys.argv[1], int(sys.argv[2]), sys.argv[3]
@@ -125,7 +138,9 @@ def summary(name):
             "ms": statistics.median(r["ms"] for r in timed)}
 one = summary("sc_1gpu")
 print("1 GPU:", one)
-for name, label in [("sc_z0", "ZeRO 0"), ("sc_z1", "ZeRO 1"), ("sc_z1_net", "ZeRO 1, P2P and SHM off")]:
+runs = [(f"sc_z{z}", f"ZeRO {z}") for z in range(4)]
+runs += [(f"sc_z{z}_net", f"ZeRO {z}, P2P and SHM off") for z in range(1, 4)]
+for name, label in runs:
     s = summary(name)
     if s is None or one is None:
         print(f"FAIL {name}: no timed steps")
@@ -141,14 +156,17 @@ EOF
     checkpoint)
         nano=(./train_llama --preset nano -T 128 --random-data --steps 12 --warmup 2 --lr 1e-3 --keep 0)
         ck="$out/ckpt"
-        rm -rf "$ck"
-        run ck_full "${mpi[@]}" "${nano[@]}" -B $((4 / np)) --checkpoint-dir "$ck/full" --save-every 4 \
-            --log "$out/ck_full.jsonl"
-        mkdir -p "$ck/same" "$ck/one"
+        rm -rf "$ck" "$out"/ck_*.jsonl # the kills below watch these logs: an old one would fire them early
+        run ck_full "${mpi[@]}" "${nano[@]}" -B $((4 / np)) --zero-stage 2 --checkpoint-dir "$ck/full" \
+            --save-every 4 --log "$out/ck_full.jsonl"
+        mkdir -p "$ck/same" "$ck/one" "$ck/stage3"
         cp -r "$ck/full/step_00000004" "$ck/same/"
         cp -r "$ck/full/step_00000004" "$ck/one/"
-        run ck_same "${mpi[@]}" "${nano[@]}" -B $((4 / np)) --checkpoint-dir "$ck/same" --resume \
+        cp -r "$ck/full/step_00000004" "$ck/stage3/"
+        run ck_same "${mpi[@]}" "${nano[@]}" -B $((4 / np)) --zero-stage 2 --checkpoint-dir "$ck/same" --resume \
             --log "$out/ck_same.jsonl"
+        run ck_stage3 "${mpi[@]}" "${nano[@]}" -B $((4 / np)) --zero-stage 3 --checkpoint-dir "$ck/stage3" --resume \
+            --log "$out/ck_stage3.jsonl"
         run ck_one "${nano[@]}" -B 4 --checkpoint-dir "$ck/one" --resume --log "$out/ck_one.jsonl"
         # kill -9 while it saves every step, then resume: the newest complete checkpoint continues bit for bit
         run ck_ref "${nano[@]}" --steps 40 -B 4 --log "$out/ck_ref.jsonl"
@@ -166,29 +184,30 @@ EOF
         ls "$ck/kill" > "$out/ck_kill_dir.txt" 2>&1
         run ck_resumed "${nano[@]}" --steps 40 -B 4 --checkpoint-dir "$ck/kill" --save-every 1 --keep 2 --resume \
             --log "$out/ck_resumed.jsonl"
-        # the same on N GPUs, killing rank 1 only (torchrun-style launch: mpirun would end the job itself)
-        run ck_ref_n "${mpi[@]}" "${nano[@]}" --steps 40 -B $((4 / np)) --log "$out/ck_ref_n.jsonl"
+        # the same on N GPUs, killing rank 1 only (torchrun-style launch: mpirun would end the job itself);
+        # 200 steps, so that the kill lands mid-run (40 steps with a save each took under a second on 4 GPUs)
+        run ck_ref_n "${mpi[@]}" "${nano[@]}" --steps 200 -B $((4 / np)) --log "$out/ck_ref_n.jsonl"
         pids=()
         t0=$(date +%s)
         for ((r = 0; r < np; r++)); do
             RANK=$r WORLD_SIZE=$np LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=29519 \
-                timeout 300 "${nano[@]}" --steps 40 -B $((4 / np)) --checkpoint-dir "$ck/killn" --save-every 1 \
+                timeout 300 "${nano[@]}" --steps 200 -B $((4 / np)) --checkpoint-dir "$ck/killn" --save-every 1 \
                 --keep 2 --comm-timeout 20 --log "$out/ck_killed_n.jsonl" > "$out/ck_killed_n_rank$r.log" 2>&1 &
             pids+=($!)
         done
-        for _ in $(seq 600); do
+        for _ in $(seq 6000); do
             logged=$(grep -c '"loss"' "$out/ck_killed_n.jsonl" 2> /dev/null)
             [ "${logged:-0}" -ge 5 ] && break
-            sleep 0.1
+            sleep 0.01
         done
-        kill -9 "${pids[1]}" 2> /dev/null
+        pkill -9 -P "${pids[1]}" # rank 1 itself, not the timeout wrapping it
         codes=""
         for ((r = 0; r < np; r++)); do
             wait "${pids[$r]}" 2> /dev/null
             codes="$codes $?"
         done
         echo "ranks' exit codes:$codes after $(($(date +%s) - t0)) s" > "$out/ck_killed_n_exit.txt"
-        run ck_resumed_n "${mpi[@]}" "${nano[@]}" --steps 40 -B $((4 / np)) --checkpoint-dir "$ck/killn" \
+        run ck_resumed_n "${mpi[@]}" "${nano[@]}" --steps 200 -B $((4 / np)) --checkpoint-dir "$ck/killn" \
             --save-every 1 --keep 2 --resume --log "$out/ck_resumed_n.jsonl"
         python3 - "$out" "$np" "$results" "$ck" << 'EOF' || status=1
 import json, sys
@@ -198,11 +217,13 @@ def losses(name):
         return {r["step"]: r["loss"] for r in map(json.loads, open(f"{out}/{name}.jsonl")) if "loss" in r}
     except OSError:
         return {}
-full, same, one = losses("ck_full"), losses("ck_same"), losses("ck_one")
+full, same, one, stage3 = losses("ck_full"), losses("ck_same"), losses("ck_one"), losses("ck_stage3")
 ref, resumed, killed = losses("ck_ref"), losses("ck_resumed"), losses("ck_killed")
 steps = range(5, 13)
-checks = [("resume on the same GPU count (ZeRO 1, a file per rank): steps 5-12 bit-identical",
-           bool(same) and all(same.get(k) == full.get(k) for k in steps))]
+checks = [("resume on the same GPU count (ZeRO 2, a file per rank): steps 5-12 bit-identical",
+           bool(same) and all(same.get(k) == full.get(k) for k in steps)),
+          ("the ZeRO 2 checkpoint resumed under ZeRO 3 on as many GPUs: steps 5-12 bit-identical",
+           bool(stage3) and all(stage3.get(k) == full.get(k) for k in steps))]
 diff = max((abs(one[k] - full[k]) for k in steps if k in one and k in full), default=float("nan"))
 checks.append((f"resume of the {np_}-GPU checkpoint on 1 GPU: steps 5-12 within 1e-2 (max diff {diff:.2e})",
                len(one) == 8 and diff <= 1e-2))
@@ -222,7 +243,7 @@ checks.append((f"kill -9 of rank 1 of {np_} after step {max(killed_n) if killed_
 first_n = min(resumed_n) if resumed_n else None
 checks.append((f"resumed on {np_} GPUs at step {first_n}, every resumed step bit-identical to an uninterrupted "
                f"{np_}-GPU run",
-               bool(resumed_n) and max(resumed_n) == 40 and all(resumed_n[k] == ref_n.get(k) for k in resumed_n)))
+               bool(resumed_n) and max(resumed_n) == 200 and all(resumed_n[k] == ref_n.get(k) for k in resumed_n)))
 try:
     import torch
     from transformers import LlamaForCausalLM

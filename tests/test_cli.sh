@@ -36,8 +36,8 @@ if [ -x ./train_llama ]; then
         ./train_llama --preset nano -B 2 -T 64 --total-batch 100 --train "$good"
     expect "train_llama total batch not a multiple of B*T*GPUs" "B*T*GPUs = 256" \
         ./train_llama --preset nano -B 2 -T 64 --total-batch 384 --rank 0 --world-size 2 --train "$good"
-    expect "train_llama ZeRO stage out of range" "--zero-stage takes 0 or 1" \
-        ./train_llama --preset nano --zero-stage 3 --train "$good"
+    expect "train_llama ZeRO stage out of range" "--zero-stage takes 0, 1, 2 or 3" \
+        ./train_llama --preset nano --zero-stage 4 --train "$good"
     expect "train_llama negative comm timeout" "--comm-timeout must be >= 0" \
         ./train_llama --preset nano --comm-timeout -1 --train "$good"
     expect "train_llama bad rendezvous spec" "tcp://HOST:PORT" \

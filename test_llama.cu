@@ -3,8 +3,9 @@
  * transformers) reference dumps in testdata/: logits, loss, every block
  * output, the final norm output, every gradient and the losses and gradient
  * norms of N AdamW steps. Also checks that two identical runs give bit-identical
- * gradients (a moving result is a race) and that every recompute level gives
- * the same gradients.
+ * gradients (a moving result is a race), that every recompute level gives
+ * the same gradients, and that ZeRO stages 0 to 3 (their staging buffers,
+ * events and second stream run on one GPU too) train alike.
  *
  *   ./test_llama [DUMP.dump.llmt ...]     (default: both committed dumps)
  *

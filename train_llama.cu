@@ -1,10 +1,11 @@
 /*
  * train_llama.cu: trains a Llama 3 family model (llmc/llama_config.h) on one
- * GPU in bf16 with fp32 master weights, bf16 gradients and fp32 AdamW moments:
- * 14 bytes per parameter. The fp32 master is the bf16 weights plus a 16-bit
- * residual (llmc/master_weights.h), exact and without a second weight copy.
- * Gradients are bf16 as in llm.c: each is one fp32-accumulated GEMM or kernel
- * rounded once, plus one rounding per extra logits chunk (lm_head) and per extra
+ * GPU or several in bf16 with fp32 master weights, bf16 gradients and fp32
+ * AdamW moments: 14 bytes per parameter, divided over the GPUs by ZeRO
+ * sharding. The fp32 master is the bf16 weights plus a 16-bit residual
+ * (llmc/master_weights.h), exact and without a second weight copy. Gradients
+ * are bf16 as in llm.c: each is one fp32-accumulated GEMM or kernel rounded
+ * once, plus one rounding per extra logits chunk (lm_head) and per extra
  * micro-step; the first micro-step writes them, later ones add.
  *
  * One micro-step, N = B*T tokens:
@@ -17,12 +18,13 @@
  *   backward: the same in reverse; SwiGLU and the norms are recomputed rather
  *             than stored (--recompute 1, the default); --recompute 2 also
  *             recomputes the gate/up GEMM, for long sequences
- * then, once per optimizer step: global grad norm -> clip coefficient (on the
- * device, no host sync) -> one AdamW launch over all parameters (decay on
- * matrices only).
+ * then, once per optimizer step: gradients summed over the GPUs -> global grad
+ * norm -> clip coefficient (on the device, no host sync) -> AdamW over each
+ * bucket's range that this GPU updates (decay on matrices only).
  *
  * Parameters, gradients and moments are flat buffers with the layout of
- * llama_param_layout(), so q/k/v and gate/up are single fused matrices.
+ * llama_param_layout(), so q/k/v and gate/up are single fused matrices, cut
+ * into per-layer buckets for ZeRO data parallelism (llmc/zero_plan.h, zero.h).
  */
 #include <math.h>
 #include <stdint.h>

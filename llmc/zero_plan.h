@@ -10,7 +10,9 @@
  * world * ZERO_ALIGN elements, so every rank owns an equal, aligned share of
  * every bucket and no tensor size is ever refused. Rank r owns, in bucket b,
  * padded elements [padded_offset + r * shard, padded_offset + (r + 1) * shard).
- * Pure arithmetic on the layout; allocates the bucket table only.
+ * What a rank updates at each stage (all of every bucket at stage 0, its shares
+ * otherwise) and where its optimizer state keeps it (the shares back to back)
+ * follow from that. Pure arithmetic on the layout; allocates the bucket table only.
  */
 #ifndef LLMC_ZERO_PLAN_H
 #define LLMC_ZERO_PLAN_H

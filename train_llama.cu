@@ -252,7 +252,7 @@ static void llama_build(Llama *m, const LlamaConfig *config, int B, int T, int r
     int64_t QKV = (int64_t)(c->n_head + 2 * c->n_kv_head) * c->head_dim, HD = (int64_t)c->n_head * c->head_dim;
 
     Zero *z = &m->zero;
-    zero_init(z, dist, config, &m->layout, zero_stage);
+    zero_init(z, dist, config, &m->layout, zero_stage, max_accum);
     int n_buckets = z->plan.n_buckets;
     int64_t n_params = zero_params_elements(z), n_grads = zero_grads_elements(z), n_state = z->state_total;
     z->params = alloc_bf16(n_params, zero_stage >= 3 ? "bf16 weight shares" : "bf16 weights");

@@ -33,8 +33,8 @@
  * against the compute stream.
  *
  * Memory beyond the rank's shares: stage 2: 2 bytes x (first + last + 2 layer
- * buckets) of gradient staging plus the largest share as scratch; stage 3: as
- * much again for the weights.
+ * buckets) of gradient staging, plus the largest share as scratch with
+ * gradient accumulation; stage 3: as much again for the weights.
  */
 #ifndef LLMC_ZERO_H
 #define LLMC_ZERO_H
@@ -61,7 +61,7 @@ typedef struct {
     bf16 *params, *grads;
     cudaStream_t comm;
     bf16 *grad_staging[ZERO_SLOTS], *weight_staging[ZERO_SLOTS];
-    bf16 *sum_scratch; /* stage 2+: a later micro-step's reduced share, before it is added */
+    bf16 *sum_scratch; /* stage 2+, with accumulation: a later micro-step's reduced share, before it is added */
     cudaEvent_t grad_written[ZERO_SLOTS], grad_sent[ZERO_SLOTS];
     cudaEvent_t weight_gathered[ZERO_SLOTS], weight_used[ZERO_SLOTS];
     cudaEvent_t comm_done, params_changed;
@@ -92,10 +92,13 @@ static inline int64_t zero_slot_elements(const Zero *z, int slot)
     return z->plan.buckets[b].padded;
 }
 
-/* Plans the buckets and allocates the staging the stage needs. The caller then
- * allocates z->params and z->grads, sized by zero_params_elements and
- * zero_grads_elements, zeroed (the padding must stay zero). */
-static inline void zero_init(Zero *z, const Dist *dist, const LlamaConfig *c, const ParamLayout *layout, int stage)
+/* Plans the buckets and allocates the staging the stage needs for steps of up
+ * to max_micro_steps micro-steps (the scratch share only serves the second and
+ * later). The caller then allocates z->params and z->grads, sized by
+ * zero_params_elements and zero_grads_elements, zeroed (the padding must stay
+ * zero). */
+static inline void zero_init(Zero *z, const Dist *dist, const LlamaConfig *c, const ParamLayout *layout, int stage,
+                             int max_micro_steps)
 {
     memset(z, 0, sizeof(*z));
     if (stage < 0 || stage > 3)
@@ -118,7 +121,8 @@ static inline void zero_init(Zero *z, const Dist *dist, const LlamaConfig *c, co
     int64_t largest_share = 0;
     for (int b = 0; b < n; b++)
         largest_share = z->plan.buckets[b].shard > largest_share ? z->plan.buckets[b].shard : largest_share;
-    z->sum_scratch = (bf16 *)cuda_malloc_named((size_t)largest_share * sizeof(bf16), "ZeRO gradient scratch");
+    if (max_micro_steps > 1)
+        z->sum_scratch = (bf16 *)cuda_malloc_named((size_t)largest_share * sizeof(bf16), "ZeRO gradient scratch");
     for (int s = 0; s < ZERO_SLOTS; s++) {
         size_t bytes = (size_t)zero_slot_elements(z, s) * sizeof(bf16);
         /* zeros: the padding past a bucket's tensors is never written and must stay zero */
@@ -184,6 +188,8 @@ static inline void zero_grads_done(Zero *z, int b, int micro, cudaStream_t compu
     int slot = zero_slot(z, b);
     const ZeroBucket *bk = &z->plan.buckets[b];
     bf16 *share = z->grads + z->state_at[b];
+    if (micro > 0 && !z->sum_scratch)
+        FAIL("zero_grads_done: micro-step %d, but zero_init was told of one micro-step per step", micro);
     CUDA_CHECK(cudaEventRecord(z->grad_written[slot], compute));
     CUDA_CHECK(cudaStreamWaitEvent(z->comm, z->grad_written[slot], 0));
     dist_reduce_scatter_sum(z->dist, z->grad_staging[slot], micro == 0 ? share : z->sum_scratch, bk->shard, 2, z->comm);

@@ -14,6 +14,8 @@
 #                memory on 1 GPU and on N GPUs for each stage, and the same with
 #                NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 (the network transport
 #                separate hosts use)
+#   scaling8b    the same for Llama 3.1 8B at B=1 (no socket runs; stage 0 and
+#                1 GPU need about 120 GB: H200s)
 #   checkpoint   resume bit-identical to an uninterrupted run on the same GPU
 #                count (ZeRO 2, one optimizer file per rank), and on the same
 #                count under ZeRO 3 (state re-sharded across stages), resume of that
@@ -23,7 +25,7 @@
 #                of rank 1 during saves makes the other ranks exit with the
 #                watchdog's error within --comm-timeout (20 s here) instead of
 #                waiting forever, and a resume on N GPUs continues bit for bit
-# Usage: scripts/multi_gpu_check.sh [build] [equivalence] [scaling] [checkpoint]
+# Usage: scripts/multi_gpu_check.sh [build] [equivalence] [scaling] [scaling8b] [checkpoint]
 set -u
 cd "$(dirname "$0")/.."
 out="${OUT:-/tmp/multi_gpu_check}"
@@ -112,19 +114,26 @@ bad += not same
 sys.exit(1 if bad else 0)
 EOF
         ;;
-    scaling)
-        big=(./train_llama --preset llama3.2-1b -B 8 -T 2048 --random-data --steps 10 --warmup 2)
-        run sc_1gpu "${big[@]}" --log "$out/sc_1gpu.jsonl"
+    scaling | scaling8b)
+        # 1B: the throughput table, also over sockets; 8B (B = 1): where sharding's memory saving matters
+        if [ "$s" = scaling ]; then
+            p=sc model=llama3.2-1b b=8 steps=10 net="1 2 3"
+        else
+            p=sc8b model=llama3.1-8b b=1 steps=6 net=""
+        fi
+        big=(./train_llama --preset $model -B $b -T 2048 --random-data --steps $steps --warmup 2)
+        run "${p}_1gpu" "${big[@]}" --log "$out/${p}_1gpu.jsonl"
         for z in 0 1 2 3; do
-            run "sc_z$z" "${mpi[@]}" "${big[@]}" --zero-stage $z --log "$out/sc_z$z.jsonl"
+            run "${p}_z$z" "${mpi[@]}" "${big[@]}" --zero-stage $z --log "$out/${p}_z$z.jsonl"
         done
-        for z in 1 2 3; do
-            NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 run "sc_z${z}_net" "${mpi[@]}" -x NCCL_P2P_DISABLE \
-                -x NCCL_SHM_DISABLE "${big[@]}" --zero-stage $z --log "$out/sc_z${z}_net.jsonl"
+        for z in $net; do
+            NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 run "${p}_z${z}_net" "${mpi[@]}" -x NCCL_P2P_DISABLE \
+                -x NCCL_SHM_DISABLE "${big[@]}" --zero-stage $z --log "$out/${p}_z${z}_net.jsonl"
         done
-        python3 - "$out" "$np" "$results" << 'EOF' || status=1
+        python3 - "$out" "$np" "$results" "$p" "$model" "$b" "$net" << 'EOF' || status=1
 import json, statistics, sys
-out, np_, results = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+out, np_, results, p, model, net = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[7]
+b = int(sys.argv[6])
 def summary(name):
     try:
         recs = [r for r in map(json.loads, open(f"{out}/{name}.jsonl")) if "tokens_per_s" in r]
@@ -135,22 +144,22 @@ def summary(name):
         return None
     per_gpu = statistics.median(r.get("tokens_per_s_per_gpu", r["tokens_per_s"]) for r in timed)
     return {"tokens_per_s_per_gpu": per_gpu, "peak_mem_gib": max(r["peak_mem_gib"] for r in recs),
-            "ms": statistics.median(r["ms"] for r in timed)}
-one = summary("sc_1gpu")
-print("1 GPU:", one)
-runs = [(f"sc_z{z}", f"ZeRO {z}") for z in range(4)]
-runs += [(f"sc_z{z}_net", f"ZeRO {z}, P2P and SHM off") for z in range(1, 4)]
+            "device_mem_gib": max(r["device_mem_gib"] for r in recs), "ms": statistics.median(r["ms"] for r in timed)}
+one = summary(f"{p}_1gpu")
+print(f"{model}, 1 GPU:", one)
+runs = [(f"{p}_z{z}", f"ZeRO {z}") for z in range(4)]
+runs += [(f"{p}_z{z}_net", f"ZeRO {z}, P2P and SHM off") for z in net.split()]
 for name, label in runs:
     s = summary(name)
-    if s is None or one is None:
+    if s is None:
         print(f"FAIL {name}: no timed steps")
         continue
-    eff = s["tokens_per_s_per_gpu"] / one["tokens_per_s_per_gpu"]
-    print(f"{label} on {np_} GPUs: {s['tokens_per_s_per_gpu']:.0f} tokens/s per GPU ({100 * eff:.1f}% of 1 GPU), "
-          f"peak {s['peak_mem_gib']:.2f} GiB per GPU (1 GPU: {one['peak_mem_gib']:.2f})")
+    eff = s["tokens_per_s_per_gpu"] / one["tokens_per_s_per_gpu"] if one else None
+    print(f"{model} {label} on {np_} GPUs: {s['tokens_per_s_per_gpu']:.0f} tokens/s per GPU"
+          + (f" ({100 * eff:.1f}% of 1 GPU)" if eff else "") + f", peak {s['peak_mem_gib']:.2f} GiB per GPU")
     with open(results, "a") as f:
-        f.write(json.dumps({"check": "scaling", "run": name, "label": label, "gpus": np_, "model": "llama3.2-1b",
-                            "B": 8, "T": 2048, **s, "one_gpu": one, "efficiency": eff}) + "\n")
+        f.write(json.dumps({"check": "scaling", "run": name, "label": label, "gpus": np_, "model": model,
+                            "B": b, "T": 2048, **s, "one_gpu": one, "efficiency": eff}) + "\n")
 EOF
         ;;
     checkpoint)
@@ -263,7 +272,7 @@ sys.exit(1 if bad else 0)
 EOF
         echo "checkpoint dir after the kill: $(tr '\n' ' ' < "$out/ck_kill_dir.txt")";;
     *)
-        echo "unknown step '$s' (build, equivalence, scaling, checkpoint)"; status=1;;
+        echo "unknown step '$s' (build, equivalence, scaling, scaling8b, checkpoint)"; status=1;;
     esac
 done
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1 >> "$out/gpu.txt"

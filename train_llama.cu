@@ -616,13 +616,11 @@ static CkptRange *llama_state_ranges(const Llama *m, int64_t *count)
 }
 
 /* Moves the AdamW moments between the state buffers (device, zero.state_total each,
- * padding included) and host arrays holding only the ranges' model elements, back
- * to back (2 x the ranges' total floats: m, then v). */
-static void llama_moments_transfer(Llama *m, float *host, int to_device)
+ * padding included) and host arrays holding only the model elements of ranges
+ * (llama_state_ranges, total elements), back to back: m, then v. */
+static void llama_moments_transfer(Llama *m, const CkptRange *ranges, int64_t total, float *host, int to_device)
 {
     const Zero *z = &m->zero;
-    int64_t total;
-    CkptRange *ranges = llama_state_ranges(m, &total);
     for (int which = 0; which < 2; which++) {
         float *device = which == 0 ? m->adam_m : m->adam_v;
         float *at = host + which * total;
@@ -635,7 +633,6 @@ static void llama_moments_transfer(Llama *m, float *host, int to_device)
             at += ranges[b].count;
         }
     }
-    free(ranges);
 }
 
 /* Writes <dir>/step_<08d>/: rank 0 the fp32 master weights (safetensors) and the
@@ -664,7 +661,7 @@ static void llama_save_checkpoint(Llama *m, const char *dir, int keep, Checkpoin
         state.rank = m->zero_stage >= 1 ? d->rank : 0;
         state.world = m->zero_stage >= 1 ? d->world : 1;
         float *adam = (float *)malloc_check((size_t)2 * (count > 0 ? count : 1) * sizeof(float), "checkpoint moments");
-        llama_moments_transfer(m, adam, 0);
+        llama_moments_transfer(m, ranges, count, adam, 0);
         fail_if_error(checkpoint_write_state_try(staging, &state, P, ranges, m->zero.plan.n_buckets, adam, adam + count,
                                                  err, sizeof(err)),
                       d->rank, "saving a checkpoint", err);
@@ -699,7 +696,7 @@ static void llama_load_checkpoint(Llama *m, const char *path, CheckpointState *s
     fail_if_error(checkpoint_load_moments_try(path, P, ranges, m->zero.plan.n_buckets, adam, adam + count, state, err,
                                               sizeof(err)),
                   rank, "resuming", err);
-    llama_moments_transfer(m, adam, 1);
+    llama_moments_transfer(m, ranges, count, adam, 1);
     free(adam);
     free(ranges);
     if (state->adam_step > (uint64_t)INT_MAX || state->step > (uint64_t)INT_MAX)

@@ -857,7 +857,7 @@ static inline int checkpoint_load_safetensors_try(const char *path, const ParamL
     int64_t file_size, data_start, data_len = 0;
     uint64_t hlen;
     CkptJson j;
-    int first = 1, rc;
+    int first = 1, rc, result = -1;
     char key[256];
     if (!f)
         CKPT_ERR("cannot open '%s': %s", path, strerror(errno));
@@ -957,16 +957,13 @@ static inline int checkpoint_load_safetensors_try(const char *path, const ParamL
             fread(params + p->offset, sizeof(float), (size_t)p->numel, f) != (size_t)p->numel)
             CKPT_ERR("'%s': short read of tensor '%s' (truncated?)", path, p->name);
     }
-    fclose(f);
-    free(hdr);
-    free(infos);
-    return 0;
-fail:
+    result = 0;
+fail: /* success comes this way too */
     if (f)
         fclose(f);
     free(hdr);
     free(infos);
-    return -1;
+    return result;
 }
 
 /* Check config.json's shape fields against the model config. */
@@ -1192,7 +1189,7 @@ static inline int checkpoint_load_moments_try(const char *ckpt_dir, int64_t tota
     CkptStateFile *files = NULL;
     CkptPiece *pieces = NULL;
     CkptRead *reads = NULL;
-    int world = 1, n_files = 0, files_cap = 0, n_reads = 0, reads_cap = 0;
+    int world = 1, n_files = 0, files_cap = 0, n_reads = 0, reads_cap = 0, result = -1;
     int64_t n_pieces = 0, k = 0, next = 0, dst = 0;
     if (n_wanted < 0 || (n_wanted > 0 && !wanted))
         CKPT_ERR("loading the AdamW moments of '%s': %d wanted ranges is impossible", ckpt_dir, n_wanted);
@@ -1213,16 +1210,19 @@ static inline int checkpoint_load_moments_try(const char *ckpt_dir, int64_t tota
         files = (CkptStateFile *)ckpt_grow(files, n_files, &files_cap, sizeof(CkptStateFile), path);
         if (ckpt_read_state(path, total, &files[0], err, errlen) != 0)
             goto fail;
+        n_files = 1;
         world = files[0].state.world;
-        free(files[0].ranges);
-        files[0].ranges = NULL;
+        if (world < 2) /* a file of one rank of one is train_state.bin, which is not there */
+            CKPT_ERR("'%s' is named for one rank of several but says it is rank 0 of 1 (corrupt?)", path);
     }
     for (int r = 0; r < world; r++) { /* grown as read: a corrupt world fails at its first missing file */
         checkpoint_state_file(path, sizeof(path), ckpt_dir, r, world);
-        files = (CkptStateFile *)ckpt_grow(files, n_files, &files_cap, sizeof(CkptStateFile), path);
-        if (ckpt_read_state(path, total, &files[n_files], err, errlen) != 0)
-            goto fail;
-        n_files++;
+        if (r == n_files) { /* rank 0's file may have been read above */
+            files = (CkptStateFile *)ckpt_grow(files, n_files, &files_cap, sizeof(CkptStateFile), path);
+            if (ckpt_read_state(path, total, &files[n_files], err, errlen) != 0)
+                goto fail;
+            n_files++;
+        }
         const CheckpointState *h = &files[r].state;
         if (h->rank != r || h->world != world)
             CKPT_ERR("'%s' is rank %d of %d; expected rank %d of %d (a checkpoint mixed from several runs?)", path,
@@ -1310,13 +1310,8 @@ static inline int checkpoint_load_moments_try(const char *ckpt_dir, int64_t tota
         f = NULL;
         i = end;
     }
-    for (int r = 0; r < n_files; r++)
-        free(files[r].ranges);
-    free(files);
-    free(pieces);
-    free(reads);
-    return 0;
-fail:
+    result = 0;
+fail: /* success comes this way too */
     if (f)
         fclose(f);
     for (int r = 0; r < n_files; r++)
@@ -1324,7 +1319,7 @@ fail:
     free(files);
     free(pieces);
     free(reads);
-    return -1;
+    return result;
 }
 
 /* The weights of a complete checkpoint directory into params (layout->total

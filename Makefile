@@ -9,6 +9,8 @@ LDLIBS = -lm
 OPENMP := $(shell echo 'int main(void){return 0;}' | $(CC) -fopenmp -x c - -o /dev/null 2>/dev/null && echo -fopenmp)
 CFLAGS += $(OPENMP)
 
+FUZZ_SECONDS ?= 20
+
 # Python: the project's virtual environment when scripts/setup.sh made one.
 PYTHON ?= $(if $(wildcard .venv/bin/python3),.venv/bin/python3,python3)
 
@@ -36,7 +38,7 @@ endif
 CUDNN_FRONTEND = third_party/cudnn-frontend/include/cudnn_frontend.h
 GPU_PROGRAMS = train_llama test_llama
 
-.PHONY: all cpu gpu test test-c test-python test-cli test-checkpoint clean
+.PHONY: all cpu gpu test test-c test-python test-cli test-checkpoint test-fuzz clean
 all: cpu $(if $(HAVE_NVCC),gpu)
 cpu: train_llama_ref $(CPU_TESTS)
 gpu: $(GPU_PROGRAMS)
@@ -62,7 +64,7 @@ tests/test_%: tests/test_%.c $(LLMC_HEADERS) tests/check.h
 
 # Where nvcc exists the GPU programs are built too, so CUDA code that no longer
 # compiles fails the tests even on a machine without a GPU.
-test: test-c test-python test-cli test-checkpoint
+test: test-c test-python test-cli test-checkpoint test-fuzz
 test-c: $(CPU_TESTS)
 	./test_llama_ref
 	./tests/test_tensorfile
@@ -79,6 +81,9 @@ test-cli: train_llama_ref $(if $(HAVE_NVCC),gpu)
 	bash tests/test_cli.sh
 test-checkpoint: train_llama_ref
 	PYTHON=$(PYTHON) bash tests/test_checkpoint.sh
+# libFuzzer with ASan and UBSan on every reader of outside files, FUZZ_SECONDS each
+test-fuzz:
+	FUZZ_SECONDS=$(FUZZ_SECONDS) bash tests/fuzz/run.sh
 
 clean:
 	rm -rf train_llama_ref $(CPU_TESTS) $(GPU_PROGRAMS) build

@@ -436,7 +436,7 @@ int main(int argc, char **argv)
                 a.zero_stage);
     /* a resume restores weights, AdamW state, step, data position and RNG, so the
      * run continues as if never stopped (the schedule follows the global step) */
-    char resume_from[CKPT_PATH_MAX] = "";
+    char resume_from[LLMC_PATH_MAX] = "";
     if (a.resume && checkpoint_find_latest(a.checkpoint_dir, resume_from, sizeof(resume_from)) != 0) {
         printf("resume: no complete checkpoint in '%s'; starting fresh\n", a.checkpoint_dir);
         resume_from[0] = '\0';

@@ -948,7 +948,7 @@ int main(int argc, char **argv)
      * follows the global step, so the run continues as if never stopped. */
     int start_step = 0;
     if (a.resume) {
-        char ckpt[CKPT_PATH_MAX];
+        char ckpt[LLMC_PATH_MAX];
         if (checkpoint_find_latest(a.checkpoint_dir, ckpt, sizeof(ckpt)) != 0) {
             printf("resume: no complete checkpoint in '%s'; starting fresh\n", a.checkpoint_dir);
         } else {
@@ -1015,7 +1015,7 @@ int main(int argc, char **argv)
             /* training draws no random numbers after the init: the seed stands for the RNG */
             CheckpointState st = checkpoint_state((uint64_t)(step + 1), (uint64_t)model.adam_step, (uint64_t)a.seed);
             dataloader_get_state(&train, &st.data);
-            char saved[CKPT_PATH_MAX];
+            char saved[LLMC_PATH_MAX];
             checkpoint_save(a.checkpoint_dir, c, &model.layout, model.params, model.adam_m, model.adam_v, &st, a.keep,
                             saved, sizeof(saved));
             printf("saved checkpoint '%s'\n", saved);

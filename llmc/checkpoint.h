@@ -69,9 +69,9 @@ static inline int64_t ckpt_parse_step_name(const char *name)
 
 static inline int ckpt_is_complete(const char *dir, const char *name)
 {
-    char buf[CKPT_PATH_MAX];
-    ckpt_path(buf, sizeof(buf), "%s/%s/COMPLETE", dir, name);
-    return ckpt_exists(buf);
+    char buf[LLMC_PATH_MAX];
+    path_format(buf, sizeof(buf), "%s/%s/COMPLETE", dir, name);
+    return path_exists(buf);
 }
 
 /* Removes leftover *.tmp* directories and step dirs without COMPLETE, then all
@@ -84,22 +84,22 @@ static inline void ckpt_cleanup(const char *dir, int keep)
     int64_t *steps = NULL;
     int n = 0, cap = 0;
     struct dirent *e;
-    char buf[CKPT_PATH_MAX];
+    char buf[LLMC_PATH_MAX];
     while ((e = readdir(d)) != NULL) {
         if (strncmp(e->d_name, "step_", 5) != 0)
             continue;
-        ckpt_path(buf, sizeof(buf), "%s/%s", dir, e->d_name);
+        path_format(buf, sizeof(buf), "%s/%s", dir, e->d_name);
         int64_t step = ckpt_parse_step_name(e->d_name);
         if (step < 0) {
             if (strstr(e->d_name, ".tmp") && !ckpt_is_complete(dir, e->d_name))
-                ckpt_remove_dir(buf);
+                remove_flat_dir(buf);
             continue;
         }
         if (!ckpt_is_complete(dir, e->d_name)) {
-            ckpt_remove_dir(buf);
+            remove_flat_dir(buf);
             continue;
         }
-        steps = (int64_t *)ckpt_grow(steps, n, &cap, sizeof(int64_t), dir);
+        steps = (int64_t *)grow_array(steps, n, &cap, sizeof(int64_t), dir);
         steps[n++] = step;
     }
     closedir(d);
@@ -113,10 +113,10 @@ static inline void ckpt_cleanup(const char *dir, int keep)
             steps[j] = v;
         }
         for (int i = keep; i < n; i++) {
-            ckpt_path(buf, sizeof(buf), "%s/step_%08lld/COMPLETE", dir, (long long)steps[i]);
+            path_format(buf, sizeof(buf), "%s/step_%08lld/COMPLETE", dir, (long long)steps[i]);
             unlink(buf); /* incomplete first, so a crash midway leaves nothing that looks whole */
-            ckpt_path(buf, sizeof(buf), "%s/step_%08lld", dir, (long long)steps[i]);
-            ckpt_remove_dir(buf);
+            path_format(buf, sizeof(buf), "%s/step_%08lld", dir, (long long)steps[i]);
+            remove_flat_dir(buf);
         }
     }
     free(steps);
@@ -125,7 +125,7 @@ static inline void ckpt_cleanup(const char *dir, int keep)
 /* Where a save of `step` writes before it is committed: <dir>/step_<08d>.tmp. */
 static inline void checkpoint_staging_path(char *out, size_t n, const char *dir, uint64_t step)
 {
-    ckpt_path(out, n, "%s/step_%08llu.tmp", dir, (unsigned long long)step);
+    path_format(out, n, "%s/step_%08llu.tmp", dir, (unsigned long long)step);
 }
 
 /* Step 1 of a save: creates <dir>/step_<08d>.tmp/ (removing a stale one), whose
@@ -134,16 +134,14 @@ static inline void checkpoint_staging_path(char *out, size_t n, const char *dir,
 static inline int checkpoint_stage_try(const char *dir, uint64_t step, char *staging, size_t staging_len, char *err,
                                        size_t errlen)
 {
-    if (ckpt_mkdirs(dir) != 0) {
-        ckpt_path(err, errlen, "cannot create checkpoint directory '%s': %s", dir, strerror(errno));
-        return -1;
+    if (make_dirs(dir) != 0) {
+        return set_error(err, errlen, "cannot create checkpoint directory '%s': %s", dir, strerror(errno));
     }
     checkpoint_staging_path(staging, staging_len, dir, step);
-    if (ckpt_exists(staging))
-        ckpt_remove_dir(staging);
+    if (path_exists(staging))
+        remove_flat_dir(staging);
     if (mkdir(staging, 0755) != 0) {
-        ckpt_path(err, errlen, "cannot create '%s': %s", staging, strerror(errno));
-        return -1;
+        return set_error(err, errlen, "cannot create '%s': %s", staging, strerror(errno));
     }
     return 0;
 }
@@ -153,12 +151,12 @@ static inline int checkpoint_stage_try(const char *dir, uint64_t step, char *sta
 static inline int checkpoint_write_model_try(const char *staging, const LlamaConfig *config, const ParamLayout *layout,
                                              const float *params, char *err, size_t errlen)
 {
-    char file[CKPT_PATH_MAX + 64];
-    ckpt_path(file, sizeof(file), "%s/model.safetensors", staging);
-    if (ckpt_write_safetensors(file, layout, params, err, errlen) != 0)
+    char file[LLMC_PATH_MAX + 64];
+    path_format(file, sizeof(file), "%s/model.safetensors", staging);
+    if (safetensors_write_params_try(file, layout, params, err, errlen) != 0)
         return -1;
-    ckpt_path(file, sizeof(file), "%s/config.json", staging);
-    return ckpt_write_config(file, config, err, errlen);
+    path_format(file, sizeof(file), "%s/config.json", staging);
+    return hf_config_write_try(file, config, err, errlen);
 }
 
 /* This process's train_state file into the staging directory: the moments of
@@ -172,17 +170,15 @@ static inline int checkpoint_write_state_try(const char *staging, const Checkpoi
                                              const CkptRange *ranges, int n_ranges, const float *adam_m,
                                              const float *adam_v, char *err, size_t errlen)
 {
-    char file[CKPT_PATH_MAX + 64];
+    char file[LLMC_PATH_MAX + 64];
     CkptRange *merged;
     int n = 0, rc;
     checkpoint_state_file(file, sizeof(file), staging, state->rank, state->world);
     if (state->world < 1 || state->rank < 0 || state->rank >= state->world) {
-        ckpt_path(err, errlen, "'%s': rank %d of %d is impossible", file, state->rank, state->world);
-        return -1;
+        return set_error(err, errlen, "'%s': rank %d of %d is impossible", file, state->rank, state->world);
     }
     if (total < 0 || n_ranges < 0 || (n_ranges > 0 && !ranges)) {
-        ckpt_path(err, errlen, "'%s': %d ranges of %lld parameters is impossible", file, n_ranges, (long long)total);
-        return -1;
+        return set_error(err, errlen, "'%s': %d ranges of %lld parameters is impossible", file, n_ranges, (long long)total);
     }
     merged = (CkptRange *)malloc_check((size_t)(n_ranges > 0 ? n_ranges : 1) * sizeof(CkptRange), "checkpoint ranges");
     rc = ckpt_merge_ranges(file, ranges, n_ranges, total, merged, &n, err, errlen);
@@ -198,39 +194,36 @@ static inline int checkpoint_write_state_try(const char *staging, const Checkpoi
 static inline int checkpoint_commit_try(const char *dir, uint64_t step, int keep, char *out_path, size_t out_len,
                                         char *err, size_t errlen)
 {
-    char staging[CKPT_PATH_MAX], final_dir[CKPT_PATH_MAX], file[CKPT_PATH_MAX + 64], aside[CKPT_PATH_MAX + 64];
-    char marker_tmp[CKPT_PATH_MAX + 64];
-    ckpt_path(final_dir, sizeof(final_dir), "%s/step_%08llu", dir, (unsigned long long)step);
+    char staging[LLMC_PATH_MAX], final_dir[LLMC_PATH_MAX], file[LLMC_PATH_MAX + 64], aside[LLMC_PATH_MAX + 64];
+    char marker_tmp[LLMC_PATH_MAX + 64];
+    path_format(final_dir, sizeof(final_dir), "%s/step_%08llu", dir, (unsigned long long)step);
     checkpoint_staging_path(staging, sizeof(staging), dir, step);
-    ckpt_fsync_path(staging);
-    if (ckpt_exists(final_dir)) { /* the same step saved before: move it aside, the cleanup removes it */
-        ckpt_path(aside, sizeof(aside), "%s.tmp%ld.old", final_dir, (long)getpid());
-        ckpt_path(file, sizeof(file), "%s/COMPLETE", final_dir);
+    fsync_path(staging);
+    if (path_exists(final_dir)) { /* the same step saved before: move it aside, the cleanup removes it */
+        path_format(aside, sizeof(aside), "%s.tmp%ld.old", final_dir, (long)getpid());
+        path_format(file, sizeof(file), "%s/COMPLETE", final_dir);
         unlink(file);
         if (rename(final_dir, aside) != 0) {
-            ckpt_path(err, errlen, "cannot move the old '%s' aside: %s", final_dir, strerror(errno));
-            return -1;
+            return set_error(err, errlen, "cannot move the old '%s' aside: %s", final_dir, strerror(errno));
         }
     }
     if (rename(staging, final_dir) != 0) {
-        ckpt_path(err, errlen, "cannot rename '%s' to '%s': %s", staging, final_dir, strerror(errno));
-        return -1;
+        return set_error(err, errlen, "cannot rename '%s' to '%s': %s", staging, final_dir, strerror(errno));
     }
-    ckpt_fsync_path(dir);
-    ckpt_path(marker_tmp, sizeof(marker_tmp), "%s/COMPLETE.tmp", final_dir);
-    ckpt_path(file, sizeof(file), "%s/COMPLETE", final_dir);
+    fsync_path(dir);
+    path_format(marker_tmp, sizeof(marker_tmp), "%s/COMPLETE.tmp", final_dir);
+    path_format(file, sizeof(file), "%s/COMPLETE", final_dir);
     char marker[64];
     int mn = snprintf(marker, sizeof(marker), "step %llu\n", (unsigned long long)step);
-    if (ckpt_write_file(marker_tmp, marker, (size_t)mn, err, errlen) != 0)
+    if (write_file_synced(marker_tmp, marker, (size_t)mn, err, errlen) != 0)
         return -1;
     if (rename(marker_tmp, file) != 0) {
-        ckpt_path(err, errlen, "cannot rename '%s' to '%s': %s", marker_tmp, file, strerror(errno));
-        return -1;
+        return set_error(err, errlen, "cannot rename '%s' to '%s': %s", marker_tmp, file, strerror(errno));
     }
-    ckpt_fsync_path(final_dir);
+    fsync_path(final_dir);
     ckpt_cleanup(dir, keep);
     if (out_path)
-        ckpt_path(out_path, out_len, "%s", final_dir);
+        path_format(out_path, out_len, "%s", final_dir);
     return 0;
 }
 
@@ -242,7 +235,7 @@ static inline int checkpoint_save_try(const char *dir, const LlamaConfig *config
                                       const CheckpointState *state, int keep, char *out_path, size_t out_len, char *err,
                                       size_t errlen)
 {
-    char staging[CKPT_PATH_MAX];
+    char staging[LLMC_PATH_MAX];
     if (checkpoint_stage_try(dir, state->step, staging, sizeof(staging), err, errlen) != 0)
         return -1;
     if (checkpoint_write_model_try(staging, config, layout, params, err, errlen) != 0)
@@ -281,7 +274,7 @@ static inline int checkpoint_find_latest(const char *dir, char *out_path, size_t
     closedir(d);
     if (best < 0)
         return -1;
-    ckpt_path(out_path, out_len, "%s/step_%08lld", dir, (long long)best);
+    path_format(out_path, out_len, "%s/step_%08lld", dir, (long long)best);
     return 0;
 }
 
@@ -290,17 +283,16 @@ static inline int checkpoint_find_latest(const char *dir, char *out_path, size_t
 static inline int checkpoint_load_model_try(const char *ckpt_dir, const LlamaConfig *config, const ParamLayout *layout,
                                             float *params, char *err, size_t errlen)
 {
-    char path[CKPT_PATH_MAX + 64];
-    ckpt_path(path, sizeof(path), "%s/COMPLETE", ckpt_dir);
-    if (!ckpt_exists(path)) {
-        ckpt_path(err, errlen, "'%s' has no COMPLETE marker: the checkpoint was not finished", ckpt_dir);
-        return -1;
+    char path[LLMC_PATH_MAX + 64];
+    path_format(path, sizeof(path), "%s/COMPLETE", ckpt_dir);
+    if (!path_exists(path)) {
+        return set_error(err, errlen, "'%s' has no COMPLETE marker: the checkpoint was not finished", ckpt_dir);
     }
-    ckpt_path(path, sizeof(path), "%s/config.json", ckpt_dir);
-    if (checkpoint_check_config_try(path, config, err, errlen) != 0)
+    path_format(path, sizeof(path), "%s/config.json", ckpt_dir);
+    if (hf_config_check_try(path, config, err, errlen) != 0)
         return -1;
-    ckpt_path(path, sizeof(path), "%s/model.safetensors", ckpt_dir);
-    return checkpoint_load_safetensors_try(path, layout, params, err, errlen);
+    path_format(path, sizeof(path), "%s/model.safetensors", ckpt_dir);
+    return safetensors_load_params_try(path, layout, params, err, errlen);
 }
 
 /* Load a whole checkpoint directory (written by checkpoint_save) into a model
@@ -316,7 +308,7 @@ static inline int checkpoint_load_try(const char *ckpt_dir, const LlamaConfig *c
     if (checkpoint_load_moments_try(ckpt_dir, layout->total, &all, 1, adam_m, adam_v, state, err, errlen) != 0)
         return -1;
     if (state->world != 1) {
-        ckpt_path(err, errlen,
+        path_format(err, errlen,
                   "'%s' holds the AdamW state of %d ranks; this loader needs the state of one process "
                   "(resume it with train_llama)",
                   ckpt_dir, state->world);

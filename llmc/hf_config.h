@@ -18,7 +18,11 @@
 #include "json.h"
 #include "llama_config.h"
 
-static inline int ckpt_write_config(const char *path, const LlamaConfig *c, char *err, size_t errlen)
+/* config.json files larger than this are refused (Llama 3's is under 1 KB). */
+#define HF_CONFIG_MAX_BYTES 1000000
+
+/* config.json of c at path, fsync'ed. */
+static inline int hf_config_write_try(const char *path, const LlamaConfig *c, char *err, size_t errlen)
 {
     char buf[4096], rope[512];
     if (c->rope_scaling_llama3) {
@@ -60,85 +64,38 @@ static inline int ckpt_write_config(const char *path, const LlamaConfig *c, char
                      c->max_seq_len, (double)c->norm_eps, (double)c->rope_theta, c->rope_scaling_llama3 ? rope : "null",
                      c->rope_scaling_llama3 ? "}" : "", rope, (double)c->rope_theta,
                      c->tie_embeddings ? "true" : "false", (double)c->init_std);
-    if (n < 0 || (size_t)n >= sizeof(buf)) {
-        ckpt_path(err, errlen, "config.json for '%s' does not fit its buffer", path);
-        return -1;
-    }
-    return ckpt_write_file(path, buf, (size_t)n, err, errlen);
+    if (n < 0 || (size_t)n >= sizeof(buf))
+        return set_error(err, errlen, "config.json for '%s' does not fit its buffer", path);
+    return write_file_synced(path, buf, (size_t)n, err, errlen);
 }
 
-/* Check config.json's shape fields against the model config. */
-static inline int checkpoint_check_config_try(const char *path, const LlamaConfig *c, char *err, size_t errlen)
+/* Checks that config.json at path describes the model c: its shape fields. */
+static inline int hf_config_check_try(const char *path, const LlamaConfig *c, char *err, size_t errlen)
 {
-    static const char *keys[] = {"vocab_size",        "hidden_size",         "intermediate_size",
-                                 "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-                                 "head_dim",          "tie_word_embeddings"};
-    const int nkeys = (int)(sizeof(keys) / sizeof(keys[0]));
-    double want[8] = {(double)c->vocab_size, (double)c->d_model,   (double)c->ffn_dim,  (double)c->n_layer,
-                      (double)c->n_head,     (double)c->n_kv_head, (double)c->head_dim, (double)c->tie_embeddings};
-    double got[8];
-    int found[8] = {0};
-    char *buf = NULL, key[128];
-    int64_t size;
-    CkptJson j;
-    int first = 1, rc;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        CKPT_ERR("cannot open '%s': %s", path, strerror(errno));
-    fseeko(f, 0, SEEK_END);
-    size = (int64_t)ftello(f);
-    fseeko(f, 0, SEEK_SET);
-    if (size <= 0 || size > 1000000)
-        CKPT_ERR("'%s' has an unlikely size of %lld bytes", path, (long long)size);
-    buf = (char *)malloc_check((size_t)size + 1, "config.json");
-    if (fread(buf, 1, (size_t)size, f) != (size_t)size)
-        CKPT_ERR("'%s': short read", path);
-    j.s = buf;
-    j.pos = 0;
-    j.len = (size_t)size;
-    if (ckj_expect(&j, '{'))
-        CKPT_ERR("'%s' is not a JSON object", path);
-    while ((rc = ckj_next_key(&j, &first, key, sizeof(key))) == 1) {
-        int idx = -1;
-        for (int i = 0; i < nkeys; i++) {
-            if (strcmp(key, keys[i]) == 0)
-                idx = i;
-        }
-        if (idx < 0) {
-            if (ckj_skip(&j, 0))
-                CKPT_ERR("'%s': bad JSON at key '%s'", path, key);
-            continue;
-        }
-        ckj_ws(&j);
-        if (idx == nkeys - 1 && j.len - j.pos >= 4 && (memcmp(j.s + j.pos, "true", 4) == 0)) {
-            got[idx] = 1.0;
-            j.pos += 4;
-        } else if (idx == nkeys - 1 && j.len - j.pos >= 5 && memcmp(j.s + j.pos, "false", 5) == 0) {
-            got[idx] = 0.0;
-            j.pos += 5;
-        } else if (ckj_number(&j, &got[idx])) {
-            CKPT_ERR("'%s': '%s' is not a number", path, key);
-        }
-        found[idx] = 1;
+    static const char *keys[] = {"vocab_size",          "hidden_size",         "intermediate_size", "num_hidden_layers",
+                                 "num_attention_heads", "num_key_value_heads", "head_dim",          "tie_word_embeddings"};
+    double want[] = {(double)c->vocab_size, (double)c->d_model,   (double)c->ffn_dim,  (double)c->n_layer,
+                     (double)c->n_head,     (double)c->n_kv_head, (double)c->head_dim, (double)c->tie_embeddings};
+    JsonDoc doc;
+    if (json_parse_file(&doc, path, HF_CONFIG_MAX_BYTES, err, errlen) != 0)
+        return -1;
+    const JsonNode *root = json_root(&doc);
+    int rc = root->type == JSON_OBJECT ? 0 : set_error(err, errlen, "'%s' is not a JSON object", path);
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]) && rc == 0; i++) {
+        const JsonNode *v = json_get(&doc, root, keys[i]);
+        double got = !v ? 0.0 : v->type == JSON_TRUE ? 1.0 : v->type == JSON_FALSE ? 0.0 : v->number;
+        if (!v)
+            rc = set_error(err, errlen, "'%s' has no '%s'", path, keys[i]);
+        else if (v->type != JSON_NUMBER && v->type != JSON_TRUE && v->type != JSON_FALSE)
+            rc = set_error(err, errlen, "'%s': '%s' is a %s, not a number", path, keys[i], json_type_name(v->type));
+        else if (got != want[i])
+            rc = set_error(err, errlen,
+                           "'%s' has %s = %g but this run's model has %g\n"
+                           "  hint: resume with the same model flags as the checkpoint",
+                           path, keys[i], got, want[i]);
     }
-    if (rc < 0)
-        CKPT_ERR("'%s' is not valid JSON", path);
-    for (int i = 0; i < nkeys; i++) {
-        if (!found[i])
-            CKPT_ERR("'%s' has no '%s'", path, keys[i]);
-        if (got[i] != want[i])
-            CKPT_ERR("'%s' has %s = %g but this run's model has %g\n"
-                     "  hint: resume with the same model flags as the checkpoint",
-                     path, keys[i], got[i], want[i]);
-    }
-    fclose(f);
-    free(buf);
-    return 0;
-fail:
-    if (f)
-        fclose(f);
-    free(buf);
-    return -1;
+    json_free(&doc);
+    return rc;
 }
 
 #endif /* LLMC_HF_CONFIG_H */

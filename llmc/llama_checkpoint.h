@@ -61,7 +61,7 @@ static void llama_save_checkpoint(Llama *m, const char *dir, int keep, Checkpoin
 {
     const Dist *d = m->dist;
     int64_t P = m->layout.total;
-    char err[2048], staging[CKPT_PATH_MAX], saved[CKPT_PATH_MAX];
+    char err[2048], staging[LLMC_PATH_MAX], saved[LLMC_PATH_MAX];
     float *master = llama_download_master(m, s);
     if (d->rank == 0)
         fail_if_error(checkpoint_stage_try(dir, state.step, staging, sizeof(staging), err, sizeof(err)), d->rank,

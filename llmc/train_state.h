@@ -84,14 +84,13 @@ static inline int ckpt_merge_ranges(const char *path, const CkptRange *ranges, i
     for (int i = 0; i < n_ranges; i++) {
         CkptRange r = ranges[i];
         if (r.offset < 0 || r.count < 0 || r.offset > total || r.count > total - r.offset) {
-            ckpt_path(err, errlen, "'%s': range %d, [%lld, +%lld), is outside the %lld parameters", path, i,
+            return set_error(err, errlen, "'%s': range %d, [%lld, +%lld), is outside the %lld parameters", path, i,
                       (long long)r.offset, (long long)r.count, (long long)total);
-            return -1;
         }
         if (r.count == 0)
             continue;
         if (r.offset < end) {
-            ckpt_path(err, errlen,
+            path_format(err, errlen,
                       "'%s': range %d, [%lld, +%lld), starts before the end %lld of the range before it "
                       "(the ranges must ascend without overlap)",
                       path, i, (long long)r.offset, (long long)r.count, (long long)end);
@@ -113,35 +112,33 @@ static inline int ckpt_write_state(const char *path, const CheckpointState *st, 
                                    int n_ranges, const float *adam_m, const float *adam_v, char *err, size_t errlen)
 {
     unsigned char h[CKPT_STATE_HEADER_BYTES], entry[16];
-    FILE *f = NULL;
-    int ok, saved;
     int64_t count = 0;
     for (int i = 0; i < n_ranges; i++)
         count += ranges[i].count;
     memset(h, 0, sizeof(h));
     memcpy(h, CKPT_STATE_MAGIC, 8);
-    ckpt_put_u32(h + 8, CKPT_STATE_VERSION);
-    ckpt_put_u32(h + 12, CKPT_STATE_HEADER_BYTES);
-    ckpt_put_u64(h + 16, st->step);
-    ckpt_put_u64(h + 24, st->adam_step);
-    ckpt_put_u64(h + 32, st->rng_state);
-    ckpt_put_u32(h + 40, (uint32_t)st->rank);
-    ckpt_put_u32(h + 44, (uint32_t)st->world);
-    ckpt_put_u64(h + 48, (uint64_t)total);
-    ckpt_put_u64(h + 56, (uint64_t)n_ranges);
-    ckpt_put_u64(h + 64, (uint64_t)count);
-    ckpt_put_u64(h + 72, st->data.epoch);
-    ckpt_put_u64(h + 80, st->data.shard);
-    ckpt_put_u64(h + 88, st->data.window);
-    ckpt_put_u64(h + 96, st->data.seed);
-    ckpt_put_u64(h + 104, st->data.layout);
-    f = fopen(path, "wb");
+    put_u32le(h + 8, CKPT_STATE_VERSION);
+    put_u32le(h + 12, CKPT_STATE_HEADER_BYTES);
+    put_u64le(h + 16, st->step);
+    put_u64le(h + 24, st->adam_step);
+    put_u64le(h + 32, st->rng_state);
+    put_u32le(h + 40, (uint32_t)st->rank);
+    put_u32le(h + 44, (uint32_t)st->world);
+    put_u64le(h + 48, (uint64_t)total);
+    put_u64le(h + 56, (uint64_t)n_ranges);
+    put_u64le(h + 64, (uint64_t)count);
+    put_u64le(h + 72, st->data.epoch);
+    put_u64le(h + 80, st->data.shard);
+    put_u64le(h + 88, st->data.window);
+    put_u64le(h + 96, st->data.seed);
+    put_u64le(h + 104, st->data.layout);
+    FILE *f = fopen(path, "wb");
     if (!f)
-        CKPT_ERR("cannot create '%s': %s", path, strerror(errno));
-    ok = fwrite(h, 1, sizeof(h), f) == sizeof(h);
+        return set_error(err, errlen, "cannot create '%s': %s", path, strerror(errno));
+    int ok = fwrite(h, 1, sizeof(h), f) == sizeof(h);
     for (int i = 0; i < n_ranges && ok; i++) {
-        ckpt_put_u64(entry, (uint64_t)ranges[i].offset);
-        ckpt_put_u64(entry + 8, (uint64_t)ranges[i].count);
+        put_u64le(entry, (uint64_t)ranges[i].offset);
+        put_u64le(entry + 8, (uint64_t)ranges[i].count);
         ok = fwrite(entry, 1, sizeof(entry), f) == sizeof(entry);
     }
     for (int which = 0; which < 2 && ok; which++) {
@@ -157,25 +154,20 @@ static inline int ckpt_write_state(const char *path, const CheckpointState *st, 
         }
     }
     ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    saved = errno;
+    int saved = errno;
     ok = (fclose(f) == 0) && ok;
-    f = NULL;
     if (!ok)
-        CKPT_ERR("cannot write '%s': %s\n  hint: is the disk full?", path, strerror(saved));
+        return set_error(err, errlen, "cannot write '%s': %s\n  hint: is the disk full?", path, strerror(saved));
     return 0;
-fail:
-    if (f)
-        fclose(f);
-    return -1;
 }
 
 /* The train_state file of `rank` in checkpoint (or staging) directory ckpt_dir. */
 static inline void checkpoint_state_file(char *out, size_t n, const char *ckpt_dir, int rank, int world)
 {
     if (world <= 1)
-        ckpt_path(out, n, "%s/train_state.bin", ckpt_dir);
+        path_format(out, n, "%s/train_state.bin", ckpt_dir);
     else
-        ckpt_path(out, n, "%s/train_state.%05d.bin", ckpt_dir, rank);
+        path_format(out, n, "%s/train_state.%05d.bin", ckpt_dir, rank);
 }
 
 /* One train_state file as the loader sees it. */
@@ -187,101 +179,116 @@ typedef struct {
     CkptRange *ranges; /* in file order, the moments of each following the previous' */
 } CkptStateFile;
 
-/* Reads and checks the header and range table of the train_state file at path
- * (of version 1 or 2) into *out, whose ranges the caller frees. Every size is
- * checked against the file's before anything is allocated from it. */
-static inline int ckpt_read_state(const char *path, int64_t total, CkptStateFile *out, char *err, size_t errlen)
+/* The header and range table of an open train_state file into *out (its
+ * ranges allocated here); sizes are checked against the file's before they
+ * allocate. */
+static inline int ckpt_read_header_(FILE *f, const char *path, int64_t size, int64_t total, CkptStateFile *out,
+                                    char *err, size_t errlen)
 {
     unsigned char h[CKPT_STATE_HEADER_BYTES], entry[16];
-    int64_t size, file_total, sum = 0;
-    uint32_t version;
     CheckpointState *st = &out->state;
-    FILE *f = fopen(path, "rb");
-    memset(out, 0, sizeof(*out));
-    if (!f)
-        CKPT_ERR("cannot open '%s': %s", path, strerror(errno));
-    fseeko(f, 0, SEEK_END);
-    size = (int64_t)ftello(f);
-    fseeko(f, 0, SEEK_SET);
     if (size < CKPT_STATE_HEADER_BYTES || fread(h, 1, sizeof(h), f) != sizeof(h))
-        CKPT_ERR("'%s' is too short (%lld bytes) to be a train_state.bin", path, (long long)size);
+        return set_error(err, errlen, "'%s' is too short (%lld bytes) to be a train_state.bin", path, (long long)size);
     if (memcmp(h, CKPT_STATE_MAGIC "\0", 8) != 0)
-        CKPT_ERR("'%s' is not a train_state.bin (bad magic)", path);
-    version = ckpt_get_u32(h + 8);
+        return set_error(err, errlen, "'%s' is not a train_state.bin (bad magic)", path);
+    uint32_t version = get_u32le(h + 8);
     if (version != 1 && version != CKPT_STATE_VERSION)
-        CKPT_ERR("'%s' has version %u, this build reads versions 1 to %d", path, version, CKPT_STATE_VERSION);
-    if (ckpt_get_u32(h + 12) != CKPT_STATE_HEADER_BYTES)
-        CKPT_ERR("'%s' has a header of %u bytes, expected %d (corrupt)", path, ckpt_get_u32(h + 12),
-                 CKPT_STATE_HEADER_BYTES);
-    st->step = ckpt_get_u64(h + 16);
-    st->adam_step = ckpt_get_u64(h + 24);
-    st->rng_state = ckpt_get_u64(h + 32);
-    st->rank = (int32_t)ckpt_get_u32(h + 40);
-    st->world = (int32_t)ckpt_get_u32(h + 44);
-    file_total = (int64_t)ckpt_get_u64(h + 48);
-    st->data.epoch = ckpt_get_u64(h + 72);
-    st->data.shard = ckpt_get_u64(h + 80);
-    st->data.window = ckpt_get_u64(h + 88);
-    st->data.seed = ckpt_get_u64(h + 96);
-    st->data.layout = ckpt_get_u64(h + 104);
+        return set_error(err, errlen, "'%s' has version %u, this build reads versions 1 to %d", path, version,
+                         CKPT_STATE_VERSION);
+    if (get_u32le(h + 12) != CKPT_STATE_HEADER_BYTES)
+        return set_error(err, errlen, "'%s' has a header of %u bytes, expected %d (corrupt)", path, get_u32le(h + 12),
+                         CKPT_STATE_HEADER_BYTES);
+    st->step = get_u64le(h + 16);
+    st->adam_step = get_u64le(h + 24);
+    st->rng_state = get_u64le(h + 32);
+    st->rank = (int32_t)get_u32le(h + 40);
+    st->world = (int32_t)get_u32le(h + 44);
+    int64_t file_total = (int64_t)get_u64le(h + 48);
+    st->data.epoch = get_u64le(h + 72);
+    st->data.shard = get_u64le(h + 80);
+    st->data.window = get_u64le(h + 88);
+    st->data.seed = get_u64le(h + 96);
+    st->data.layout = get_u64le(h + 104);
     if (file_total != total)
-        CKPT_ERR("'%s' holds optimizer state of %lld parameters, this model has %lld", path, (long long)file_total,
-                 (long long)total);
+        return set_error(err, errlen, "'%s' holds optimizer state of %lld parameters, this model has %lld", path,
+                         (long long)file_total, (long long)total);
     if (st->world < 1 || st->rank < 0 || st->rank >= st->world)
-        CKPT_ERR("'%s': rank %d of %d is impossible (corrupt)", path, st->rank, st->world);
-    out->count = (int64_t)ckpt_get_u64(h + 64);
+        return set_error(err, errlen, "'%s': rank %d of %d is impossible (corrupt)", path, st->rank, st->world);
+    out->count = (int64_t)get_u64le(h + 64);
     if (version == 1) { /* one range, no table */
         out->n_ranges = 1;
         out->ranges = (CkptRange *)malloc_check(sizeof(CkptRange), "checkpoint ranges");
-        out->ranges[0].offset = (int64_t)ckpt_get_u64(h + 56);
+        out->ranges[0].offset = (int64_t)get_u64le(h + 56);
         out->ranges[0].count = out->count;
         out->data_at = CKPT_STATE_HEADER_BYTES;
-    } else {
-        out->n_ranges = (int64_t)ckpt_get_u64(h + 56);
-        /* every range holds at least one of the total elements: more is corruption, and a table needs its bytes */
-        if (out->n_ranges < 0 || out->n_ranges > total)
-            CKPT_ERR("'%s' claims %lld ranges of the %lld parameters (corrupt)", path, (long long)out->n_ranges,
-                     (long long)total);
-        if (out->n_ranges > (size - CKPT_STATE_HEADER_BYTES) / 16)
-            CKPT_ERR("'%s' is %lld bytes, too short for its table of %lld ranges (truncated or corrupt)", path,
-                     (long long)size, (long long)out->n_ranges);
-        out->ranges = (CkptRange *)malloc_check((size_t)(out->n_ranges > 0 ? out->n_ranges : 1) * sizeof(CkptRange),
-                                                "checkpoint ranges");
-        for (int64_t i = 0; i < out->n_ranges; i++) {
-            if (fread(entry, 1, sizeof(entry), f) != sizeof(entry))
-                CKPT_ERR("'%s': short read of the range table", path);
-            out->ranges[i].offset = (int64_t)ckpt_get_u64(entry);
-            out->ranges[i].count = (int64_t)ckpt_get_u64(entry + 8);
-        }
-        out->data_at = CKPT_STATE_HEADER_BYTES + 16 * out->n_ranges;
+        return 0;
     }
-    if (out->count < 0 || out->count > total)
-        CKPT_ERR("'%s' claims %lld moments of the %lld parameters (corrupt)", path, (long long)out->count,
-                 (long long)total);
+    out->n_ranges = (int64_t)get_u64le(h + 56);
+    /* every range holds at least one of the total elements: more is corruption, and a table needs its bytes */
+    if (out->n_ranges < 0 || out->n_ranges > total)
+        return set_error(err, errlen, "'%s' claims %lld ranges of the %lld parameters (corrupt)", path,
+                         (long long)out->n_ranges, (long long)total);
+    if (out->n_ranges > (size - CKPT_STATE_HEADER_BYTES) / 16)
+        return set_error(err, errlen, "'%s' is %lld bytes, too short for its table of %lld ranges (truncated or "
+                         "corrupt)", path, (long long)size, (long long)out->n_ranges);
+    out->ranges = (CkptRange *)malloc_check((size_t)(out->n_ranges > 0 ? out->n_ranges : 1) * sizeof(CkptRange),
+                                            "checkpoint ranges");
     for (int64_t i = 0; i < out->n_ranges; i++) {
-        const CkptRange *r = &out->ranges[i];
+        if (fread(entry, 1, sizeof(entry), f) != sizeof(entry))
+            return set_error(err, errlen, "'%s': short read of the range table", path);
+        out->ranges[i].offset = (int64_t)get_u64le(entry);
+        out->ranges[i].count = (int64_t)get_u64le(entry + 8);
+    }
+    out->data_at = CKPT_STATE_HEADER_BYTES + 16 * out->n_ranges;
+    return 0;
+}
+
+/* The ranges of a file read by ckpt_read_header_ against its moments count and size. */
+static inline int ckpt_check_ranges_(const char *path, int64_t size, int64_t total, const CkptStateFile *in, char *err,
+                                     size_t errlen)
+{
+    int64_t sum = 0;
+    if (in->count < 0 || in->count > total)
+        return set_error(err, errlen, "'%s' claims %lld moments of the %lld parameters (corrupt)", path,
+                         (long long)in->count, (long long)total);
+    for (int64_t i = 0; i < in->n_ranges; i++) {
+        const CkptRange *r = &in->ranges[i];
         if (r->offset < 0 || r->count < 0 || r->offset > total || r->count > total - r->offset)
-            CKPT_ERR("'%s': rank %d of %d, range [%lld, +%lld) of %lld parameters is impossible (corrupt)", path,
-                     st->rank, st->world, (long long)r->offset, (long long)r->count, (long long)total);
-        if (r->count > out->count - sum)
-            CKPT_ERR("'%s': its ranges hold more than the %lld moments of its header (corrupt)", path,
-                     (long long)out->count);
+            return set_error(err, errlen, "'%s': rank %d of %d, range [%lld, +%lld) of %lld parameters is impossible "
+                             "(corrupt)", path, in->state.rank, in->state.world, (long long)r->offset,
+                             (long long)r->count, (long long)total);
+        if (r->count > in->count - sum)
+            return set_error(err, errlen, "'%s': its ranges hold more than the %lld moments of its header (corrupt)",
+                             path, (long long)in->count);
         sum += r->count;
     }
-    if (sum != out->count)
-        CKPT_ERR("'%s': its ranges hold %lld moments, its header says %lld (corrupt)", path, (long long)sum,
-                 (long long)out->count);
-    if (size != out->data_at + 8 * out->count)
-        CKPT_ERR("'%s' is %lld bytes, its header describes %lld (truncated or corrupt)", path, (long long)size,
-                 (long long)(out->data_at + 8 * out->count));
-    fclose(f);
+    if (sum != in->count)
+        return set_error(err, errlen, "'%s': its ranges hold %lld moments, its header says %lld (corrupt)", path,
+                         (long long)sum, (long long)in->count);
+    if (size != in->data_at + 8 * in->count)
+        return set_error(err, errlen, "'%s' is %lld bytes, its header describes %lld (truncated or corrupt)", path,
+                         (long long)size, (long long)(in->data_at + 8 * in->count));
     return 0;
-fail:
-    if (f)
-        fclose(f);
-    free(out->ranges);
-    out->ranges = NULL;
-    return -1;
+}
+
+/* Reads and checks the header and range table of the train_state file at path
+ * (of version 1 or 2) into *out, whose ranges the caller frees. */
+static inline int ckpt_read_state(const char *path, int64_t total, CkptStateFile *out, char *err, size_t errlen)
+{
+    int64_t size;
+    memset(out, 0, sizeof(*out));
+    FILE *f = open_regular_file(path, &size, err, errlen);
+    if (!f)
+        return -1;
+    int rc = ckpt_read_header_(f, path, size, total, out, err, errlen);
+    fclose(f);
+    if (rc == 0)
+        rc = ckpt_check_ranges_(path, size, total, out, err, errlen);
+    if (rc != 0) {
+        free(out->ranges);
+        out->ranges = NULL;
+    }
+    return rc;
 }
 
 /* A non-empty range of one file: where it lies in the flat buffers and where
@@ -312,6 +319,166 @@ static inline int ckpt_read_cmp(const void *a, const void *b)
     return x->src < y->src ? -1 : x->src > y->src ? 1 : 0;
 }
 
+/* The train_state files of one checkpoint directory, as the moments loader reads them. */
+typedef struct {
+    const char *dir;
+    int64_t total;
+    int world;
+    CkptStateFile *files; /* [world], rank order */
+    int n_files, files_cap;
+    CkptPiece *pieces; /* every file's non-empty ranges, by offset */
+    int64_t n_pieces;
+} CkptMomentsSource;
+
+static inline void ckpt_moments_free_(CkptMomentsSource *src)
+{
+    for (int r = 0; r < src->n_files; r++)
+        free(src->files[r].ranges);
+    free(src->files);
+    free(src->pieces);
+}
+
+/* Reads the headers of every rank's file: train_state.bin alone, or as many
+ * per-rank files as rank 0's header says, all of one step. */
+static inline int ckpt_moments_files_(CkptMomentsSource *src, char *err, size_t errlen)
+{
+    char path[LLMC_PATH_MAX + 64];
+    src->world = 1;
+    checkpoint_state_file(path, sizeof(path), src->dir, 0, 1);
+    if (!path_exists(path)) {
+        checkpoint_state_file(path, sizeof(path), src->dir, 0, 2);
+        src->files = (CkptStateFile *)grow_array(src->files, 0, &src->files_cap, sizeof(CkptStateFile), path);
+        if (ckpt_read_state(path, src->total, &src->files[0], err, errlen) != 0)
+            return -1;
+        src->n_files = 1;
+        src->world = src->files[0].state.world;
+        if (src->world < 2) /* a file of one rank of one is train_state.bin, which is not there */
+            return set_error(err, errlen, "'%s' is named for one rank of several but says it is rank 0 of 1 (corrupt?)",
+                             path);
+    }
+    for (int r = 0; r < src->world; r++) { /* grown as read: a corrupt world fails at its first missing file */
+        checkpoint_state_file(path, sizeof(path), src->dir, r, src->world);
+        if (r == src->n_files) { /* rank 0's file may have been read above */
+            src->files = (CkptStateFile *)grow_array(src->files, src->n_files, &src->files_cap, sizeof(CkptStateFile),
+                                                     path);
+            if (ckpt_read_state(path, src->total, &src->files[src->n_files], err, errlen) != 0)
+                return -1;
+            src->n_files++;
+        }
+        const CheckpointState *h = &src->files[r].state;
+        if (h->rank != r || h->world != src->world)
+            return set_error(err, errlen, "'%s' is rank %d of %d; expected rank %d of %d (a checkpoint mixed from "
+                             "several runs?)", path, h->rank, h->world, r, src->world);
+        if (h->step != src->files[0].state.step)
+            return set_error(err, errlen, "'%s' is of step %llu, rank 0's file of step %llu (a checkpoint mixed from "
+                             "several runs?)", path, (unsigned long long)h->step,
+                             (unsigned long long)src->files[0].state.step);
+        src->n_pieces += src->files[r].n_ranges;
+    }
+    return 0;
+}
+
+/* Sorts every file's non-empty ranges by offset; they must tile [0, total). */
+static inline int ckpt_moments_tile_(CkptMomentsSource *src, char *err, size_t errlen)
+{
+    char path[LLMC_PATH_MAX + 64], other[LLMC_PATH_MAX + 64];
+    src->pieces = (CkptPiece *)malloc_check((size_t)(src->n_pieces > 0 ? src->n_pieces : 1) * sizeof(CkptPiece),
+                                            "checkpoint ranges");
+    src->n_pieces = 0;
+    for (int r = 0; r < src->n_files; r++) {
+        int64_t at = 0;
+        for (int64_t i = 0; i < src->files[r].n_ranges; i++) {
+            CkptPiece p = {src->files[r].ranges[i].offset, src->files[r].ranges[i].count, at, r};
+            at += p.count;
+            if (p.count > 0)
+                src->pieces[src->n_pieces++] = p;
+        }
+    }
+    qsort(src->pieces, (size_t)src->n_pieces, sizeof(CkptPiece), ckpt_piece_cmp);
+    int64_t next = 0;
+    for (int64_t k = 0; k < src->n_pieces; k++) {
+        const CkptPiece *p = &src->pieces[k];
+        if (p->offset < next) {
+            checkpoint_state_file(path, sizeof(path), src->dir, p[-1].file, src->world);
+            checkpoint_state_file(other, sizeof(other), src->dir, p->file, src->world);
+            return set_error(err, errlen, "the train_state files of '%s' overlap: '%s' holds [%lld, +%lld), '%s' holds "
+                             "[%lld, +%lld) (a checkpoint mixed from several runs?)", src->dir, path,
+                             (long long)p[-1].offset, (long long)p[-1].count, other, (long long)p->offset,
+                             (long long)p->count);
+        }
+        if (p->offset > next)
+            break;
+        next = p->offset + p->count;
+    }
+    if (next != src->total)
+        return set_error(err, errlen, "the train_state files of '%s' leave a gap at element %lld of %lld parameters "
+                         "(a rank's file is missing or from another run?)", src->dir, (long long)next,
+                         (long long)src->total);
+    return 0;
+}
+
+/* What each wanted range needs from which file: n_reads copies, sorted by file and place in it. */
+static inline CkptRead *ckpt_moments_plan_(const CkptMomentsSource *src, const CkptRange *wanted, int n_wanted,
+                                           int *n_reads)
+{
+    CkptRead *reads = NULL;
+    int cap = 0;
+    int64_t dst = 0;
+    *n_reads = 0;
+    for (int i = 0; i < n_wanted; i++) {
+        int64_t lo = wanted[i].offset, hi = wanted[i].offset + wanted[i].count, first = 0, last = src->n_pieces;
+        if (hi > src->total)
+            hi = src->total;
+        while (first < last) { /* the first piece that ends after lo */
+            int64_t mid = first + (last - first) / 2;
+            if (src->pieces[mid].offset + src->pieces[mid].count <= lo)
+                first = mid + 1;
+            else
+                last = mid;
+        }
+        for (int64_t k = first; k < src->n_pieces && src->pieces[k].offset < hi; k++) {
+            const CkptPiece *p = &src->pieces[k];
+            int64_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->count < hi ? p->offset + p->count : hi;
+            reads = (CkptRead *)grow_array(reads, *n_reads, &cap, sizeof(CkptRead), src->dir);
+            CkptRead r = {p->at + (a - p->offset), dst + (a - wanted[i].offset), b - a, p->file};
+            reads[(*n_reads)++] = r;
+        }
+        dst += wanted[i].count;
+    }
+    qsort(reads, (size_t)*n_reads, sizeof(CkptRead), ckpt_read_cmp);
+    return reads;
+}
+
+/* Carries out the reads, each file's in file order: all of m, then all of v. */
+static inline int ckpt_moments_read_(const CkptMomentsSource *src, const CkptRead *reads, int n_reads, float *m,
+                                     float *v, char *err, size_t errlen)
+{
+    char path[LLMC_PATH_MAX + 64];
+    for (int i = 0; i < n_reads;) {
+        int r = reads[i].file, end = i;
+        while (end < n_reads && reads[end].file == r)
+            end++;
+        checkpoint_state_file(path, sizeof(path), src->dir, r, src->world);
+        FILE *f = fopen(path, "rb");
+        if (!f)
+            return set_error(err, errlen, "cannot open '%s': %s", path, strerror(errno));
+        int ok = 1;
+        for (int which = 0; which < 2 && ok; which++) {
+            for (int j = i; j < end && ok; j++) {
+                const CkptRead *c = &reads[j];
+                off_t at = (off_t)src->files[r].data_at + (off_t)(which * src->files[r].count + c->src) * 4;
+                float *to = (which == 0 ? m : v) + c->dst;
+                ok = fseeko(f, at, SEEK_SET) == 0 && fread(to, sizeof(float), (size_t)c->n, f) == (size_t)c->n;
+            }
+        }
+        fclose(f);
+        if (!ok)
+            return set_error(err, errlen, "'%s': short read of the AdamW moments (truncated?)", path);
+        i = end;
+    }
+    return 0;
+}
+
 /* The AdamW moments of wanted[n_wanted] (ranges of the flat buffers) into m and
  * v, each the sum of their counts, concatenated in wanted order, from the
  * train_state files of ckpt_dir, whatever world size and ranges wrote them: all
@@ -322,142 +489,36 @@ static inline int checkpoint_load_moments_try(const char *ckpt_dir, int64_t tota
                                               int n_wanted, float *m, float *v, CheckpointState *state, char *err,
                                               size_t errlen)
 {
-    char path[CKPT_PATH_MAX + 64], other[CKPT_PATH_MAX + 64];
-    FILE *f = NULL;
-    CkptStateFile *files = NULL;
-    CkptPiece *pieces = NULL;
-    CkptRead *reads = NULL;
-    int world = 1, n_files = 0, files_cap = 0, n_reads = 0, reads_cap = 0, result = -1;
-    int64_t n_pieces = 0, k = 0, next = 0, dst = 0;
+    int64_t count = 0;
     if (n_wanted < 0 || (n_wanted > 0 && !wanted))
-        CKPT_ERR("loading the AdamW moments of '%s': %d wanted ranges is impossible", ckpt_dir, n_wanted);
+        return set_error(err, errlen, "loading the AdamW moments of '%s': %d wanted ranges is impossible", ckpt_dir,
+                         n_wanted);
     for (int i = 0; i < n_wanted; i++) {
         if (wanted[i].offset < 0 || wanted[i].count < 0 || wanted[i].count > INT64_MAX - wanted[i].offset)
-            CKPT_ERR("loading the AdamW moments of '%s': wanted range %d, [%lld, +%lld), is impossible", ckpt_dir, i,
-                     (long long)wanted[i].offset, (long long)wanted[i].count);
-        dst += wanted[i].count;
+            return set_error(err, errlen, "loading the AdamW moments of '%s': wanted range %d, [%lld, +%lld), is "
+                             "impossible", ckpt_dir, i, (long long)wanted[i].offset, (long long)wanted[i].count);
+        count += wanted[i].count;
     }
-    if (dst > 0) {
-        memset(m, 0, (size_t)dst * sizeof(float));
-        memset(v, 0, (size_t)dst * sizeof(float));
+    if (count > 0) {
+        memset(m, 0, (size_t)count * sizeof(float));
+        memset(v, 0, (size_t)count * sizeof(float));
     }
-    /* which files: train_state.bin alone, or as many per-rank files as rank 0's header says */
-    checkpoint_state_file(path, sizeof(path), ckpt_dir, 0, 1);
-    if (!ckpt_exists(path)) {
-        checkpoint_state_file(path, sizeof(path), ckpt_dir, 0, 2);
-        files = (CkptStateFile *)ckpt_grow(files, n_files, &files_cap, sizeof(CkptStateFile), path);
-        if (ckpt_read_state(path, total, &files[0], err, errlen) != 0)
-            goto fail;
-        n_files = 1;
-        world = files[0].state.world;
-        if (world < 2) /* a file of one rank of one is train_state.bin, which is not there */
-            CKPT_ERR("'%s' is named for one rank of several but says it is rank 0 of 1 (corrupt?)", path);
+    CkptMomentsSource src;
+    memset(&src, 0, sizeof(src));
+    src.dir = ckpt_dir;
+    src.total = total;
+    int rc = ckpt_moments_files_(&src, err, errlen);
+    if (rc == 0)
+        rc = ckpt_moments_tile_(&src, err, errlen);
+    if (rc == 0) {
+        int n_reads;
+        CkptRead *reads = ckpt_moments_plan_(&src, wanted, n_wanted, &n_reads);
+        rc = ckpt_moments_read_(&src, reads, n_reads, m, v, err, errlen);
+        free(reads);
+        *state = src.files[0].state;
     }
-    for (int r = 0; r < world; r++) { /* grown as read: a corrupt world fails at its first missing file */
-        checkpoint_state_file(path, sizeof(path), ckpt_dir, r, world);
-        if (r == n_files) { /* rank 0's file may have been read above */
-            files = (CkptStateFile *)ckpt_grow(files, n_files, &files_cap, sizeof(CkptStateFile), path);
-            if (ckpt_read_state(path, total, &files[n_files], err, errlen) != 0)
-                goto fail;
-            n_files++;
-        }
-        const CheckpointState *h = &files[r].state;
-        if (h->rank != r || h->world != world)
-            CKPT_ERR("'%s' is rank %d of %d; expected rank %d of %d (a checkpoint mixed from several runs?)", path,
-                     h->rank, h->world, r, world);
-        if (h->step != files[0].state.step)
-            CKPT_ERR("'%s' is of step %llu, rank 0's file of step %llu (a checkpoint mixed from several runs?)", path,
-                     (unsigned long long)h->step, (unsigned long long)files[0].state.step);
-        n_pieces += files[r].n_ranges;
-    }
-    *state = files[0].state;
-    /* every file's non-empty ranges, by offset: they must tile [0, total) */
-    pieces = (CkptPiece *)malloc_check((size_t)(n_pieces > 0 ? n_pieces : 1) * sizeof(CkptPiece), "checkpoint ranges");
-    n_pieces = 0;
-    for (int r = 0; r < n_files; r++) {
-        int64_t at = 0;
-        for (int64_t i = 0; i < files[r].n_ranges; i++) {
-            CkptPiece p = {files[r].ranges[i].offset, files[r].ranges[i].count, at, r};
-            at += p.count;
-            if (p.count > 0)
-                pieces[n_pieces++] = p;
-        }
-    }
-    qsort(pieces, (size_t)n_pieces, sizeof(CkptPiece), ckpt_piece_cmp);
-    for (k = 0; k < n_pieces; k++) {
-        if (pieces[k].offset < next) {
-            checkpoint_state_file(path, sizeof(path), ckpt_dir, pieces[k - 1].file, world);
-            checkpoint_state_file(other, sizeof(other), ckpt_dir, pieces[k].file, world);
-            CKPT_ERR("the train_state files of '%s' overlap: '%s' holds [%lld, +%lld), '%s' holds [%lld, +%lld) "
-                     "(a checkpoint mixed from several runs?)",
-                     ckpt_dir, path, (long long)pieces[k - 1].offset, (long long)pieces[k - 1].count, other,
-                     (long long)pieces[k].offset, (long long)pieces[k].count);
-        }
-        if (pieces[k].offset > next)
-            break;
-        next = pieces[k].offset + pieces[k].count;
-    }
-    if (next != total)
-        CKPT_ERR("the train_state files of '%s' leave a gap at element %lld of %lld parameters (a rank's file is "
-                 "missing or from another run?)",
-                 ckpt_dir, (long long)next, (long long)total);
-    /* what each wanted range needs from which file, then each file's reads in file order */
-    dst = 0;
-    for (int i = 0; i < n_wanted; i++) {
-        int64_t lo = wanted[i].offset, hi = wanted[i].offset + wanted[i].count, first = 0, last = n_pieces;
-        if (hi > total)
-            hi = total;
-        while (first < last) { /* the first piece that ends after lo */
-            int64_t mid = first + (last - first) / 2;
-            if (pieces[mid].offset + pieces[mid].count <= lo)
-                first = mid + 1;
-            else
-                last = mid;
-        }
-        for (k = first; k < n_pieces && pieces[k].offset < hi; k++) {
-            int64_t a = pieces[k].offset > lo ? pieces[k].offset : lo;
-            int64_t b = pieces[k].offset + pieces[k].count < hi ? pieces[k].offset + pieces[k].count : hi;
-            reads = (CkptRead *)ckpt_grow(reads, n_reads, &reads_cap, sizeof(CkptRead), ckpt_dir);
-            reads[n_reads].src = pieces[k].at + (a - pieces[k].offset);
-            reads[n_reads].dst = dst + (a - wanted[i].offset);
-            reads[n_reads].n = b - a;
-            reads[n_reads].file = pieces[k].file;
-            n_reads++;
-        }
-        dst += wanted[i].count;
-    }
-    qsort(reads, (size_t)n_reads, sizeof(CkptRead), ckpt_read_cmp);
-    for (int i = 0; i < n_reads;) {
-        int r = reads[i].file, end = i;
-        while (end < n_reads && reads[end].file == r)
-            end++;
-        checkpoint_state_file(path, sizeof(path), ckpt_dir, r, world);
-        f = fopen(path, "rb");
-        if (!f)
-            CKPT_ERR("cannot open '%s': %s", path, strerror(errno));
-        for (int which = 0; which < 2; which++) { /* all of m, then all of v: forward through the file */
-            for (int j = i; j < end; j++) {
-                const CkptRead *c = &reads[j];
-                off_t at = (off_t)files[r].data_at + (off_t)(which * files[r].count + c->src) * 4;
-                float *to = (which == 0 ? m : v) + c->dst;
-                if (fseeko(f, at, SEEK_SET) != 0 || fread(to, sizeof(float), (size_t)c->n, f) != (size_t)c->n)
-                    CKPT_ERR("'%s': short read of the AdamW moments (truncated?)", path);
-            }
-        }
-        fclose(f);
-        f = NULL;
-        i = end;
-    }
-    result = 0;
-fail: /* success comes this way too */
-    if (f)
-        fclose(f);
-    for (int r = 0; r < n_files; r++)
-        free(files[r].ranges);
-    free(files);
-    free(pieces);
-    free(reads);
-    return result;
+    ckpt_moments_free_(&src);
+    return rc;
 }
 
 #endif /* LLMC_TRAIN_STATE_H */

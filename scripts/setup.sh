@@ -3,7 +3,9 @@
 # or Ubuntu machine: the Debian packages below and a Python virtual environment
 # in .venv with the Python packages below. Safe to run again.
 #   Debian: build-essential (gcc, make), python3, python3-venv, python3-pip,
-#           bible-kjv and fortunes (the default corpus), unzip
+#           bible-kjv and fortunes (the default corpus), unzip, clang and
+#           libclang-rt-14-dev (libFuzzer and the sanitizers of make test-fuzz),
+#           clang-format (the style check of make test)
 #   Python: numpy, pytest, matplotlib (benchmark plots), tiktoken,
 #           llama-models (only for its Llama 3 tokenizer file) and
 #           openai-whisper (only for its GPT-2 BPE file), both installed
@@ -14,7 +16,7 @@ cd "$root"
 
 sudo=""
 if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
-debian_packages="build-essential python3 python3-venv python3-pip bible-kjv fortunes unzip"
+debian_packages="build-essential python3 python3-venv python3-pip bible-kjv fortunes unzip clang libclang-rt-14-dev clang-format"
 missing=""
 for p in $debian_packages; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

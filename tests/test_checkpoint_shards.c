@@ -184,13 +184,13 @@ static int has_table(const char *path, const CkptRange *want, int n)
     unsigned char *b = read_all(path, &size);
     if (!b)
         return 0;
-    int ok = size >= CKPT_STATE_HEADER_BYTES && ckpt_get_u32(b + 8) == 2 && (int64_t)ckpt_get_u64(b + 56) == n;
+    int ok = size >= CKPT_STATE_HEADER_BYTES && get_u32le(b + 8) == 2 && (int64_t)get_u64le(b + 56) == n;
     for (int i = 0; ok && i < n; i++) {
-        ok = (int64_t)ckpt_get_u64(b + 128 + 16 * i) == want[i].offset &&
-             (int64_t)ckpt_get_u64(b + 136 + 16 * i) == want[i].count;
+        ok = (int64_t)get_u64le(b + 128 + 16 * i) == want[i].offset &&
+             (int64_t)get_u64le(b + 136 + 16 * i) == want[i].count;
         count += want[i].count;
     }
-    ok = ok && (int64_t)ckpt_get_u64(b + 64) == count && size == 128 + 16 * n + 8 * count;
+    ok = ok && (int64_t)get_u64le(b + 64) == count && size == 128 + 16 * n + 8 * count;
     free(b);
     return ok;
 }
@@ -198,20 +198,20 @@ static int has_table(const char *path, const CkptRange *want, int n)
 /* A version 1 file (one range, no table), as checkpoint.h wrote it before format 2. */
 static void write_v1(const char *dir, int64_t total, int world, int r, int64_t first, int64_t count)
 {
-    char path[CKPT_PATH_MAX + 64];
+    char path[LLMC_PATH_MAX + 64];
     unsigned char h[CKPT_STATE_HEADER_BYTES];
     memset(h, 0, sizeof(h));
     memcpy(h, CKPT_STATE_MAGIC, 8);
-    ckpt_put_u32(h + 8, 1);
-    ckpt_put_u32(h + 12, CKPT_STATE_HEADER_BYTES);
-    ckpt_put_u64(h + 16, 7);
-    ckpt_put_u64(h + 24, 7);
-    ckpt_put_u64(h + 32, 99);
-    ckpt_put_u32(h + 40, (uint32_t)r);
-    ckpt_put_u32(h + 44, (uint32_t)world);
-    ckpt_put_u64(h + 48, (uint64_t)total);
-    ckpt_put_u64(h + 56, (uint64_t)first);
-    ckpt_put_u64(h + 64, (uint64_t)count);
+    put_u32le(h + 8, 1);
+    put_u32le(h + 12, CKPT_STATE_HEADER_BYTES);
+    put_u64le(h + 16, 7);
+    put_u64le(h + 24, 7);
+    put_u64le(h + 32, 99);
+    put_u32le(h + 40, (uint32_t)r);
+    put_u32le(h + 44, (uint32_t)world);
+    put_u64le(h + 48, (uint64_t)total);
+    put_u64le(h + 56, (uint64_t)first);
+    put_u64le(h + 64, (uint64_t)count);
     checkpoint_state_file(path, sizeof(path), dir, r, world);
     FILE *f = fopen(path, "wb");
     if (!f)
@@ -230,7 +230,7 @@ static void write_v1(const char *dir, int64_t total, int world, int r, int64_t f
 static void patch_u64(const char *path, int64_t at, int64_t value)
 {
     unsigned char b[8];
-    ckpt_put_u64(b, (uint64_t)value);
+    put_u64le(b, (uint64_t)value);
     FILE *f = fopen(path, "r+b");
     if (!f || fseeko(f, (off_t)at, SEEK_SET) != 0 || fwrite(b, 1, 8, f) != 8)
         FAIL("cannot patch '%s'", path);
@@ -263,7 +263,7 @@ int main(void)
         FAIL("mkdtemp failed");
     const int64_t totals[] = {1000, 4099};
     const int worlds[] = {1, 2, 3, 4, 8};
-    char dir[256], cmd[1024], err[1024], file[CKPT_PATH_MAX + 64];
+    char dir[256], cmd[1024], err[1024], file[LLMC_PATH_MAX + 64];
     /* every sharding and world size, resumed by every other */
     for (int t = 0; t < 2; t++) {
         for (int wk = 0; wk < 2; wk++) {

@@ -3,7 +3,9 @@
 
 CC ?= gcc
 CFLAGS ?= -O3 -march=native
-CFLAGS += -std=gnu11 -Wall -Wextra -I.
+# The commit the programs are built from, for the first line of their logs (llmc/run_log.h).
+GIT_COMMIT ?= $(shell git describe --always --dirty 2> /dev/null || echo unknown)
+CFLAGS += -std=gnu11 -Wall -Wextra -I. -DGIT_COMMIT='"$(GIT_COMMIT)"'
 LDLIBS = -lm
 # OpenMP only parallelises the CPU reference's matmuls; build without it if the compiler lacks it.
 OPENMP := $(shell echo 'int main(void){return 0;}' | $(CC) -fopenmp -x c - -o /dev/null 2>/dev/null && echo -fopenmp)
@@ -24,7 +26,7 @@ NVCC ?= nvcc
 HAVE_NVCC := $(shell command -v $(NVCC) 2> /dev/null)
 CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90
 NVCC_FLAGS ?= -O3
-NVCC_FLAGS += -std=c++17 $(CUDA_ARCH) -I. -isystem third_party/cudnn-frontend/include -Xcompiler -Wall $(if $(OPENMP),-Xcompiler -fopenmp)
+NVCC_FLAGS += -std=c++17 $(CUDA_ARCH) -DGIT_COMMIT='"$(GIT_COMMIT)"' -I. -isystem third_party/cudnn-frontend/include -Xcompiler -Wall $(if $(OPENMP),-Xcompiler -fopenmp)
 NVCC_LDLIBS = -lcublasLt -lcublas -lcudnn -lnvrtc -lnccl $(if $(OPENMP),-lgomp)
 # MPI (optional): with it, ranks started by mpirun share NCCL's id through MPI;
 # without it they use a rendezvous (llmc/rendezvous.h). Found through mpicc;
@@ -50,14 +52,14 @@ build/attention_cudnn.o: llmc/attention_cudnn.cu llmc/attention.h llmc/cuda_comm
 	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
 train_llama: train_llama.cu build/attention_cudnn.o $(LLMC_HEADERS)
 	$(NVCC) $(NVCC_FLAGS) $< build/attention_cudnn.o -o $@ $(NVCC_LDLIBS)
-test_llama: test_llama.cu train_llama.cu build/attention_cudnn.o $(LLMC_HEADERS)
+test_llama: test_llama.cu build/attention_cudnn.o $(LLMC_HEADERS) tests/check.h tests/dump_check.h
 	$(NVCC) $(NVCC_FLAGS) $< build/attention_cudnn.o -o $@ $(NVCC_LDLIBS)
 
 train_llama_ref: train_llama_ref.c $(LLMC_HEADERS)
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
-test_llama_ref: test_llama_ref.c train_llama_ref.c $(LLMC_HEADERS)
+test_llama_ref: test_llama_ref.c train_llama_ref.c $(LLMC_HEADERS) tests/check.h tests/dump_check.h
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
-tests/test_tensorfile: train_llama_ref.c
+tests/test_tensorfile: tests/dump_check.h
 tests/test_watchdog: LDLIBS += -pthread
 tests/test_%: tests/test_%.c $(LLMC_HEADERS) tests/check.h
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)

@@ -17,6 +17,8 @@
  */
 #define TESTING
 #include "train_llama_ref.c"
+#include "tests/check.h"
+#include "tests/dump_check.h"
 
 /* Tolerances on the max relative error, about 5x the largest error measured
  * on the committed dumps over -O0, -O3 -march=native (FMA contraction) and
@@ -39,67 +41,11 @@ enum { CAT_FORWARD, CAT_LOSS, CAT_GRAD, CAT_TRAIN_LOSS, CAT_TRAIN_NORM, N_CATS }
 static const char *cat_names[N_CATS] = {"forward (logits, block_out, final_norm_out)", "loss", "gradients",
                                         "N-step losses", "N-step grad norms"};
 static double cat_max[N_CATS];
-static int n_passed, n_failed;
-
-/* Max relative error of a against b; the normwise one goes to *normwise. */
-static double rel_error(const float *a, const float *b, int64_t n, double *normwise)
-{
-    double max_diff = 0.0, max_ref = 0.0, ss_diff = 0.0, ss_ref = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (!(d <= max_diff)) max_diff = d; /* so that a NaN becomes the error */
-        if (fabs(b[i]) > max_ref) max_ref = fabs(b[i]);
-        ss_diff += d * d;
-        ss_ref += (double)b[i] * b[i];
-    }
-    *normwise = ss_ref > 0.0 ? sqrt(ss_diff / ss_ref) : sqrt(ss_diff);
-    return max_ref > 0.0 ? max_diff / max_ref : max_diff;
-}
-
-static void check_value(const char *dump, const char *name, double err, double tol, int cat)
-{
-    int ok = err <= tol;
-    printf("  %-4s %-52s max rel %.2e  tol %.0e\n", ok ? "ok" : "FAIL", name, err, tol);
-    if (!ok) fprintf(stderr, "FAIL: %s: %s error %.3e exceeds %.0e\n", dump, name, err, tol);
-    if (cat >= 0 && !(err <= cat_max[cat])) cat_max[cat] = err;
-    ok ? n_passed++ : n_failed++;
-}
-
-static int check(const char *dump, const char *name, const float *a, const float *b, int64_t n, double tol, int cat)
-{
-    double normwise;
-    double err = rel_error(a, b, n, &normwise);
-    int ok = err <= tol;
-    printf("  %-4s %-52s max rel %.2e  norm rel %.2e  tol %.0e\n", ok ? "ok" : "FAIL", name, err, normwise, tol);
-    if (!ok) fprintf(stderr, "FAIL: %s: %s max relative error %.3e exceeds %.0e\n", dump, name, err, tol);
-    if (!(err <= cat_max[cat])) cat_max[cat] = err;
-    ok ? n_passed++ : n_failed++;
-    return ok;
-}
-
-/* The weights file that a dump was made from: X.dump.llmt -> X.weights.llmt. */
-static void weights_path_of(const char *dump_path, char *out, size_t outlen)
-{
-    const char *suffix = ".dump.llmt";
-    size_t n = strlen(dump_path), k = strlen(suffix);
-    if (n < k || strcmp(dump_path + n - k, suffix) != 0) {
-        FAIL("'%s' does not end in %s, so its weights file cannot be named\n"
-             "  hint: pass dumps named like testdata/NAME.dump.llmt", dump_path, suffix);
-    }
-    snprintf(out, outlen, "%.*s.weights.llmt", (int)(n - k), dump_path);
-}
-
-static double meta_double(const TensorFile *tf, const char *key)
-{
-    const char *v = tensorfile_meta(tf, key);
-    if (v == NULL) FAIL("'%s' has no metadata key '%s'; regenerate it with reference/make_reference.py", tf->path, key);
-    return strtod(v, NULL);
-}
 
 static void test_dump(const char *dump_path)
 {
     char weights_path[1100], err[4096];
-    weights_path_of(dump_path, weights_path, sizeof(weights_path));
+    dump_weights_path(dump_path, weights_path, sizeof(weights_path));
     printf("%s (weights %s)\n", dump_path, weights_path);
     TensorFile dump, weights;
     tensorfile_open(&dump, dump_path);
@@ -121,22 +67,15 @@ static void test_dump(const char *dump_path)
 
     /* forward */
     llama_forward(&model, inputs, targets, B, T);
-    float *ref = tensorfile_load_f32(&dump, "logits", BT * V);
-    check(dump_path, "logits", model.acts.logits, ref, BT * V, TOL_FORWARD, CAT_FORWARD);
-    free(ref);
-    ref = tensorfile_load_f32(&dump, "loss", 1);
-    check(dump_path, "loss", &model.mean_loss, ref, 1, TOL_LOSS, CAT_LOSS);
-    free(ref);
+    check_dump(&dump, "logits", model.acts.logits, BT * V, TOL_FORWARD, &cat_max[CAT_FORWARD]);
+    check_dump(&dump, "loss", &model.mean_loss, 1, TOL_LOSS, &cat_max[CAT_LOSS]);
     for (int l = 0; l < c->n_layer; l++) {
         char name[64];
         snprintf(name, sizeof(name), "block_out.%d", l);
-        ref = tensorfile_load_f32(&dump, name, BT * C);
-        check(dump_path, name, model.acts.resid + (int64_t)(l + 1) * BT * C, ref, BT * C, TOL_FORWARD, CAT_FORWARD);
-        free(ref);
+        check_dump(&dump, name, model.acts.resid + (int64_t)(l + 1) * BT * C, BT * C, TOL_FORWARD,
+                   &cat_max[CAT_FORWARD]);
     }
-    ref = tensorfile_load_f32(&dump, "final_norm_out", BT * C);
-    check(dump_path, "final_norm_out", model.acts.lnf, ref, BT * C, TOL_FORWARD, CAT_FORWARD);
-    free(ref);
+    check_dump(&dump, "final_norm_out", model.acts.lnf, BT * C, TOL_FORWARD, &cat_max[CAT_FORWARD]);
 
     /* backward */
     llama_zero_grad(&model);
@@ -145,17 +84,15 @@ static void test_dump(const char *dump_path)
         const ParamTensor *t = &model.layout.tensors[i];
         char name[128];
         snprintf(name, sizeof(name), "grad.%s", t->name);
-        ref = tensorfile_load_f32(&dump, name, t->numel);
-        check(dump_path, name, model.grads + t->offset, ref, t->numel, TOL_GRAD, CAT_GRAD);
-        free(ref);
+        check_dump(&dump, name, model.grads + t->offset, t->numel, TOL_GRAD, &cat_max[CAT_GRAD]);
     }
 
     /* N AdamW steps on the same batch, from the same initial weights */
-    int n_steps = (int)meta_double(&dump, "dump.n_steps");
-    AdamWConfig opt = {meta_double(&dump, "optim.lr"), meta_double(&dump, "optim.beta1"),
-                       meta_double(&dump, "optim.beta2"), meta_double(&dump, "optim.eps"),
-                       meta_double(&dump, "optim.weight_decay")};
-    float grad_clip = (float)meta_double(&dump, "optim.grad_clip");
+    int n_steps = (int)dump_meta_double(&dump, "dump.n_steps");
+    AdamWConfig opt = {dump_meta_double(&dump, "optim.lr"),    dump_meta_double(&dump, "optim.beta1"),
+                       dump_meta_double(&dump, "optim.beta2"), dump_meta_double(&dump, "optim.eps"),
+                       dump_meta_double(&dump, "optim.weight_decay"), dump_meta_double(&dump, "optim.grad_clip")};
+    float grad_clip = (float)opt.grad_clip;
     float *losses = (float *)malloc_check((size_t)n_steps * sizeof(float), "losses");
     float *norms = (float *)malloc_check((size_t)n_steps * sizeof(float), "grad norms");
     for (int step = 0; step < n_steps; step++) {
@@ -166,20 +103,15 @@ static void test_dump(const char *dump_path)
         llama_adamw_step(&model, &opt);
         losses[step] = model.mean_loss;
     }
-    ref = tensorfile_load_f32(&dump, "train.losses", n_steps);
-    check(dump_path, "train.losses", losses, ref, n_steps, TOL_TRAIN_LOSS, CAT_TRAIN_LOSS);
-    free(ref);
-    ref = tensorfile_load_f32(&dump, "train.grad_norms", n_steps);
-    check(dump_path, "train.grad_norms", norms, ref, n_steps, TOL_TRAIN_NORM, CAT_TRAIN_NORM);
-    free(ref);
+    check_dump(&dump, "train.losses", losses, n_steps, TOL_TRAIN_LOSS, &cat_max[CAT_TRAIN_LOSS]);
+    check_dump(&dump, "train.grad_norms", norms, n_steps, TOL_TRAIN_NORM, &cat_max[CAT_TRAIN_NORM]);
     llama_free(&model);
 
     /* Gradient accumulation: one micro-batch per row, each scaled by 1 / (the
      * targets counted in the whole batch), must give the whole batch's gradients. */
     llama_load(&model, weights_path);
     llama_zero_grad(&model);
-    int64_t counted = 0;
-    for (int64_t i = 0; i < BT; i++) counted += targets[i] != IGNORE_INDEX;
+    int64_t counted = count_targets(targets, BT);
     for (int b = 0; b < B; b++) {
         llama_forward(&model, inputs + (int64_t)b * T, targets + (int64_t)b * T, 1, T);
         llama_backward(&model, 1.0f / (float)counted);
@@ -189,14 +121,12 @@ static void test_dump(const char *dump_path)
         const ParamTensor *t = &model.layout.tensors[i];
         char name[128];
         snprintf(name, sizeof(name), "grad.%s", t->name);
-        ref = tensorfile_load_f32(&dump, name, t->numel);
-        double normwise;
-        worst = fmax(worst, rel_error(model.grads + t->offset, ref, t->numel, &normwise));
+        float *ref = tensorfile_load_f32(&dump, name, t->numel);
+        worst = fmax(worst, max_rel_error(model.grads + t->offset, ref, t->numel, NULL));
         free(ref);
     }
-    char line[256];
-    snprintf(line, sizeof(line), "grad accumulation over %d micro-batches, worst grad", B);
-    check_value(dump_path, line, worst, TOL_GRAD, CAT_GRAD);
+    check(worst <= TOL_GRAD, "%-56s max rel %.3e (tol %.0e)", "grad accumulation over B micro-batches, worst grad",
+          worst, TOL_GRAD);
     llama_free(&model);
 
     /* The test itself can fail: one embedding entry of the first input token
@@ -204,14 +134,11 @@ static void test_dump(const char *dump_path)
     llama_load(&model, weights_path);
     param(&model, 0)[(int64_t)inputs[0] * C] += 1e-3f;
     llama_forward(&model, inputs, targets, B, T);
-    ref = tensorfile_load_f32(&dump, "logits", BT * V);
-    double normwise, perturbed = rel_error(model.acts.logits, ref, BT * V, &normwise);
+    float *ref = tensorfile_load_f32(&dump, "logits", BT * V);
+    double perturbed = max_rel_error(model.acts.logits, ref, BT * V, NULL);
     free(ref);
-    int caught = perturbed > TOL_FORWARD;
-    printf("  %-4s %-52s max rel %.2e  (must exceed tol %.0e)\n", caught ? "ok" : "FAIL",
-           "sanity: perturbed weight fails the logits check", perturbed, TOL_FORWARD);
-    if (!caught) fprintf(stderr, "FAIL: %s: a perturbed weight went unnoticed; the check is broken\n", dump_path);
-    caught ? n_passed++ : n_failed++;
+    check(perturbed > TOL_FORWARD, "%-56s max rel %.3e (must exceed tol %.0e)",
+          "sanity: a perturbed weight fails the logits check", perturbed, TOL_FORWARD);
     llama_free(&model);
 
     free(losses);
@@ -245,7 +172,7 @@ static void test_schedule_and_init(void)
         worst = fmax(worst, fabs(lr - cases[i].want));
     }
     /* the schedule's arithmetic is in float: a few ulps */
-    check_value("schedule", "schedule_lr: warmup, then cosine, linear, constant and wsd", worst, 1e-6, -1);
+    check(worst <= 1e-6, "schedule_lr: warmup, then cosine, linear, constant and wsd (max error %.1e, tol 1e-6)", worst);
 
     LlamaConfig config;
     llama_preset("tiny", &config);
@@ -275,25 +202,21 @@ static void test_schedule_and_init(void)
         worst_mean = fmax(worst_mean, fabs(mean) / (config.init_std / sqrt((double)t->numel)));
         worst_std = fmax(worst_std, fabs(std / config.init_std - 1.0) / sqrt(0.5 / (double)t->numel));
     }
-    char line[200];
-    snprintf(line, sizeof(line), "init: seeded, mean and std of every matrix (worst %.1f, %.1f sigma), unit norms",
-             worst_mean, worst_std);
-    int ok = same && differs && norms_one && worst_mean < 5.0 && worst_std < 5.0;
-    printf("  %-4s %s\n", ok ? "ok" : "FAIL", line);
-    if (!ok) fprintf(stderr, "FAIL: init: same seed same %d, other seed differs %d, norms one %d\n", same, differs, norms_one);
-    ok ? n_passed++ : n_failed++;
+    check(same && differs && norms_one && worst_mean < 5.0 && worst_std < 5.0,
+          "init: seeded (same seed same %d, other seed differs %d), unit norms %d, mean and std of every matrix "
+          "(worst %.1f, %.1f sigma, at most 5)",
+          same, differs, norms_one, worst_mean, worst_std);
     llama_free(&a);
     llama_free(&b);
 }
 
 int main(int argc, char **argv)
 {
-    static const char *defaults[] = {"testdata/tiny_gqa_tied.dump.llmt", "testdata/small_mha_untied_rope31.dump.llmt"};
-    int n_dumps = argc > 1 ? argc - 1 : 2;
-    for (int i = 0; i < n_dumps; i++) test_dump(argc > 1 ? argv[i + 1] : defaults[i]);
+    for (int i = 1; i < (argc > 1 ? argc : N_DEFAULT_DUMPS + 1); i++)
+        test_dump(argc > 1 ? argv[i] : DEFAULT_DUMPS[i - 1]);
     test_schedule_and_init();
     printf("max relative error per category:\n");
-    for (int k = 0; k < N_CATS; k++) printf("  %-44s %.2e\n", cat_names[k], cat_max[k]);
-    printf("%d passed, %d failed\n", n_passed, n_failed);
-    return n_failed == 0 ? 0 : 1;
+    for (int k = 0; k < N_CATS; k++)
+        printf("  %-44s %.2e\n", cat_names[k], cat_max[k]);
+    return check_summary();
 }

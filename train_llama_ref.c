@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #ifdef _OPENMP
 #include <omp.h>
 #else
@@ -27,15 +26,16 @@
 #pragma GCC diagnostic ignored "-Wunknown-pragmas"
 #endif
 
+#include "llmc/batch_source.h"
 #include "llmc/checkpoint.h"
 #include "llmc/dataloader.h"
 #include "llmc/flags.h"
 #include "llmc/llama_config.h"
+#include "llmc/run_log.h"
 #include "llmc/schedule.h"
 #include "llmc/tensorfile.h"
+#include "llmc/train_flags.h"
 #include "llmc/utils.h"
-
-#define IGNORE_INDEX (-100)
 
 /* ------------------------------------------------------------------------- */
 /* matmuls: out = inp @ weight^T, weight row-major [OC, IC] as in nn.Linear    */
@@ -682,13 +682,9 @@ static float clip_grad_norm(float *grads, int64_t n, float max_norm)
     return norm;
 }
 
-/* Doubles, like the Python floats that torch's scalars start as. */
-typedef struct {
-    double lr, beta1, beta2, eps, weight_decay;
-} AdamWConfig;
-
 /* torch.optim.AdamW (foreach=False, fused=False) step by step, including where
- * it rounds: the scalars are computed in double, as Python does, and used as
+ * it rounds: the scalars are computed in double (AdamWConfig's doubles, like
+ * the Python floats that torch's scalars start as), as Python does, and used as
  * floats; exp_avg.lerp_(g, 1 - beta1) is m + (1 - beta1) * (g - m). Weight
  * decay is decoupled and only on matrices (ParamTensor.is_matrix). */
 static void llama_adamw_step(Llama *m, const AdamWConfig *opt)
@@ -720,175 +716,47 @@ static void llama_adamw_step(Llama *m, const AdamWConfig *opt)
     }
 }
 
-/* 0 if every config.* key of a (weights file) is in b (a dump, or another
- * weights file) with the same value, else -1 and a message naming the files.
- * Inline, as the tests use it and the trainer does not. */
-static inline int config_meta_match_try(const TensorFile *a, const TensorFile *b, char *err, size_t errlen)
-{
-    static const char *keys[] = {"config.vocab_size", "config.d_model", "config.n_layer", "config.n_head",
-                                 "config.n_kv_head", "config.head_dim", "config.ffn_dim", "config.max_seq_len",
-                                 "config.rope_theta", "config.rope_scaling", "config.rope_factor",
-                                 "config.rope_low_freq_factor", "config.rope_high_freq_factor",
-                                 "config.rope_original_max_pos", "config.norm_eps", "config.tie_embeddings",
-                                 "config.init_std"};
-    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
-        const char *va = tensorfile_meta(a, keys[i]), *vb = tensorfile_meta(b, keys[i]);
-        const TensorFile *lacking = va == NULL ? a : vb == NULL ? b : NULL;
-        if (lacking) {
-            snprintf(err, errlen, "'%s' has no metadata key '%s'; regenerate it with reference/make_reference.py",
-                     lacking->path, keys[i]);
-            return -1;
-        }
-        /* numbers compare by value, so that 8 and 8.0 agree */
-        char *end_a, *end_b;
-        double da = strtod(va, &end_a), db = strtod(vb, &end_b);
-        int same = strcmp(va, vb) == 0 || (*va && *vb && *end_a == '\0' && *end_b == '\0' && da == db);
-        if (!same) {
-            snprintf(err, errlen, "'%s' and '%s' disagree on %s ('%s' vs '%s'): they describe different models\n"
-                     "  hint: pass the weights file that the dump was made from", a->path, b->path, keys[i], va, vb);
-            return -1;
-        }
-    }
-    return 0;
-}
-
-/* ------------------------------------------------------------------------- */
-/* the command-line trainer                                                   */
 #ifndef TESTING
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+/* ------------------------------------------------------------------------- */
+/* the command-line trainer: the flags, the data and the log are the GPU      */
+/* trainer's (llmc/train_flags.h, batch_source.h, run_log.h)                  */
 
 typedef struct {
-    const char *train_pattern, *val_pattern, *preset, *init_from, *log_path, *lr_schedule, *checkpoint_dir;
-    int save_every, keep, resume;
-    int d_model, n_layer, n_head, n_kv_head, ffn_dim, vocab; /* -1: the preset's */
-    int B, T, grad_accum, steps, warmup, eval_every, eval_batches, seed;
-    double lr, min_lr_frac, weight_decay, beta1, beta2, eps, grad_clip;
+    TrainFlags t;
 } Args;
 
-#define F(name, type, field, help) FLAG(name, type, Args, field, help)
-static const Flag FLAGS[] = {
-    F("--train", FLAG_STRING, train_pattern, "glob of the training token shards (required), e.g. 'data/shards/train_*.bin'"),
-    F("--val", FLAG_STRING, val_pattern, "glob of the validation token shards (optional)"),
-    F("--preset", FLAG_STRING, preset, "model shape, one of the presets listed below"),
-    F("--d-model", FLAG_INT, d_model, "hidden size (overrides the preset; head_dim becomes d_model / n_head)"),
-    F("--n-layer", FLAG_INT, n_layer, "decoder layers (overrides the preset)"),
-    F("--n-head", FLAG_INT, n_head, "query heads (overrides the preset)"),
-    F("--n-kv-head", FLAG_INT, n_kv_head, "key/value heads, dividing n_head (overrides the preset)"),
-    F("--ffn-dim", FLAG_INT, ffn_dim, "SwiGLU hidden size (overrides the preset)"),
-    F("--vocab", FLAG_INT, vocab, "vocabulary size (default: the preset's, 128256 for the Llama 3 tokenizer)"),
-    F("--init-from", FLAG_STRING, init_from, "start from a .weights.llmt file; the model config comes from the file"),
-    F("-B", FLAG_INT, B, "sequences per micro-batch"),
-    F("-T", FLAG_INT, T, "sequence length, at most the model's max_seq_len"),
-    F("--grad-accum", FLAG_INT, grad_accum, "micro-batches per optimizer step"),
-    F("--steps", FLAG_INT, steps, "optimizer steps"),
-    F("--lr", FLAG_DOUBLE, lr, "peak learning rate"),
-    F("--schedule", FLAG_STRING, lr_schedule, "after warmup: cosine or linear to min-lr-frac * lr, constant, or wsd (llmc/schedule.h)"),
-    F("--min-lr-frac", FLAG_DOUBLE, min_lr_frac, "final learning rate as a fraction of --lr (cosine schedule)"),
-    F("--warmup", FLAG_INT, warmup, "linear warmup steps"),
-    F("--weight-decay", FLAG_DOUBLE, weight_decay, "AdamW weight decay, applied to matrices only"),
-    F("--beta1", FLAG_DOUBLE, beta1, "AdamW beta1"),
-    F("--beta2", FLAG_DOUBLE, beta2, "AdamW beta2"),
-    F("--eps", FLAG_DOUBLE, eps, "AdamW epsilon"),
-    F("--grad-clip", FLAG_DOUBLE, grad_clip, "max global gradient L2 norm; 0 disables clipping"),
-    F("--eval-every", FLAG_INT, eval_every, "evaluate on --val every N steps and at the end; 0: only at the end"),
-    F("--eval-batches", FLAG_INT, eval_batches, "validation batches per evaluation"),
-    F("--seed", FLAG_INT, seed, "seed of the weight init and the data order"),
-    F("--log", FLAG_STRING, log_path, "append JSON lines (step, loss, lr, grad_norm, tokens_per_s, val_loss) here"),
-    F("--checkpoint-dir", FLAG_STRING, checkpoint_dir, "save checkpoints (HF safetensors + optimizer state) under this directory"),
-    F("--save-every", FLAG_INT, save_every, "checkpoint every N steps; 0: only at the end (needs --checkpoint-dir)"),
-    F("--keep", FLAG_INT, keep, "keep the newest K complete checkpoints; 0: all"),
-    F("--resume", FLAG_SWITCH, resume, "continue from the newest complete checkpoint in --checkpoint-dir (fresh if none)"),
-};
-#undef F
+static const Flag FLAGS[] = {TRAIN_FLAGS(Args, t)};
 #define N_FLAGS ((int)(sizeof(FLAGS) / sizeof(FLAGS[0])))
 
-static Args usage_defaults;
+static Args default_args(void)
+{
+    Args a;
+    memset(&a, 0, sizeof(a));
+    a.t = train_flags_defaults();
+    a.t.run.log = "log/train_llama_ref.jsonl";
+    return a;
+}
 
 static void usage(void)
 {
-    printf("usage: ./train_llama_ref --train PATTERN [options]\n"
-           "Trains Llama 3 on the CPU in fp32 (the reference implementation).\n\noptions:\n");
-    flags_usage(stdout, FLAGS, N_FLAGS, &usage_defaults);
-    printf("  %-22s this help\n\npresets:\n", "-h, --help");
-    for (int i = 0; i < LLAMA_N_PRESETS; i++) {
-        const LlamaConfig *c = &LLAMA_PRESETS[i].config;
-        printf("  %-15s d_model %d, %d layers, %d heads (%d kv), ffn %d, vocab %d, max_seq_len %d\n",
-               LLAMA_PRESETS[i].name, c->d_model, c->n_layer, c->n_head, c->n_kv_head, c->ffn_dim, c->vocab_size,
-               c->max_seq_len);
-    }
+    static Args defaults; /* static: gcc cannot see that flags_usage reads only the table's fields */
+    defaults = default_args();
+    printf("usage: ./train_llama_ref [flags]\n"
+           "Trains a Llama 3 family model on the CPU in fp32 (the reference implementation).\n\n");
+    flags_usage(stdout, FLAGS, N_FLAGS, &defaults);
+    printf("  %-22s this text\n", "-h, --help");
+    train_print_presets(stdout);
     exit(0);
 }
 
-/* args holds the defaults on entry. */
-static void parse_args(Args *args, int argc, char **argv)
+static LlamaConfig parse_args(Args *a, int argc, char **argv)
 {
-    usage_defaults = *args;
-    flags_parse(FLAGS, N_FLAGS, argc, argv, args, usage);
-}
-
-static void check_args(const Args *a)
-{
-    if (a->train_pattern == NULL) FAIL("no training data; give --train 'data/shards/train_*.bin' (see --help)");
-    if (a->B <= 0 || a->T <= 0 || a->grad_accum <= 0) {
-        FAIL("-B %d, -T %d and --grad-accum %d must all be positive", a->B, a->T, a->grad_accum);
-    }
-    if (a->steps < 0 || a->warmup < 0 || a->eval_every < 0 || a->eval_batches <= 0) {
-        FAIL("--steps %d, --warmup %d, --eval-every %d must not be negative and --eval-batches %d must be positive",
-             a->steps, a->warmup, a->eval_every, a->eval_batches);
-    }
-    if (!(a->lr > 0.0) || !(a->min_lr_frac >= 0.0 && a->min_lr_frac <= 1.0) || !(a->weight_decay >= 0.0)) {
-        FAIL("need --lr > 0 (got %g), 0 <= --min-lr-frac <= 1 (got %g), --weight-decay >= 0 (got %g)", a->lr,
-             a->min_lr_frac, a->weight_decay);
-    }
-    if (!(a->beta1 >= 0.0 && a->beta1 < 1.0) || !(a->beta2 >= 0.0 && a->beta2 < 1.0) || !(a->eps > 0.0) ||
-        !(a->grad_clip >= 0.0)) {
-        FAIL("need 0 <= --beta1, --beta2 < 1 (got %g, %g), --eps > 0 (got %g), --grad-clip >= 0 (got %g)", a->beta1,
-             a->beta2, a->eps, a->grad_clip);
-    }
-    if (a->save_every < 0 || a->keep < 0) FAIL("--save-every %d and --keep %d must not be negative", a->save_every, a->keep);
-    if ((a->resume || a->save_every > 0) && a->checkpoint_dir == NULL) {
-        FAIL("--resume and --save-every need --checkpoint-dir DIR");
-    }
-    ScheduleKind kind;
-    if (schedule_kind_from_name(a->lr_schedule, &kind) != 0) {
-        FAIL("unknown --schedule '%s'; use cosine, linear, constant or wsd", a->lr_schedule);
-    }
-}
-
-/* The model config from --preset and the explicit shape flags. */
-static LlamaConfig config_from_args(const Args *a)
-{
-    LlamaConfig c;
-    if (llama_preset(a->preset, &c) != 0) {
-        char names[256] = "";
-        for (int i = 0; i < LLAMA_N_PRESETS; i++) {
-            strncat(names, i ? ", " : "", sizeof(names) - strlen(names) - 1);
-            strncat(names, LLAMA_PRESETS[i].name, sizeof(names) - strlen(names) - 1);
-        }
-        FAIL("unknown --preset '%s'; the presets are %s", a->preset, names);
-    }
-    if (a->d_model > 0) c.d_model = a->d_model;
-    if (a->n_layer > 0) c.n_layer = a->n_layer;
-    if (a->n_head > 0) c.n_head = a->n_head;
-    if (a->n_kv_head > 0) c.n_kv_head = a->n_kv_head;
-    if (a->ffn_dim > 0) c.ffn_dim = a->ffn_dim;
-    if (a->vocab > 0) c.vocab_size = a->vocab;
-    if (a->d_model > 0 || a->n_head > 0) {
-        if (c.d_model % c.n_head != 0) {
-            FAIL("d_model %d is not a multiple of n_head %d; change --d-model or --n-head", c.d_model, c.n_head);
-        }
-        c.head_dim = c.d_model / c.n_head;
-    }
-    char err[512];
-    if (llama_config_check(&c, err, sizeof(err)) != 0) {
-        FAIL("bad model shape: %s\n  hint: adjust --d-model --n-layer --n-head --n-kv-head --ffn-dim --vocab", err);
-    }
+    *a = default_args();
+    flags_parse(FLAGS, N_FLAGS, argc, argv, a, usage);
+    train_flags_check(&a->t);
+    LlamaConfig c = train_model_config(&a->t.model);
+    if (a->t.batch.T > c.max_seq_len)
+        FAIL("-T %d exceeds the model's max_seq_len %d\n  hint: lower -T", a->t.batch.T, c.max_seq_len);
     return c;
 }
 
@@ -904,129 +772,134 @@ static float evaluate(Llama *m, DataLoader *val, int eval_batches)
         loss_sum += m->loss_sum;
         counted += m->n_counted;
     }
-    return (float)(loss_sum / (double)counted);
+    return counted > 0 ? (float)(loss_sum / (double)counted) : NAN;
+}
+
+/* Resumes from the newest complete checkpoint (weights, AdamW state, step, data
+ * position: the schedule follows the global step, so the run continues as if
+ * never stopped). The step to start at; resumed_from gets the checkpoint or "". */
+static int resume(Llama *m, BatchSource *src, const CheckpointFlags *ck, char *resumed_from, size_t len)
+{
+    resumed_from[0] = '\0';
+    if (!ck->resume)
+        return 0;
+    if (checkpoint_find_latest(ck->dir, resumed_from, len) != 0) {
+        printf("resume: no complete checkpoint in '%s'; starting fresh\n", ck->dir);
+        resumed_from[0] = '\0';
+        return 0;
+    }
+    CheckpointState st;
+    m->adam_m = (float *)calloc_check((size_t)m->layout.total, sizeof(float), "AdamW first moments");
+    m->adam_v = (float *)calloc_check((size_t)m->layout.total, sizeof(float), "AdamW second moments");
+    checkpoint_load(resumed_from, &m->config, &m->layout, m->params, m->adam_m, m->adam_v, &st);
+    if (st.step > (uint64_t)INT_MAX || st.adam_step > (uint64_t)INT_MAX)
+        FAIL("'%s': step %llu is out of range", resumed_from, (unsigned long long)st.step);
+    m->adam_step = (int)st.adam_step;
+    batch_source_set_state(src, st.rng_state, &st.data);
+    printf("resumed from '%s' at step %d\n", resumed_from, (int)st.step);
+    return (int)st.step;
+}
+
+/* One optimizer step of accum micro-batches, all loaded first, so that the loss is
+ * the mean over the counted targets of the whole step, as one big batch would give. */
+static void train_step(Llama *m, BatchSource *src, const TrainFlags *t, int step, int accum, int *inputs,
+                       int *targets, StepLog *out)
+{
+    int64_t bt = (int64_t)t->batch.B * t->batch.T;
+    double t0 = now_seconds();
+    for (int k = 0; k < accum; k++) {
+        const int *in, *tg;
+        batch_source_next(src, &in, &tg);
+        memcpy(inputs + k * bt, in, (size_t)bt * sizeof(int));
+        memcpy(targets + k * bt, tg, (size_t)bt * sizeof(int));
+    }
+    int64_t counted = count_targets(targets, bt * accum);
+    if (counted == 0)
+        FAIL("step %d has no target to learn from (all are the ignore index)", step + 1);
+    llama_zero_grad(m);
+    double loss_sum = 0.0;
+    for (int k = 0; k < accum; k++) {
+        llama_forward(m, inputs + k * bt, targets + k * bt, t->batch.B, t->batch.T);
+        llama_backward(m, 1.0f / (float)counted);
+        loss_sum += m->loss_sum;
+    }
+    const AdamWConfig *cfg = &t->optim.adamw;
+    float norm = clip_grad_norm(m->grads, m->layout.total, cfg->grad_clip > 0.0 ? (float)cfg->grad_clip : INFINITY);
+    LrSchedule schedule = train_schedule(&t->optim, t->run.steps);
+    AdamWConfig opt = *cfg;
+    opt.lr = schedule_lr(&schedule, step);
+    llama_adamw_step(m, &opt);
+    out->step = step + 1;
+    out->steps = t->run.steps;
+    out->loss = (float)(loss_sum / (double)counted);
+    out->lr = opt.lr;
+    out->grad_norm = norm;
+    out->ms = 1e3 * (now_seconds() - t0);
+    out->tokens_per_s = (double)(bt * accum) / (out->ms * 1e-3);
 }
 
 int main(int argc, char **argv)
 {
-    Args a = {NULL, NULL, "tiny", NULL, NULL, "cosine", NULL, 0, 3, 0, -1, -1, -1, -1, -1, -1,
-              4, 256, 1, 100, 10, 50, 8, 1337, 6e-4, 0.1, 0.1, 0.9, 0.95, 1e-8, 1.0};
-    parse_args(&a, argc, argv);
-    check_args(&a);
-
+    Args a;
+    LlamaConfig config = parse_args(&a, argc, argv);
+    const TrainFlags *t = &a.t;
+    int accum = train_micro_steps(&t->batch, 1);
     Llama model;
-    if (a.init_from) {
-        if (a.d_model > 0 || a.n_layer > 0 || a.n_head > 0 || a.n_kv_head > 0 || a.ffn_dim > 0 || a.vocab > 0) {
-            FAIL("--init-from takes the model shape from '%s'; drop the shape flags", a.init_from);
-        }
-        llama_load(&model, a.init_from);
+    if (t->model.init_from) {
+        llama_load(&model, t->model.init_from);
     } else {
-        LlamaConfig config = config_from_args(&a);
         llama_build(&model, &config);
-        llama_init_random(&model, (uint64_t)a.seed);
+        llama_init_random(&model, (uint64_t)t->run.seed);
     }
-    const LlamaConfig *c = &model.config;
-    if (a.T > c->max_seq_len) {
-        FAIL("-T %d exceeds the model's max_seq_len %d; lower -T", a.T, c->max_seq_len);
-    }
-    llama_config_print(c, stdout);
+    llama_config_print(&model.config, stdout);
     printf("parameters: %lld (%.1f MiB each for weights, gradients and the two AdamW moments)\n",
            (long long)model.layout.total, (double)model.layout.total * 4.0 / 1048576.0);
 #ifdef _OPENMP
     printf("threads: %d\n", omp_get_max_threads());
 #endif
+    BatchSource src;
+    batch_source_open(&src, t->data.train, t->data.random, t->batch.B, t->batch.T, 0, 1, (uint64_t)t->run.seed,
+                      config.vocab_size);
+    const char *val_shards = train_val_shards(t);
+    int have_val = val_shards != NULL;
+    DataLoader val;
+    if (have_val)
+        dataloader_init_eval_or_die(&val, val_shards, t->batch.B, t->batch.T, 0, 1, config.vocab_size);
+    printf("tokens per step %lld (B %d x T %d x %d micro-steps); data: %s\n", (long long)t->batch.B * t->batch.T * accum,
+           t->batch.B, t->batch.T, accum, t->data.random ? "random tokens" : t->data.train);
+    char resumed_from[LLMC_PATH_MAX];
+    int start_step = resume(&model, &src, &t->ckpt, resumed_from, sizeof(resumed_from));
+    RunLog log;
+    run_log_open(&log, t->run.log, t->ckpt.resume, resumed_from, argc, argv, &config, FLAGS, N_FLAGS, &a);
 
-    DataLoader train, val;
-    dataloader_init_or_die(&train, a.train_pattern, a.B, a.T, 0, 1, 1, (uint64_t)a.seed, c->vocab_size);
-    if (a.val_pattern) dataloader_init_eval_or_die(&val, a.val_pattern, a.B, a.T, 0, 1, c->vocab_size);
-    printf("train: %d shards, %llu batches per epoch; tokens per step %lld (B %d x T %d x grad_accum %d)\n",
-           train.num_shards, (unsigned long long)train.windows_per_epoch, (long long)a.B * a.T * a.grad_accum,
-           a.B, a.T, a.grad_accum);
-    FILE *log = a.log_path ? fopen_check(a.log_path, "a") : NULL;
-
-    /* Resume: weights, AdamW moments and step, data position; the schedule
-     * follows the global step, so the run continues as if never stopped. */
-    int start_step = 0;
-    if (a.resume) {
-        char ckpt[LLMC_PATH_MAX];
-        if (checkpoint_find_latest(a.checkpoint_dir, ckpt, sizeof(ckpt)) != 0) {
-            printf("resume: no complete checkpoint in '%s'; starting fresh\n", a.checkpoint_dir);
-        } else {
-            CheckpointState st;
-            model.adam_m = (float *)calloc_check((size_t)model.layout.total, sizeof(float), "AdamW first moments");
-            model.adam_v = (float *)calloc_check((size_t)model.layout.total, sizeof(float), "AdamW second moments");
-            checkpoint_load(ckpt, c, &model.layout, model.params, model.adam_m, model.adam_v, &st);
-            if (st.step > (uint64_t)INT_MAX || st.adam_step > (uint64_t)INT_MAX) FAIL("'%s': step %llu is out of range", ckpt, (unsigned long long)st.step);
-            model.adam_step = (int)st.adam_step;
-            dataloader_set_state_or_die(&train, &st.data);
-            start_step = (int)st.step;
-            printf("resumed from '%s' at step %d\n", ckpt, start_step);
-        }
-    }
-
-    /* All micro-batches of a step are loaded first, so that the loss can be the
-     * mean over the counted targets of the whole step, as one big batch would give. */
-    int64_t bt = (int64_t)a.B * a.T;
-    int *inputs = (int *)malloc_check((size_t)(bt * a.grad_accum) * sizeof(int), "step inputs");
-    int *targets = (int *)malloc_check((size_t)(bt * a.grad_accum) * sizeof(int), "step targets");
-    AdamWConfig opt = {a.lr, a.beta1, a.beta2, a.eps, a.weight_decay};
-    ScheduleKind kind;
-    schedule_kind_from_name(a.lr_schedule, &kind);
-    LrSchedule schedule = {kind, (float)a.lr, (float)a.min_lr_frac, a.warmup, a.steps, 0.2f};
-    for (int step = start_step; step <= a.steps; step++) {
-        int last = step == a.steps;
-        if (a.val_pattern && (last || (a.eval_every > 0 && step % a.eval_every == 0))) {
-            float val_loss = evaluate(&model, &val, a.eval_batches);
-            printf("step %5d | val loss %.6f\n", step, val_loss);
-            if (log) fprintf(log, "{\"step\": %d, \"val_loss\": %.6f}\n", step, val_loss);
-        }
-        if (last) break;
-
-        double t0 = now_seconds();
-        int64_t counted = 0;
-        for (int k = 0; k < a.grad_accum; k++) {
-            dataloader_next_batch_or_die(&train);
-            memcpy(inputs + k * bt, train.inputs, (size_t)bt * sizeof(int));
-            memcpy(targets + k * bt, train.targets, (size_t)bt * sizeof(int));
-            for (int64_t i = 0; i < bt; i++) counted += targets[k * bt + i] != IGNORE_INDEX;
-        }
-        if (counted == 0) FAIL("step %d has no target to learn from (all are the ignore index)", step);
-        llama_zero_grad(&model);
-        double loss_sum = 0.0;
-        for (int k = 0; k < a.grad_accum; k++) {
-            llama_forward(&model, inputs + k * bt, targets + k * bt, a.B, a.T);
-            llama_backward(&model, 1.0f / (float)counted);
-            loss_sum += model.loss_sum;
-        }
-        float loss = (float)(loss_sum / (double)counted);
-        float norm = clip_grad_norm(model.grads, model.layout.total, a.grad_clip > 0.0 ? (float)a.grad_clip : INFINITY);
-        opt.lr = schedule_lr(&schedule, step);
-        llama_adamw_step(&model, &opt);
-        double seconds = now_seconds() - t0;
-        double tokens_per_s = (double)(bt * a.grad_accum) / seconds;
-        printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s\n", step + 1, a.steps, loss,
-               opt.lr, norm, 1e3 * seconds, tokens_per_s);
-        if (log) {
-            fprintf(log, "{\"step\": %d, \"loss\": %.9g, \"lr\": %.6e, \"grad_norm\": %.6f, \"tokens_per_s\": %.1f}\n",
-                    step + 1, loss, opt.lr, norm, tokens_per_s);
-            fflush(log);
-        }
-        if (a.checkpoint_dir && checkpoint_due(step + 1, a.save_every, a.steps)) {
-            /* training draws no random numbers after the init: the seed stands for the RNG */
-            CheckpointState st = checkpoint_state((uint64_t)(step + 1), (uint64_t)model.adam_step, (uint64_t)a.seed);
-            dataloader_get_state(&train, &st.data);
+    int64_t step_tokens = (int64_t)t->batch.B * t->batch.T * accum;
+    int *inputs = (int *)malloc_check((size_t)step_tokens * sizeof(int), "step inputs");
+    int *targets = (int *)malloc_check((size_t)step_tokens * sizeof(int), "step targets");
+    for (int step = start_step; step < t->run.steps; step++) {
+        if (have_val && step % t->run.eval_every == 0)
+            run_log_eval(&log, step, evaluate(&model, &val, t->run.eval_batches));
+        StepLog r;
+        memset(&r, 0, sizeof(r));
+        train_step(&model, &src, t, step, accum, inputs, targets, &r);
+        run_log_step(&log, &r);
+        if (t->ckpt.dir && checkpoint_due(step + 1, t->ckpt.save_every, t->run.steps)) {
+            CheckpointState st = checkpoint_state((uint64_t)(step + 1), (uint64_t)model.adam_step, 0);
+            batch_source_get_state(&src, &st.rng_state, &st.data);
             char saved[LLMC_PATH_MAX];
-            checkpoint_save(a.checkpoint_dir, c, &model.layout, model.params, model.adam_m, model.adam_v, &st, a.keep,
-                            saved, sizeof(saved));
+            checkpoint_save(t->ckpt.dir, &model.config, &model.layout, model.params, model.adam_m, model.adam_v, &st,
+                            t->ckpt.keep, saved, sizeof(saved));
             printf("saved checkpoint '%s'\n", saved);
         }
     }
+    if (have_val)
+        run_log_eval(&log, t->run.steps, evaluate(&model, &val, t->run.eval_batches));
 
-    if (log) fclose(log);
+    run_log_close(&log);
     free(inputs);
     free(targets);
-    dataloader_free(&train);
-    if (a.val_pattern) dataloader_free(&val);
+    batch_source_close(&src);
+    if (have_val)
+        dataloader_free(&val);
     llama_free(&model);
     return 0;
 }

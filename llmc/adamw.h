@@ -36,6 +36,7 @@
 #include <math.h>
 
 #include "cuda_common.h"
+#include "profile.h"
 #include "master_weights.h"
 
 #define NORM_BLOCKS 1024
@@ -230,9 +231,8 @@ static inline AdamWRuns adamw_runs_create(const int64_t *start, const unsigned c
 
 static inline void adamw_runs_free(AdamWRuns *runs)
 {
-    CUDA_CHECK(cudaFree(runs->start));
-    CUDA_CHECK(cudaFree(runs->decay));
-    cuda_bytes_allocated -= sizeof(int64_t) * runs->n_runs + (size_t)runs->n_runs;
+    cuda_free(runs->start);
+    cuda_free(runs->decay);
     runs->n_runs = 0;
 }
 
@@ -243,10 +243,12 @@ static inline void global_norm_squared(float *out, float *scratch, const bf16 *g
         FAIL("global_norm_squared: n = %lld, grad %p: n must be >= 0 and grad 16-byte aligned", (long long)n,
              (const void *)grad);
     }
+    profile_push(PROF_OPTIMIZER, stream);
     norm_squared_partial_kernel<<<NORM_BLOCKS, NORM_THREADS, 0, stream>>>(scratch, grad, n);
     CUDA_CHECK_LAST();
     norm_squared_final_kernel<<<1, NORM_BLOCKS, 0, stream>>>(out, scratch, NORM_BLOCKS);
     CUDA_CHECK_LAST();
+    profile_pop(stream);
 }
 
 /* out[0] = parts[0] + ... + parts[n - 1], the same bits every run: the squared
@@ -255,14 +257,18 @@ static inline void norm_squared_combine(float *out, const float *parts, int n, c
 {
     if (n < 1 || n > NORM_BLOCKS)
         FAIL("norm_squared_combine: %d parts; 1 to %d can be combined", n, NORM_BLOCKS);
+    profile_push(PROF_OPTIMIZER, stream);
     norm_squared_final_kernel<<<1, (n + WARP_SIZE - 1) / WARP_SIZE * WARP_SIZE, 0, stream>>>(out, parts, n);
     CUDA_CHECK_LAST();
+    profile_pop(stream);
 }
 
 static inline void clip_coefficient(float *coef, const float *norm_squared, float max_norm, cudaStream_t stream)
 {
+    profile_push(PROF_OPTIMIZER, stream);
     clip_coefficient_kernel<<<1, 1, 0, stream>>>(coef, norm_squared, max_norm);
     CUDA_CHECK_LAST();
+    profile_pop(stream);
 }
 
 /* Updates flat elements [first, first + n): each pointer points at element `first` of
@@ -299,9 +305,11 @@ static inline void adamw_update(bf16 *param, int16_t *master_lo, const bf16 *gra
         blocks = ADAMW_MAX_BLOCKS;
     if (blocks < 1)
         blocks = 1; /* n < 4: the tail alone */
+    profile_push(PROF_OPTIMIZER, stream);
     adamw_kernel<<<(int)blocks, ADAMW_THREADS, 0, stream>>>(param, master_lo, grad, m, v, first, n, *runs, grad_scale,
                                                             s);
     CUDA_CHECK_LAST();
+    profile_pop(stream);
 }
 
 #endif /* LLMC_ADAMW_H */

@@ -53,7 +53,7 @@ void attention_backward(__nv_bfloat16 *dqkv, const __nv_bfloat16 *dout, const __
                         const __nv_bfloat16 *out, const float *stats, int B, int T, int H, int KV, int D,
                         cudaStream_t stream);
 
-/* Bytes of GPU memory the attention workspace holds now (not in cuda_common.h's tally). */
+/* Bytes of GPU memory the attention workspace holds now (also in cuda_common.h's tally). */
 size_t attention_workspace_bytes(void);
 
 #ifdef __cplusplus

@@ -29,6 +29,7 @@
 
 #include "attention.h"
 #include "cuda_common.h"
+#include "profile.h"
 
 namespace fe = cudnn_frontend;
 
@@ -181,7 +182,7 @@ static void grow_workspace(const fe::graph::Graph &graph, const GraphKey &key)
     fe::error_t err = graph.get_workspace_size(bytes);
     if (err.is_bad()) fe_fail(err, "get_workspace_size", key, __FILE__, __LINE__);
     if ((size_t)bytes <= att->workspace_bytes) return;
-    if (att->workspace != nullptr) CUDA_CHECK(cudaFree(att->workspace));
+    cuda_free(att->workspace);
     att->workspace = nullptr;
     att->workspace_bytes = 0;
     std::string what = "cuDNN attention workspace for " + key_string(key);
@@ -244,7 +245,7 @@ void attention_teardown(void)
 {
     if (att == nullptr) return;
     att->graphs.clear();
-    if (att->workspace != nullptr) CUDA_CHECK(cudaFree(att->workspace));
+    cuda_free(att->workspace);
     CUDNN_CHECK(cudnnDestroy(att->handle));
     delete att;
     att = nullptr;
@@ -266,7 +267,9 @@ void attention_forward(bf16 *out, float *stats, const bf16 *qkv, int B, int T, i
     std::unordered_map<int64_t, void *> pack = {
         {UID_Q, q}, {UID_K, q + (int64_t)H * D}, {UID_V, q + (int64_t)(H + KV) * D},
         {UID_O, out}, {UID_STATS, stats}};
+    profile_push(PROF_ATTENTION, stream);
     execute(graph, pack, GraphKey(B, T, H, KV, D, 0, 0), stream);
+    profile_pop(stream);
 }
 
 void attention_backward(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const bf16 *out, const float *stats, int B,
@@ -284,7 +287,9 @@ void attention_backward(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const bf1
         {UID_DQ, dqkv},
         {UID_DK, dqkv + (int64_t)H * D},
         {UID_DV, dqkv + (int64_t)(H + KV) * D}};
+    profile_push(PROF_ATTENTION, stream);
     execute(graph, pack, GraphKey(B, T, H, KV, D, 1, att->deterministic), stream);
+    profile_pop(stream);
 }
 
 } /* extern "C" */

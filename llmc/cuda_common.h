@@ -40,9 +40,18 @@ static inline void cuda_check_at(cudaError_t status, const char *what, const cha
 
 static inline int ceil_div(int64_t a, int64_t b) { return (int)((a + b - 1) / b); }
 
-/* Bytes taken by the named allocations, and the largest that total reached. */
-static size_t cuda_bytes_allocated = 0;
-static size_t cuda_bytes_allocated_peak = 0;
+/* The device memory this program took through cuda_malloc_named and has not
+ * given back (by cuda_free), and the largest that total reached. C++17 inline
+ * variables: one count for the whole program, whichever translation unit
+ * allocates (the attention workspace is allocated in its own). */
+typedef struct {
+    void *ptr;
+    size_t bytes;
+} CudaAllocation;
+inline CudaAllocation *cuda_allocations = NULL;
+inline int cuda_n_allocations = 0, cuda_allocations_cap = 0;
+inline size_t cuda_bytes_allocated = 0;
+inline size_t cuda_bytes_allocated_peak = 0;
 
 /* cudaMalloc whose failure names the allocation, its size and the free memory. */
 static inline void *cuda_malloc_named_at(size_t bytes, const char *what, const char *file, int line)
@@ -60,11 +69,36 @@ static inline void *cuda_malloc_named_at(size_t bytes, const char *what, const c
                 cuda_bytes_allocated / 1073741824.0);
     }
     cuda_check_at(status, what, file, line);
+    if (cuda_n_allocations == cuda_allocations_cap) {
+        cuda_allocations_cap = cuda_allocations_cap ? 2 * cuda_allocations_cap : 256;
+        cuda_allocations = (CudaAllocation *)realloc(cuda_allocations, sizeof(CudaAllocation) * cuda_allocations_cap);
+        if (!cuda_allocations)
+            fail_at(file, line, "out of host memory for the table of GPU allocations");
+    }
+    cuda_allocations[cuda_n_allocations].ptr = p;
+    cuda_allocations[cuda_n_allocations].bytes = bytes;
+    cuda_n_allocations++;
     cuda_bytes_allocated += bytes;
     if (cuda_bytes_allocated > cuda_bytes_allocated_peak) cuda_bytes_allocated_peak = cuda_bytes_allocated;
     return p;
 }
 #define cuda_malloc_named(bytes, what) cuda_malloc_named_at(bytes, what, __FILE__, __LINE__)
+
+/* Gives back what cuda_malloc_named took (NULL: nothing). */
+static inline void cuda_free_at(void *p, const char *file, int line)
+{
+    if (!p)
+        return;
+    int i = cuda_n_allocations - 1; /* most frees undo the latest allocations */
+    while (i >= 0 && cuda_allocations[i].ptr != p)
+        i--;
+    if (i < 0)
+        fail_at(file, line, "cuda_free: %p was not allocated by cuda_malloc_named (or freed twice)", p);
+    cuda_bytes_allocated -= cuda_allocations[i].bytes;
+    cuda_allocations[i] = cuda_allocations[--cuda_n_allocations];
+    cuda_check_at(cudaFree(p), "cudaFree", file, line);
+}
+#define cuda_free(p) cuda_free_at(p, __FILE__, __LINE__)
 
 /* 16 bytes of T, for loads and stores that the hardware does in one instruction. */
 template <class T>

@@ -29,6 +29,7 @@
 #endif
 
 #include "cuda_common.h"
+#include "profile.h"
 #include "launch.h"
 #include "rendezvous.h"
 
@@ -168,8 +169,7 @@ static inline void dist_finalize(Dist *d)
     if (d->comm)
         NCCL_CHECK(ncclCommDestroy(d->comm));
     d->comm = NULL;
-    CUDA_CHECK(cudaFree(d->sum_scratch));
-    cuda_bytes_allocated -= sizeof(double);
+    cuda_free(d->sum_scratch);
 #ifdef USE_MPI
     if (d->mpi)
         MPI_CHECK(MPI_Finalize());
@@ -187,31 +187,37 @@ static inline void dist_all_reduce_sum(const Dist *d, void *buf, int64_t count, 
 {
     if (d->world == 1)
         return;
+    profile_push(PROF_COMM, stream);
     NCCL_CHECK(ncclAllReduce(buf, buf, (size_t)count, dist_type(element_bytes), ncclSum, d->comm, stream));
+    profile_pop(stream);
 }
 
 /* recv[count] = sum over ranks of send[rank * count, (rank + 1) * count). */
 static inline void dist_reduce_scatter_sum(const Dist *d, const void *send, void *recv, int64_t count,
                                            int element_bytes, cudaStream_t stream)
 {
+    profile_push(PROF_COMM, stream);
     if (d->world == 1) {
         if (send != recv)
             CUDA_CHECK(cudaMemcpyAsync(recv, send, (size_t)count * element_bytes, cudaMemcpyDeviceToDevice, stream));
-        return;
+    } else {
+        NCCL_CHECK(ncclReduceScatter(send, recv, (size_t)count, dist_type(element_bytes), ncclSum, d->comm, stream));
     }
-    NCCL_CHECK(ncclReduceScatter(send, recv, (size_t)count, dist_type(element_bytes), ncclSum, d->comm, stream));
+    profile_pop(stream);
 }
 
 /* recv[r * count, (r + 1) * count) = rank r's send[count]; send may be recv + rank * count. */
 static inline void dist_all_gather(const Dist *d, const void *send, void *recv, int64_t count, int element_bytes,
                                    cudaStream_t stream)
 {
+    profile_push(PROF_COMM, stream);
     if (d->world == 1) {
         if (send != recv)
             CUDA_CHECK(cudaMemcpyAsync(recv, send, (size_t)count * element_bytes, cudaMemcpyDeviceToDevice, stream));
-        return;
+    } else {
+        NCCL_CHECK(ncclAllGather(send, recv, (size_t)count, dist_type(element_bytes), d->comm, stream));
     }
-    NCCL_CHECK(ncclAllGather(send, recv, (size_t)count, dist_type(element_bytes), d->comm, stream));
+    profile_pop(stream);
 }
 
 /* Collectives issued between these two are launched together, as one (NCCL's

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "cuda_common.h"
+#include "profile.h"
 
 #define EMBEDDING_THREADS 128
 /* dout rows a backward thread has in flight at once; they are still added in order. */
@@ -85,9 +86,11 @@ static inline void embedding_check_size(int N, int C)
 static inline void embedding_forward(bf16 *out, const int *tokens, const bf16 *wte, int N, int C, cudaStream_t stream)
 {
     embedding_check_size(N, C);
+    profile_push(PROF_EMBEDDING, stream);
     dim3 grid(N, ceil_div(C / 8, EMBEDDING_THREADS));
     embedding_forward_kernel<<<grid, EMBEDDING_THREADS, 0, stream>>>(out, tokens, wte, C);
     CUDA_CHECK_LAST();
+    profile_pop(stream);
 }
 
 /* Ints of workspace that embedding_backward_plan_host needs. */
@@ -150,10 +153,12 @@ static inline void embedding_backward(bf16 *dwte, const bf16 *dout, const int *b
                                       const int *positions, int n_buckets, int C, cudaStream_t stream)
 {
     embedding_check_size(n_buckets, C);
+    profile_push(PROF_EMBEDDING, stream);
     dim3 grid(n_buckets, ceil_div(C / 8, EMBEDDING_THREADS));
     embedding_backward_kernel<<<grid, EMBEDDING_THREADS, 0, stream>>>(dwte, dout, bucket_token, bucket_start, positions,
                                                                       C);
     CUDA_CHECK_LAST();
+    profile_pop(stream);
 }
 
 #endif /* LLMC_EMBEDDING_H */

@@ -22,6 +22,10 @@
 
 #include "utils.h"
 
+/* An int flag's value before parsing that means "not given" (the defaults hold it
+ * where a flag must know that, e.g. shape flags over a preset). */
+#define FLAG_INT_UNSET INT_MIN
+
 typedef enum {
     FLAG_INT,     /* int */
     FLAG_FLOAT,   /* float */

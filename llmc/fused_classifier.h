@@ -8,7 +8,7 @@
  *   logits = x_r @ W^T                                 [n, V] bf16, in the scratch buffer
  *   per row i:  loss_i = logsumexp(logits_i) - logits_i[y_i]          fp32, into losses[N]
  *               dlogits_i = (softmax(logits_i) - onehot(y_i)) * inv_count   bf16, over logits
- *   rows with y_i == -100 (ignored): loss 0, dlogits 0
+ *   rows with y_i == IGNORE_INDEX (-100, llama_config.h): loss 0, dlogits 0
  *   dx_r = dlogits @ W                                 [n, C] bf16, overwritten
  *   dW (= or +=) dlogits^T @ x_r                       [V, C] bf16; the first chunk
  *                                                      overwrites unless accumulate
@@ -26,9 +26,10 @@
 #include <float.h>
 
 #include "cuda_common.h"
+#include "llama_config.h"
+#include "profile.h"
 #include "matmul.h"
 
-#define XENT_IGNORE_INDEX (-100)
 #define XENT_BLOCK 512
 
 /* (max, sum of exp(v - max)) pairs merge exactly; -FLT_MAX (not -inf) marks "no element yet",
@@ -60,7 +61,7 @@ __global__ void __launch_bounds__(XENT_BLOCK)
     __shared__ float shared_m[WARP_SIZE], shared_s[WARP_SIZE];
     bf16 *row = logits + (int64_t)blockIdx.x * V;
     int target = targets[blockIdx.x];
-    int ignored = target == XENT_IGNORE_INDEX;
+    int ignored = target == IGNORE_INDEX;
     int head = (int)(((16 - ((uintptr_t)row & 15)) & 15) / sizeof(bf16));
     head = head < V ? head : V;
     int body_end = head + (V - head) / 8 * 8;
@@ -160,6 +161,7 @@ static inline void fused_classifier_forward_backward(float *losses, bf16 *dx, bf
                                                      int V, int chunk, float inv_count, int accumulate,
                                                      cudaStream_t stream)
 {
+    profile_push(PROF_LOSS, stream);
     for (int r = 0; r < N; r += chunk) {
         int n = N - r < chunk ? N - r : chunk;
         const bf16 *x_r = x + (int64_t)r * C;
@@ -170,24 +172,29 @@ static inline void fused_classifier_forward_backward(float *losses, bf16 *dx, bf
         matmul_backward_input(dx + (int64_t)r * C, logits_scratch, W, n, C, V, stream);
         matmul_backward_weight(dW, logits_scratch, x_r, n, C, V, accumulate || r > 0, stream);
     }
+    profile_pop(stream);
 }
 
 /* Evaluation: losses only; the scratch holds each chunk's logits. */
 static inline void fused_classifier_forward(float *losses, bf16 *logits_scratch, const bf16 *x, const bf16 *W,
                                             const int *targets, int N, int C, int V, int chunk, cudaStream_t stream)
 {
+    profile_push(PROF_LOSS, stream);
     for (int r = 0; r < N; r += chunk) {
         int n = N - r < chunk ? N - r : chunk;
         matmul_forward(logits_scratch, x + (int64_t)r * C, W, n, C, V, stream);
         cross_entropy_rows_kernel<0><<<n, XENT_BLOCK, 0, stream>>>(losses + r, logits_scratch, targets + r, V, 0.0f);
         CUDA_CHECK_LAST();
     }
+    profile_pop(stream);
 }
 
 static inline void loss_sum(float *out, const float *losses, int N, cudaStream_t stream)
 {
+    profile_push(PROF_LOSS, stream);
     loss_sum_kernel<<<1, 1024, 0, stream>>>(out, losses, N);
     CUDA_CHECK_LAST();
+    profile_pop(stream);
 }
 
 #endif /* LLMC_FUSED_CLASSIFIER_H */

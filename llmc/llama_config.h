@@ -48,7 +48,21 @@ typedef struct {
     float init_std;
 } LlamaConfig;
 
-/* Tensors of one decoder layer, in their order in the flat buffer. */
+/* Targets equal to IGNORE_INDEX (HF's -100) count for no loss: padding, masked prompts. */
+#define IGNORE_INDEX (-100)
+
+/* How many of targets[0..n) count for the loss. */
+static inline int64_t count_targets(const int *targets, int64_t n)
+{
+    int64_t count = 0;
+    for (int64_t i = 0; i < n; i++)
+        count += targets[i] != IGNORE_INDEX;
+    return count;
+}
+
+/* Tensors of one decoder layer, in their order in the flat buffer. LAYER_Q is
+ * also where the stacked [q; k; v] projection starts, LAYER_GATE where the
+ * stacked [gate; up] one does: the GPU model runs each as one GEMM. */
 enum {
     LAYER_ATTN_NORM, LAYER_Q, LAYER_K, LAYER_V, LAYER_O,
     LAYER_MLP_NORM, LAYER_GATE, LAYER_UP, LAYER_DOWN,

@@ -23,6 +23,7 @@
 #include <cublasLt.h>
 
 #include "cuda_common.h"
+#include "profile.h"
 
 static inline void cublas_check_at(cublasStatus_t status, const char *what, const char *file, int line)
 {
@@ -92,8 +93,7 @@ static inline void matmul_teardown(void)
         matmul_plan_release(&matmul_cache[i]);
     for (int kind = 0; kind < MATMUL_KINDS; kind++)
         CUBLAS_CHECK(cublasLtMatmulDescDestroy(matmul_desc[kind]));
-    CUDA_CHECK(cudaFree(matmul_workspace));
-    cuda_bytes_allocated -= MATMUL_WORKSPACE_BYTES;
+    cuda_free(matmul_workspace);
     matmul_workspace = NULL;
     CUBLAS_CHECK(cublasLtDestroy(matmul_handle));
     matmul_handle = NULL;
@@ -192,9 +192,11 @@ static inline void matmul_run(int kind, void *d, const void *a, const void *b, i
     const void *c = d; /* C is D (in place): read only when beta != 0 */
     const MatmulPlan *plan = matmul_plan(kind, N, in_dim, out_dim, a, b, c, d);
     const float alpha = 1.0f;
+    profile_push(PROF_GEMM, stream);
     CUBLAS_CHECK(cublasLtMatmul(matmul_handle, matmul_desc[kind], &alpha, a, plan->layout[0], b, plan->layout[1], &beta,
                                 c, plan->layout[2], d, plan->layout[3], &plan->algo, matmul_workspace,
                                 MATMUL_WORKSPACE_BYTES, stream));
+    profile_pop(stream);
 }
 
 /* out[N, out_dim] = inp[N, in_dim] @ weight[out_dim, in_dim]^T */

@@ -27,6 +27,7 @@
 #define LLMC_RMSNORM_H
 
 #include "cuda_common.h"
+#include "profile.h"
 
 /* Vectors of 8 bf16 per thread per row: 2 puts a 4096-wide row on 256 threads, enough
  * warps to hide memory latency. Blocks stay at most 512 threads so that backward may
@@ -232,8 +233,10 @@ static inline void rmsnorm_forward(bf16 *out, float *rstd, const bf16 *inp, cons
                                    cudaStream_t stream)
 {
     rmsnorm_check_size(N, C);
+    profile_push(PROF_NORM, stream);
     rmsnorm_forward_kernel<<<N, rmsnorm_threads(C), 0, stream>>>(NULL, out, rstd, inp, NULL, weight, C, eps);
     CUDA_CHECK_LAST();
+    profile_pop(stream);
 }
 
 static inline void fused_residual_rmsnorm_forward(bf16 *residual_out, bf16 *out, float *rstd, const bf16 *residual_in,
@@ -241,9 +244,11 @@ static inline void fused_residual_rmsnorm_forward(bf16 *residual_out, bf16 *out,
                                                   cudaStream_t stream)
 {
     rmsnorm_check_size(N, C);
+    profile_push(PROF_NORM, stream);
     rmsnorm_forward_kernel<<<N, rmsnorm_threads(C), 0, stream>>>(residual_out, out, rstd, residual_in, branch, weight,
                                                                  C, eps);
     CUDA_CHECK_LAST();
+    profile_pop(stream);
 }
 
 /* scratch: rmsnorm_backward_scratch_floats(N, C) floats, no initialisation needed.
@@ -253,6 +258,7 @@ static inline void rmsnorm_backward(bf16 *dinp, bf16 *dweight, float *scratch, c
                                     cudaStream_t stream)
 {
     rmsnorm_check_size(N, C);
+    profile_push(PROF_NORM, stream);
     int n_partials = ceil_div(N, RMSNORM_BWD_ROWS);
     rmsnorm_backward_kernel<<<n_partials, rmsnorm_threads(C), 0, stream>>>(dinp, scratch, dout, inp, weight, rstd, N,
                                                                            C);
@@ -261,6 +267,7 @@ static inline void rmsnorm_backward(bf16 *dinp, bf16 *dweight, float *scratch, c
     rmsnorm_dweight_reduce_kernel<<<ceil_div(C, WARP_SIZE), block, 0, stream>>>(dweight, scratch, n_partials, C,
                                                                                 accumulate);
     CUDA_CHECK_LAST();
+    profile_pop(stream);
 }
 
 #endif /* LLMC_RMSNORM_H */

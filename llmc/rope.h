@@ -21,6 +21,7 @@
 #include <math.h>
 
 #include "cuda_common.h"
+#include "profile.h"
 #include "llama_config.h"
 
 /* table: T_max * head_dim floats, [pos][i][cos, sin] for i < head_dim/2. */
@@ -109,6 +110,7 @@ static inline void rope_launch(bf16 *qkv, const float *freqs_cis, int B, int T, 
         FAIL("rope: B = %d, T = %d, H = %d, KV = %d, D = %d unsupported: sizes must be positive and D even "
              "(rotate-half pairs dimension i with i + D/2)", B, T, H, KV, D);
     }
+    profile_push(PROF_ROPE, stream);
     int half = D / 2;
     int W = half % 8 == 0 ? 8 : 1;
     int items = (H + KV) * (half / W);
@@ -119,6 +121,7 @@ static inline void rope_launch(bf16 *qkv, const float *freqs_cis, int B, int T, 
         rope_kernel<1><<<B * T, threads, 0, stream>>>(qkv, freqs_cis, T, H + KV, H + 2 * KV, D, sin_sign);
     }
     CUDA_CHECK_LAST();
+    profile_pop(stream);
 }
 
 /* freqs_cis must cover T positions. */

@@ -1,5 +1,10 @@
 /*
- * schedule.h: the learning rate at each optimizer step.
+ * schedule.h: the optimizer's settings, shared by both trainers: AdamW's
+ * hyper-parameters, and the learning rate at each optimizer step.
+ *
+ * AdamWConfig holds doubles, as torch's Python floats are; the GPU kernels
+ * take them as floats (the CPU reference derives its scalars in double first,
+ * as torch does).
  *
  * Linear warmup from lr/warmup to lr over the first `warmup` steps, then one of
  *   cosine:   lr_min + (lr - lr_min) * (1 + cos(pi * p)) / 2
@@ -14,6 +19,11 @@
 
 #include <math.h>
 #include <string.h>
+
+typedef struct {
+    double lr, beta1, beta2, eps, weight_decay;
+    double grad_clip; /* max global gradient L2 norm; 0: no clipping */
+} AdamWConfig;
 
 typedef enum { SCHEDULE_COSINE, SCHEDULE_LINEAR, SCHEDULE_CONSTANT, SCHEDULE_WSD } ScheduleKind;
 

@@ -21,6 +21,7 @@
 #define LLMC_SWIGLU_H
 
 #include "cuda_common.h"
+#include "profile.h"
 
 /* 16-byte vectors per thread, all loaded before any is used. One block covers a
  * whole row when F/8/SWIGLU_VPT <= 1024 (F <= 16384): 2 in flight per thread
@@ -111,16 +112,20 @@ static inline dim3 swiglu_grid(int N, int F)
 
 static inline void swiglu_forward(bf16 *out, const bf16 *gate_up, int N, int F, cudaStream_t stream)
 {
+    profile_push(PROF_SWIGLU, stream);
     swiglu_forward_kernel<<<swiglu_grid(N, F), swiglu_threads(F), 0, stream>>>(out, gate_up, F);
     CUDA_CHECK_LAST();
+    profile_pop(stream);
 }
 
 /* dgate_up may be gate_up itself. */
 static inline void swiglu_backward(bf16 *dgate_up, const bf16 *dout, const bf16 *gate_up, int N, int F,
                                    cudaStream_t stream)
 {
+    profile_push(PROF_SWIGLU, stream);
     swiglu_backward_kernel<<<swiglu_grid(N, F), swiglu_threads(F), 0, stream>>>(dgate_up, dout, gate_up, F);
     CUDA_CHECK_LAST();
+    profile_pop(stream);
 }
 
 #endif /* LLMC_SWIGLU_H */

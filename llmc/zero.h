@@ -140,6 +140,32 @@ static inline void zero_init(Zero *z, const Dist *dist, const LlamaConfig *c, co
     CUDA_CHECK(cudaEventCreateWithFlags(&z->params_changed, cudaEventDisableTiming));
 }
 
+/* Gives back what zero_init took (not z->params and z->grads, which the caller owns). */
+static inline void zero_free(Zero *z)
+{
+    if (z->stage >= 2) {
+        for (int s = 0; s < ZERO_SLOTS; s++) {
+            cuda_free(z->grad_staging[s]);
+            CUDA_CHECK(cudaEventDestroy(z->grad_written[s]));
+            CUDA_CHECK(cudaEventDestroy(z->grad_sent[s]));
+            if (z->stage >= 3) {
+                cuda_free(z->weight_staging[s]);
+                CUDA_CHECK(cudaEventDestroy(z->weight_gathered[s]));
+                CUDA_CHECK(cudaEventDestroy(z->weight_used[s]));
+            }
+        }
+        cuda_free(z->sum_scratch);
+        CUDA_CHECK(cudaEventDestroy(z->comm_done));
+        CUDA_CHECK(cudaEventDestroy(z->params_changed));
+        CUDA_CHECK(cudaStreamDestroy(z->comm));
+    }
+    free(z->update_at);
+    free(z->update_count);
+    free(z->state_at);
+    zero_plan_free(&z->plan);
+    memset(z, 0, sizeof(*z));
+}
+
 /* Sizes of the flat weight and gradient buffers the caller allocates. */
 static inline int64_t zero_params_elements(const Zero *z)
 {

@@ -1,18 +1,30 @@
 /*
- * check.h: the pass/fail bookkeeping of the C tests in tests/: check() prints
- * one "PASS ..." or "FAIL ..." line per assertion and counts it; check_summary()
- * prints "N passed, M failed" and gives the exit status. run_child() runs a
- * function in a child process and collects its stderr and exit status, for code
- * that ends the process instead of returning. Writes only stdout, its two
- * counters and the caller's message buffer.
+ * check.h: what every C and CUDA test of the project shares (tests/,
+ * test_llama_ref.c, test_llama.cu, dev/cuda/):
+ *   check()         one "PASS ..." or "FAIL ..." line per assertion, counted;
+ *   check_summary() "N passed, M failed" and the exit status;
+ *   check_rel()     a tensor against its reference: the max relative error
+ *                   max|got - ref| / max|ref| (the largest error seen relative
+ *                   to the tensor's scale; a per-element relative error means
+ *                   nothing for entries near zero) against a tolerance, with
+ *                   the normwise ||got - ref|| / ||ref|| printed beside it; a
+ *                   NaN or infinity in got fails;
+ *   bf16 on the host, as raw bits (round to nearest even), so that a reference
+ *                   reads exactly the values a kernel reads;
+ *   run_child()     a function in a child process, its stderr and exit status
+ *                   collected, for code that ends the process instead of returning.
+ * Writes only stdout, its two counters and the caller's buffers.
  */
 #ifndef TESTS_CHECK_H
 #define TESTS_CHECK_H
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -38,6 +50,64 @@ static inline int check_summary(void)
 {
     printf("%d passed, %d failed\n", check_passed, check_failed);
     return check_failed ? 1 : 0;
+}
+
+/* Max relative error of got against ref (see the top); *normwise (may be NULL)
+ * gets the normwise one. A non-finite value in got makes the error NaN. */
+static inline double max_rel_error(const float *got, const float *ref, int64_t n, double *normwise)
+{
+    double max_diff = 0.0, max_ref = 0.0, ss_diff = 0.0, ss_ref = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - ref[i]);
+        if (!isfinite(got[i]))
+            d = NAN;
+        if (!(d <= max_diff)) /* so that a NaN becomes the error */
+            max_diff = d;
+        max_ref = fmax(max_ref, fabs((double)ref[i]));
+        ss_diff += d * d;
+        ss_ref += (double)ref[i] * ref[i];
+    }
+    if (normwise)
+        *normwise = ss_ref > 0.0 ? sqrt(ss_diff / ss_ref) : sqrt(ss_diff);
+    return max_ref > 0.0 ? max_diff / max_ref : max_diff;
+}
+
+/* One check of got against ref within tol (max relative error); *worst (may be
+ * NULL) keeps the largest error seen. */
+static inline int check_rel(const char *what, const float *got, const float *ref, int64_t n, double tol, double *worst)
+{
+    double normwise, err = max_rel_error(got, ref, n, &normwise);
+    if (worst && !(err <= *worst))
+        *worst = err;
+    return check(err <= tol, "%-56s max rel %.3e (tol %.0e), normwise %.3e", what, err, tol, normwise);
+}
+
+/* ---- bf16 on the host, as raw bits ---- */
+
+static inline uint16_t bf16_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);         /* round to nearest even */
+    return (uint16_t)(u >> 16);
+}
+static inline float bf16_float(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline float bf16_round(float f)
+{
+    return bf16_float(bf16_bits(f));
+}
+static inline void bf16_to_float(float *out, const uint16_t *bits, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        out[i] = bf16_float(bits[i]);
 }
 
 /* Runs fn(arg) in a child process, its stderr into msg (NUL-terminated, cut to

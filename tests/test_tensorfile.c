@@ -9,14 +9,17 @@
  * Build: gcc -O3 -march=native -fopenmp -std=gnu11 -Wall -Wextra -I. tests/test_tensorfile.c -o tests/test_tensorfile -lm
  * Run from the repository root: ./tests/test_tensorfile
  */
-#define TESTING
-/* For config_meta_match_try (and the llmc headers); the rest of the trainer goes unused here. */
-#pragma GCC diagnostic ignored "-Wunused-function"
-#include "train_llama_ref.c"
-
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "llmc/llama_config.h"
+#include "llmc/tensorfile.h"
 #include "tests/check.h"
+#include "tests/dump_check.h"
 
 #define DUMP "testdata/tiny_gqa_tied.dump.llmt"
 #define WEIGHTS "testdata/tiny_gqa_tied.weights.llmt"

@@ -153,9 +153,9 @@ static void check_norm(int64_t n)
     check_close(what, got, &want_f, 1, 1e-5, 0.0);
     snprintf(what, sizeof(what), "global_norm_squared determinism n=%lld", (long long)n);
     check_identical(what, &got[0], &got[1], 4);
-    CUDA_CHECK(cudaFree(d_x));
-    CUDA_CHECK(cudaFree(d_out));
-    CUDA_CHECK(cudaFree(d_scratch));
+    cuda_free(d_x);
+    cuda_free(d_out);
+    cuda_free(d_scratch);
     free(x);
 }
 
@@ -180,8 +180,8 @@ static void check_clip(void)
         snprintf(what, sizeof(what), "clip_coefficient ns=%g max_norm=%g", ns, max_norm);
         check_close(what, &got, &want, 1, 1e-6, 0.0);
     }
-    CUDA_CHECK(cudaFree(d_ns));
-    CUDA_CHECK(cudaFree(d_coef));
+    cuda_free(d_ns);
+    cuda_free(d_coef);
 }
 
 /* ranges[r] = {first, n}; bench: time one update of the whole buffer (and the norm). */
@@ -317,21 +317,21 @@ static void check_adamw(const Layout *L, const int64_t (*ranges)[2], int n_range
         for (int s = 0; s < sets; s++) {
             void *bufs[5] = {b.param[s], b.lo[s], b.grad[s], b.m[s], b.v[s]};
             for (int i = 0; i < 5; i++)
-                CUDA_CHECK(cudaFree(bufs[i]));
+                cuda_free(bufs[i]);
         }
         free(b.m);
         free(b.v);
         free(b.param);
         free(b.grad);
         free(b.lo);
-        CUDA_CHECK(cudaFree(b.norm));
-        CUDA_CHECK(cudaFree(b.scratch));
+        cuda_free(b.norm);
+        cuda_free(b.scratch);
     }
 
     adamw_runs_free(&runs);
     void *dev[] = {d_hi, d_grad, d_lo, d_m, d_v, d_scale};
     for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
-        CUDA_CHECK(cudaFree(dev[i]));
+        cuda_free(dev[i]);
     void *host[] = {w0,    m0,    v0,    hi0,   grad,  lo0,       decay,   got_hi,  got_lo,   got_m,   got_v,
                     ref_w, ref_m, ref_v, got_w, delta, ref_delta, param_f, want_hi, split_hi, split_lo};
     for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++)

@@ -220,11 +220,11 @@ static void check_shape(Shape s, int reference)
     }
     attention_set_deterministic(1);
 
-    CUDA_CHECK(cudaFree(b.qkv));
-    CUDA_CHECK(cudaFree(b.dout));
-    CUDA_CHECK(cudaFree(b.out));
-    CUDA_CHECK(cudaFree(b.dqkv));
-    CUDA_CHECK(cudaFree(b.stats));
+    cuda_free(b.qkv);
+    cuda_free(b.dout);
+    cuda_free(b.out);
+    cuda_free(b.dqkv);
+    cuda_free(b.stats);
     free(qkv_b); free(dout_b); free(got_b); free(got2_b);
     free(qkv); free(dout); free(got); free(got_stats);
     free(ref_out); free(ref_lse); free(ref_dqkv);

@@ -3,8 +3,8 @@
  *
  *   - a seeded RNG: the seed comes from --seed N, else from the clock, and is
  *     printed, so inputs are fresh every run and any failure can be replayed;
- *   - host bf16 helpers (bits, round to nearest even) so that the CPU reference
- *     reads exactly the bf16 values the kernel reads;
+ *   - host bf16 helpers (tests/check.h) so that the CPU reference reads exactly
+ *     the bf16 values the kernel reads;
  *   - check_close: max relative error against a reference, with a floor under
  *     |ref| (a fraction of the reference's rms) so that results that cancel to
  *     near zero are judged against the scale of the data, not against zero;
@@ -101,28 +101,7 @@ static inline void check_init(int argc, char **argv, const char *name)
            (unsigned long long)seed);
 }
 
-/* ---- bf16 on the host, as raw bits ---- */
-
-static inline uint16_t bf16_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);         /* round to nearest even */
-    return (uint16_t)(u >> 16);
-}
-static inline float bf16_float(uint16_t b)
-{
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static inline float bf16_round(float f)
-{
-    return bf16_float(bf16_bits(f));
-}
+/* ---- bf16 on the host: tests/check.h ---- */
 
 /* One round-to-nearest to bf16 (8 significant bits) errs by at most half an ulp:
  * 2^-8 of |x| just above a power of two, 2^-9 of it just below the next one. The
@@ -143,19 +122,13 @@ static inline void fill_float(float *x, int64_t n, float scale)
     for (int64_t i = 0; i < n; i++)
         x[i] = scale * rng_normal();
 }
-static inline void bf16_to_float(float *out, const uint16_t *bits, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++)
-        out[i] = bf16_float(bits[i]);
-}
-
 /* ---- device buffers ---- */
 
 static inline void *dev_alloc(size_t bytes)
 {
     return cuda_malloc_named(bytes, "check buffer");
 }
-/* Device buffers are freed with cudaFree; the named allocator's byte count is not used here. */
+/* Device buffers are given back with cuda_free. */
 static inline void *dev_upload(const void *host, size_t bytes)
 {
     void *d = dev_alloc(bytes);
@@ -320,8 +293,8 @@ static inline void bench_copy_bandwidth(void)
     copy_gbps = 2.0 * (double)c.bytes / (ms * 1e-3) / 1e9;
     printf("BENCH %-40s %9.4f ms %8.1f GB/s (reference: bytes read + written)\n", "cudaMemcpy D2D 512 MB", ms,
            copy_gbps);
-    CUDA_CHECK(cudaFree(c.src));
-    CUDA_CHECK(cudaFree(c.dst));
+    cuda_free(c.src);
+    cuda_free(c.dst);
 }
 
 static inline void bench_report(const char *what, bench_fn fn, void *ctx, int n_sets, double bytes)

@@ -171,8 +171,8 @@ static void check_size(int N, int C, int V, int bench)
         snprintf(what, sizeof(what), "embedding_backward N=%d C=%d", N, C);
         bench_report(what, run_backward, &b, sets, NC * 2.0 + 2.0 * n_buckets * C * 2);
         for (int s = 0; s < sets; s++) {
-            CUDA_CHECK(cudaFree(b.out[s]));
-            CUDA_CHECK(cudaFree(b.dout[s]));
+            cuda_free(b.out[s]);
+            cuda_free(b.dout[s]);
         }
         free(b.out);
         free(b.dout);
@@ -180,7 +180,7 @@ static void check_size(int N, int C, int V, int bench)
 
     void *dev[] = {d_tokens, d_bucket_token, d_bucket_start, d_positions, d_wte, d_dout, d_out, d_dwte};
     for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
-        CUDA_CHECK(cudaFree(dev[i]));
+        cuda_free(dev[i]);
     void *host[] = {tokens, bucket_token, bucket_start, positions, workspace, wte_b, dout_b, out_b,
                     want_b, dwte0_b,      got_b,        got_b2,    dout,      dwte0, ref,    got};
     for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++)

@@ -46,22 +46,22 @@ static int make_targets(int *targets, int N, int V)
 {
     int kept = 0;
     for (int i = 0; i < N; i++) {
-        targets[i] = rng_int(6) == 0 ? XENT_IGNORE_INDEX : rng_int(V);
-        kept += targets[i] != XENT_IGNORE_INDEX;
+        targets[i] = rng_int(6) == 0 ? IGNORE_INDEX : rng_int(V);
+        kept += targets[i] != IGNORE_INDEX;
     }
-    targets[0] = XENT_IGNORE_INDEX; /* at least one ignored row, at a chunk start */
-    if (N > 1 && targets[N - 1] == XENT_IGNORE_INDEX)
+    targets[0] = IGNORE_INDEX; /* at least one ignored row, at a chunk start */
+    if (N > 1 && targets[N - 1] == IGNORE_INDEX)
         targets[N - 1] = V - 1; /* the last class */
     kept = 0;
     for (int i = 0; i < N; i++)
-        kept += targets[i] != XENT_IGNORE_INDEX;
+        kept += targets[i] != IGNORE_INDEX;
     return kept;
 }
 
 /* Loss and bf16-rounded dlogits of one row of logits, in double. */
 static double ref_row(float *dlogits, const float *logits, int target, int V, double inv_count)
 {
-    if (target == XENT_IGNORE_INDEX) {
+    if (target == IGNORE_INDEX) {
         if (dlogits)
             for (int v = 0; v < V; v++)
                 dlogits[v] = 0.0f;
@@ -84,7 +84,7 @@ static double ref_row(float *dlogits, const float *logits, int target, int V, do
 /* The bound on |loss from bf16 logits - loss from the exact logits z| (see the top). */
 static float loss_bound(const float *z, int target, int V, double loss)
 {
-    if (target == XENT_IGNORE_INDEX)
+    if (target == IGNORE_INDEX)
         return 1e-30f; /* loss exactly 0 */
     double mx = 0.0;
     for (int v = 0; v < V; v++)
@@ -210,7 +210,7 @@ static void check_small(int N, int C, int V, int chunk)
 
     int ignored_ok = 1;
     for (int n = 0; n < N; n++) {
-        if (targets[n] == XENT_IGNORE_INDEX && got_loss[n] != 0.0f)
+        if (targets[n] == IGNORE_INDEX && got_loss[n] != 0.0f)
             ignored_ok = 0;
     }
     snprintf(what, sizeof(what), "ignored rows have loss 0 %s", tag);
@@ -243,15 +243,15 @@ static void check_small(int N, int C, int V, int chunk)
     snprintf(what, sizeof(what), "loss_sum rerun %s", tag);
     check_identical(what, &got_sum, &got_sum2, 4);
 
-    CUDA_CHECK(cudaFree(d_x));
-    CUDA_CHECK(cudaFree(d_w));
-    CUDA_CHECK(cudaFree(d_targets));
-    CUDA_CHECK(cudaFree(d_logits));
-    CUDA_CHECK(cudaFree(d_scratch));
-    CUDA_CHECK(cudaFree(d_dx));
-    CUDA_CHECK(cudaFree(d_dw));
-    CUDA_CHECK(cudaFree(d_loss));
-    CUDA_CHECK(cudaFree(d_sum));
+    cuda_free(d_x);
+    cuda_free(d_w);
+    cuda_free(d_targets);
+    cuda_free(d_logits);
+    cuda_free(d_scratch);
+    cuda_free(d_dx);
+    cuda_free(d_dw);
+    cuda_free(d_loss);
+    cuda_free(d_sum);
     free(x_b);
     free(w_b);
     free(logits_b);
@@ -381,13 +381,13 @@ static void check_large(int N, int C, int V)
            flops / 3.0 / (ms * 1e-3) / 1e12);
     bench_report("cross_entropy_rows_kernel, one chunk", run_rows_kernel, &b, 1, 3.0 * b.chunk * (double)V * 2);
 
-    CUDA_CHECK(cudaFree(b.x));
-    CUDA_CHECK(cudaFree(b.w));
-    CUDA_CHECK(cudaFree(b.targets));
-    CUDA_CHECK(cudaFree(b.dx));
-    CUDA_CHECK(cudaFree(b.scratch));
-    CUDA_CHECK(cudaFree(b.dw));
-    CUDA_CHECK(cudaFree(b.loss));
+    cuda_free(b.x);
+    cuda_free(b.w);
+    cuda_free(b.targets);
+    cuda_free(b.dx);
+    cuda_free(b.scratch);
+    cuda_free(b.dw);
+    cuda_free(b.loss);
     free(x_b);
     free(w_b);
     free(x);

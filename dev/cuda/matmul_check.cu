@@ -191,12 +191,12 @@ static void check_shape(Shape s, int full, double ref_tflops)
         }
     }
 
-    CUDA_CHECK(cudaFree(d_inp));
-    CUDA_CHECK(cudaFree(d_w));
-    CUDA_CHECK(cudaFree(d_dout));
-    CUDA_CHECK(cudaFree(d_out));
-    CUDA_CHECK(cudaFree(d_dinp));
-    CUDA_CHECK(cudaFree(d_dw));
+    cuda_free(d_inp);
+    cuda_free(d_w);
+    cuda_free(d_dout);
+    cuda_free(d_out);
+    cuda_free(d_dinp);
+    cuda_free(d_dw);
     free(inp_b);
     free(w_b);
     free(dout_b);
@@ -243,9 +243,9 @@ static double bench_cublas_square(int n)
     float ms = bench_median_ms(run_cublas, &c, 1);
     double tflops = 2.0 * (double)n * n * n / (ms * 1e-3) / 1e12;
     printf("BENCH %-40s %9.4f ms %7.1f TFLOP/s (reference)\n", "cublasGemmEx bf16 8192^3", ms, tflops);
-    CUDA_CHECK(cudaFree(c.a));
-    CUDA_CHECK(cudaFree(c.b));
-    CUDA_CHECK(cudaFree(c.c));
+    cuda_free(c.a);
+    cuda_free(c.b);
+    cuda_free(c.c);
     CUBLAS_CHECK(cublasDestroy(c.handle));
     return tflops;
 }

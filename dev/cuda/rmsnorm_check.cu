@@ -244,8 +244,8 @@ static void check_size(int N, int C, int bench)
         for (int s = 0; s < sets; s++) {
             bf16 *bufs[6] = {b.inp[s], b.branch[s], b.dout[s], b.dinp[s], b.residual[s], b.out[s]};
             for (int l = 0; l < 6; l++)
-                CUDA_CHECK(cudaFree(bufs[l]));
-            CUDA_CHECK(cudaFree(b.rstd[s]));
+                cuda_free(bufs[l]);
+            cuda_free(b.rstd[s]);
         }
         for (int l = 0; l < 6; l++)
             free(*lists[l]);
@@ -254,7 +254,7 @@ static void check_size(int N, int C, int bench)
 
     void *dev[] = {d_inp, d_branch, d_w, d_dout, d_out, d_res, d_dinp, d_rstd, d_dw, d_scratch};
     for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
-        CUDA_CHECK(cudaFree(dev[i]));
+        cuda_free(dev[i]);
     void *host[] = {inp_b, branch_b, w_b,      dout_b,    dinp_b,   got_b,  got_b2,   inp,      branch,
                     w,     dout,     ref_out,  ref_res,   ref_rstd, got,    got_rstd, ref_dinp, dw_sum,
                     dw0_b, junk_b,   got_dw_b, got_dw_b2, dw0,      ref_dw, got_dw};

@@ -115,12 +115,12 @@ static void check_size(int B, int T, int H, int KV, int D, int bench)
         bench_report(what, run_forward, &b, sets, bytes);
         snprintf(what, sizeof(what), "rope_backward B=%d T=%d H=%d KV=%d D=%d", B, T, H, KV, D);
         bench_report(what, run_backward, &b, sets, bytes);
-        for (int s = 0; s < sets; s++) CUDA_CHECK(cudaFree(b.qkv[s]));
+        for (int s = 0; s < sets; s++) cuda_free(b.qkv[s]);
         free(b.qkv);
     }
 
-    CUDA_CHECK(cudaFree(d_qkv));
-    CUDA_CHECK(cudaFree(d_table));
+    cuda_free(d_qkv);
+    cuda_free(d_table);
     free(table);
     free(in_b);
     free(got_b);

@@ -99,7 +99,7 @@ static void check_size(int N, int F, int bench)
         bench_report(what, run_backward, &b, sets, 5.0 * nf * 2);
         for (int s = 0; s < sets; s++) {
             for (int l = 0; l < 4; l++)
-                CUDA_CHECK(cudaFree((*lists[l])[s]));
+                cuda_free((*lists[l])[s]);
         }
         for (int l = 0; l < 4; l++)
             free(*lists[l]);
@@ -107,7 +107,7 @@ static void check_size(int N, int F, int bench)
 
     void *dev[] = {d_gu, d_dout, d_out, d_dgu};
     for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
-        CUDA_CHECK(cudaFree(dev[i]));
+        cuda_free(dev[i]);
     void *host[] = {gu_b, dout_b, got_b, got2_b, gu, dout, ref_out, ref_dgu, got};
     for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++)
         free(host[i]);

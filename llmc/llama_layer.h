@@ -1,0 +1,125 @@
+/*
+ * llama_layer.h: one decoder layer of the GPU model, forward and backward,
+ * in the kernels of llmc/ (each of which marks itself for the profiler).
+ *
+ * Forward of layer l, its weights w, its activations a (llama_acts.h):
+ *   res_in   = res_mid(l - 1) + branch          the previous layer's MLP residual
+ *   ln_attn  = rmsnorm(res_in) * w.attn_norm    add, fused with this norm (layer 0:
+ *                                               res_in is the embedding, norm alone)
+ *   qkv      = ln_attn @ w.qkv^T, then RoPE on q and k in place
+ *   att_out  = causal grouped-query attention(q, k, v)
+ *   branch   = att_out @ w.o^T
+ *   res_mid  = res_in + branch, ln_mlp = rmsnorm(res_mid) * w.mlp_norm   (one kernel)
+ *   gate_up  = ln_mlp @ w.gate_up^T, swiglu_out = silu(gate) * up
+ *   branch   = swiglu_out @ w.down^T            added by the next layer or the final norm
+ * Ending a layer at its last GEMM keeps each layer's kernels on its own weights,
+ * so the ZeRO hooks (llama_model.h) sit between layers.
+ *
+ * Backward takes d_res, the gradient of the layer's output (which is also the
+ * gradient of its down_proj output), to the gradient of its input, and writes
+ * (or, with accumulate, adds) the weight gradients g. It recomputes what the
+ * recompute level did not keep: level 1 the norms' outputs and SwiGLU, level 2
+ * also the gate/up GEMM. Scratch: d_ln, d_att_out, d_qkv, d_swiglu and the
+ * norms' partials; gate_up is overwritten by its own gradient.
+ */
+#ifndef LLMC_LLAMA_LAYER_H
+#define LLMC_LLAMA_LAYER_H
+
+#include "attention.h"
+#include "cuda_common.h"
+#include "llama_acts.h"
+#include "llama_params.h"
+#include "matmul.h"
+#include "rmsnorm.h"
+#include "rope.h"
+#include "swiglu.h"
+
+/* What every layer's kernels need besides its tensors. */
+typedef struct {
+    int B, T, N; /* N = B * T tokens */
+    int C, H, KV, D, F;
+    float eps;
+    int recompute;          /* 0, 1 or 2 */
+    const float *freqs_cis; /* RoPE table [T, D / 2, 2] */
+} LayerSpec;
+
+static inline LayerSpec layer_spec(const LlamaConfig *c, int B, int T, int recompute, const float *freqs_cis)
+{
+    LayerSpec sp = {B,         T,          B * T,      c->d_model, c->n_head, c->n_kv_head, c->head_dim,
+                    c->ffn_dim, c->norm_eps, recompute, freqs_cis};
+    return sp;
+}
+
+static inline int layer_qkv_dim(const LayerSpec *sp)
+{
+    return (sp->H + 2 * sp->KV) * sp->D;
+}
+
+static inline void layer_forward(const LayerSpec *sp, const LayerTensors *w, Activations *acts, int l, cudaStream_t s)
+{
+    LayerActs *a = &acts->layers[l];
+    int N = sp->N, C = sp->C, HD = sp->H * sp->D;
+    if (l == 0)
+        rmsnorm_forward(a->ln_attn, a->rstd_attn, a->res_in, w->attn_norm, N, C, sp->eps, s);
+    else
+        fused_residual_rmsnorm_forward(a->res_in, a->ln_attn, a->rstd_attn, acts->layers[l - 1].res_mid, acts->branch,
+                                       w->attn_norm, N, C, sp->eps, s);
+    matmul_forward(a->qkv, a->ln_attn, w->qkv, N, C, layer_qkv_dim(sp), s);
+    rope_forward(a->qkv, sp->freqs_cis, sp->B, sp->T, sp->H, sp->KV, sp->D, s);
+    attention_forward(a->att_out, a->att_stats, a->qkv, sp->B, sp->T, sp->H, sp->KV, sp->D, s);
+    matmul_forward(acts->branch, a->att_out, w->o, N, HD, C, s);
+    fused_residual_rmsnorm_forward(a->res_mid, a->ln_mlp, a->rstd_mlp, a->res_in, acts->branch, w->mlp_norm, N, C,
+                                   sp->eps, s);
+    matmul_forward(a->gate_up, a->ln_mlp, w->gate_up, N, C, 2 * sp->F, s);
+    swiglu_forward(a->swiglu_out, a->gate_up, N, sp->F, s);
+    matmul_forward(acts->branch, a->swiglu_out, w->down, N, sp->F, C, s);
+}
+
+/* From the gradient of the layer's output to that of res_mid, in d_res. */
+static inline void layer_mlp_backward(const LayerSpec *sp, const LayerTensors *w, const LayerTensors *g,
+                                      Activations *acts, int l, int accumulate, cudaStream_t s)
+{
+    LayerActs *a = &acts->layers[l];
+    int N = sp->N, C = sp->C, F = sp->F;
+    if (sp->recompute >= 1)
+        rmsnorm_forward(a->ln_mlp, a->rstd_mlp, a->res_mid, w->mlp_norm, N, C, sp->eps, s);
+    if (sp->recompute >= 2)
+        matmul_forward(a->gate_up, a->ln_mlp, w->gate_up, N, C, 2 * F, s);
+    if (sp->recompute >= 1)
+        swiglu_forward(a->swiglu_out, a->gate_up, N, F, s);
+    matmul_backward_weight(g->down, acts->d_res, a->swiglu_out, N, F, C, accumulate, s);
+    matmul_backward_input(acts->d_swiglu, acts->d_res, w->down, N, F, C, s);
+    swiglu_backward(a->gate_up, acts->d_swiglu, a->gate_up, N, F, s); /* in place: now d gate_up */
+    matmul_backward_weight(g->gate_up, a->gate_up, a->ln_mlp, N, C, 2 * F, accumulate, s);
+    matmul_backward_input(acts->d_ln, a->gate_up, w->gate_up, N, C, 2 * F, s);
+    rmsnorm_backward(acts->d_res, g->mlp_norm, acts->norm_scratch, acts->d_ln, a->res_mid, w->mlp_norm, a->rstd_mlp, N,
+                     C, accumulate, s);
+}
+
+/* From the gradient of res_mid to that of res_in, in d_res. */
+static inline void layer_attention_backward(const LayerSpec *sp, const LayerTensors *w, const LayerTensors *g,
+                                            Activations *acts, int l, int accumulate, cudaStream_t s)
+{
+    LayerActs *a = &acts->layers[l];
+    int N = sp->N, C = sp->C, HD = sp->H * sp->D, QKV = layer_qkv_dim(sp);
+    matmul_backward_weight(g->o, acts->d_res, a->att_out, N, HD, C, accumulate, s);
+    matmul_backward_input(acts->d_att_out, acts->d_res, w->o, N, HD, C, s);
+    attention_backward(acts->d_qkv, acts->d_att_out, a->qkv, a->att_out, a->att_stats, sp->B, sp->T, sp->H, sp->KV,
+                       sp->D, s);
+    rope_backward(acts->d_qkv, sp->freqs_cis, sp->B, sp->T, sp->H, sp->KV, sp->D, s);
+    if (sp->recompute >= 1)
+        rmsnorm_forward(a->ln_attn, a->rstd_attn, a->res_in, w->attn_norm, N, C, sp->eps, s);
+    matmul_backward_weight(g->qkv, acts->d_qkv, a->ln_attn, N, C, QKV, accumulate, s);
+    matmul_backward_input(acts->d_ln, acts->d_qkv, w->qkv, N, C, QKV, s);
+    rmsnorm_backward(acts->d_res, g->attn_norm, acts->norm_scratch, acts->d_ln, a->res_in, w->attn_norm, a->rstd_attn,
+                     N, C, accumulate, s);
+}
+
+static inline void layer_backward(const LayerSpec *sp, const LayerTensors *w, const LayerTensors *g, Activations *acts,
+                                  int l, int accumulate, cudaStream_t s)
+{
+    layer_mlp_backward(sp, w, g, acts, l, accumulate, s);
+    layer_attention_backward(sp, w, g, acts, l, accumulate, s);
+}
+
+#endif /* LLMC_LLAMA_LAYER_H */

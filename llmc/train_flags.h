@@ -1,0 +1,289 @@
+/*
+ * train_flags.h: the flags both trainers take, in the sections of their
+ * --help (data, model, batch, optimizer, run, checkpoints), each section a
+ * struct that goes to the part of the program that uses it; their defaults,
+ * their checks, and what is derived from them: the model config, the
+ * micro-steps per optimizer step, the learning-rate schedule.
+ *
+ * A trainer's flag table starts with TRAIN_FLAGS(Options, field), the shared
+ * sections of a TrainFlags member named field, and adds its own. Every check
+ * runs before any work, and an error names the flag, the value and what is
+ * allowed. Reads argv through flags.h; plain C, compiles as C++ too.
+ */
+#ifndef LLMC_TRAIN_FLAGS_H
+#define LLMC_TRAIN_FLAGS_H
+
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "flags.h"
+#include "llama_config.h"
+#include "schedule.h"
+#include "tensorfile.h"
+#include "utils.h"
+
+/* A shape flag that was not given: the preset's value stands. */
+#define SHAPE_UNSET FLAG_INT_UNSET
+
+#define DEFAULT_TRAIN_SHARDS "data/shards/corpus_train_*.bin"
+#define DEFAULT_VAL_SHARDS "data/shards/corpus_val_*.bin"
+
+typedef struct {
+    const char *train, *val; /* globs of token shards; val NULL: see train_val_shards */
+    int random;              /* random tokens instead of shards (benchmarks) */
+} DataFlags;
+
+typedef struct {
+    const char *preset, *init_from;
+    int vocab_size, d_model, n_layer, n_head, n_kv_head, head_dim, ffn_dim; /* SHAPE_UNSET: the preset's */
+    int untied;
+} ModelFlags;
+
+typedef struct {
+    int B, T;        /* a micro-batch: B sequences of T tokens per process */
+    int total_batch; /* tokens per optimizer step over all processes; 0: B*T*processes */
+} BatchFlags;
+
+typedef struct {
+    AdamWConfig adamw;
+    const char *schedule;
+    int warmup;
+    double min_lr_frac, decay_frac;
+} OptimFlags;
+
+typedef struct {
+    int steps, eval_every, eval_batches, seed;
+    const char *log; /* JSON lines; '' = none */
+} RunFlags;
+
+typedef struct {
+    const char *dir;
+    int save_every, keep, resume;
+} CheckpointFlags;
+
+typedef struct {
+    DataFlags data;
+    ModelFlags model;
+    BatchFlags batch;
+    OptimFlags optim;
+    RunFlags run;
+    CheckpointFlags ckpt;
+} TrainFlags;
+
+/* The shared sections of the flag table of an options struct O whose TrainFlags member is m. */
+#define TRAIN_FLAGS(O, m)                                                                                              \
+    FLAG_SECTION("data"), FLAG("--train", FLAG_STRING, O, m.data.train, "train shards, a glob"),                       \
+        FLAG("--val", FLAG_STRING, O, m.data.val,                                                                      \
+             "val shards, a glob ('' = none; default: the default corpus's, with the default --train)"),               \
+        FLAG("--random-data", FLAG_SWITCH, O, m.data.random, "random tokens instead of shards (benchmarks)"),          \
+        FLAG_SECTION("model"),                                                                                         \
+        FLAG("--preset", FLAG_STRING, O, m.model.preset, "the model's shape: a preset listed below (default tiny)"),   \
+        FLAG("--init-from", FLAG_STRING, O, m.model.init_from,                                                         \
+             "start from a .llmt weights file (its shape, no preset needed)"),                                         \
+        FLAG("--vocab", FLAG_INT, O, m.model.vocab_size, "vocabulary size (overrides the preset)"),                    \
+        FLAG("--d-model", FLAG_INT, O, m.model.d_model, "hidden size (overrides the preset)"),                         \
+        FLAG("--n-layer", FLAG_INT, O, m.model.n_layer, "decoder layers (overrides the preset)"),                      \
+        FLAG("--n-head", FLAG_INT, O, m.model.n_head, "query heads (overrides the preset)"),                           \
+        FLAG("--n-kv-head", FLAG_INT, O, m.model.n_kv_head, "key/value heads, dividing n_head (overrides the preset)"), \
+        FLAG("--head-dim", FLAG_INT, O, m.model.head_dim, "head size (default d_model / n_head)"),                     \
+        FLAG("--ffn-dim", FLAG_INT, O, m.model.ffn_dim, "SwiGLU hidden size (overrides the preset)"),                  \
+        FLAG("--untied", FLAG_SWITCH, O, m.model.untied, "untie lm_head from the embedding"), FLAG_SECTION("batch"),   \
+        FLAG("-B", FLAG_INT, O, m.batch.B, "sequences per micro-batch (and GPU)"),                                     \
+        FLAG("-T", FLAG_INT, O, m.batch.T, "sequence length, at most the model's max_seq_len"),                        \
+        FLAG("--total-batch", FLAG_INT, O, m.batch.total_batch,                                                        \
+             "tokens per optimizer step over all GPUs, a multiple of B*T*GPUs (default B*T*GPUs; more: gradient "      \
+             "accumulation)"),                                                                                         \
+        FLAG_SECTION("optimizer"), FLAG("--lr", FLAG_DOUBLE, O, m.optim.adamw.lr, "peak learning rate"),               \
+        FLAG("--schedule", FLAG_STRING, O, m.optim.schedule,                                                           \
+             "after warmup: cosine or linear to --min-lr-frac, constant, or wsd (llmc/schedule.h)"),                   \
+        FLAG("--warmup", FLAG_INT, O, m.optim.warmup, "linear warmup steps"),                                          \
+        FLAG("--min-lr-frac", FLAG_DOUBLE, O, m.optim.min_lr_frac, "final lr as a fraction of --lr"),                  \
+        FLAG("--decay-frac", FLAG_DOUBLE, O, m.optim.decay_frac, "wsd: fraction of the steps spent decaying"),         \
+        FLAG("--weight-decay", FLAG_DOUBLE, O, m.optim.adamw.weight_decay, "AdamW weight decay, on matrices only"),    \
+        FLAG("--beta1", FLAG_DOUBLE, O, m.optim.adamw.beta1, "AdamW beta1"),                                           \
+        FLAG("--beta2", FLAG_DOUBLE, O, m.optim.adamw.beta2, "AdamW beta2"),                                           \
+        FLAG("--eps", FLAG_DOUBLE, O, m.optim.adamw.eps, "AdamW epsilon"),                                             \
+        FLAG("--grad-clip", FLAG_DOUBLE, O, m.optim.adamw.grad_clip, "max global gradient norm, 0 = off"),             \
+        FLAG_SECTION("run"), FLAG("--steps", FLAG_INT, O, m.run.steps, "optimizer steps"),                             \
+        FLAG("--eval-every", FLAG_INT, O, m.run.eval_every,                                                            \
+             "evaluate on the val shards every N steps and at the end, 0 = never"),                                    \
+        FLAG("--eval-batches", FLAG_INT, O, m.run.eval_batches, "val batches per evaluation"),                         \
+        FLAG("--seed", FLAG_INT, O, m.run.seed, "init and data-order seed"),                                           \
+        FLAG("--log", FLAG_STRING, O, m.run.log,                                                                       \
+             "JSON lines log: the run's settings, then every step ('' = none; --resume appends)"),                     \
+        FLAG_SECTION("checkpoints"),                                                                                   \
+        FLAG("--checkpoint-dir", FLAG_STRING, O, m.ckpt.dir,                                                           \
+             "save DIR/step_<08d>/: model.safetensors (fp32, HF names), config.json, optimizer state; at the end "     \
+             "and"),                                                                                                   \
+        FLAG("--save-every", FLAG_INT, O, m.ckpt.save_every, "every N steps (0 = only at the end)"),                   \
+        FLAG("--keep", FLAG_INT, O, m.ckpt.keep, "keep the newest K complete checkpoints (0 = all)"),                  \
+        FLAG("--resume", FLAG_SWITCH, O, m.ckpt.resume, "continue from the newest complete checkpoint in --checkpoint-dir")
+
+static inline TrainFlags train_flags_defaults(void)
+{
+    TrainFlags f;
+    memset(&f, 0, sizeof(f));
+    f.data.train = DEFAULT_TRAIN_SHARDS;
+    f.model.vocab_size = f.model.d_model = f.model.n_layer = f.model.n_head = SHAPE_UNSET;
+    f.model.n_kv_head = f.model.head_dim = f.model.ffn_dim = SHAPE_UNSET;
+    f.batch.B = 4;
+    f.batch.T = 256;
+    f.optim.adamw.lr = 3e-4;
+    f.optim.adamw.beta1 = 0.9;
+    f.optim.adamw.beta2 = 0.95;
+    f.optim.adamw.eps = 1e-8;
+    f.optim.adamw.weight_decay = 0.1;
+    f.optim.adamw.grad_clip = 1.0;
+    f.optim.schedule = "cosine";
+    f.optim.warmup = 10;
+    f.optim.min_lr_frac = 0.1;
+    f.optim.decay_frac = 0.2;
+    f.run.steps = 50;
+    f.run.eval_every = 25;
+    f.run.eval_batches = 8;
+    f.run.seed = 1337;
+    f.run.log = "log/train.jsonl";
+    f.ckpt.keep = 3;
+    return f;
+}
+
+static inline int model_flags_shape_given(const ModelFlags *m)
+{
+    const int v[] = {m->vocab_size, m->d_model, m->n_layer, m->n_head, m->n_kv_head, m->head_dim, m->ffn_dim};
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+        if (v[i] != SHAPE_UNSET)
+            return 1;
+    }
+    return m->untied;
+}
+
+/* Every check that needs neither the model nor the GPUs; exits naming the flag. */
+static inline void train_flags_check(const TrainFlags *f)
+{
+    const ModelFlags *m = &f->model;
+    const AdamWConfig *a = &f->optim.adamw;
+    const char *shape_names[] = {"--vocab", "--d-model", "--n-layer", "--n-head", "--n-kv-head", "--head-dim",
+                                 "--ffn-dim"};
+    const int shape[] = {m->vocab_size, m->d_model, m->n_layer, m->n_head, m->n_kv_head, m->head_dim, m->ffn_dim};
+    for (int i = 0; i < 7; i++) {
+        if (shape[i] != SHAPE_UNSET && shape[i] <= 0)
+            FAIL("%s must be positive (got %d)", shape_names[i], shape[i]);
+    }
+    if (m->init_from && (m->preset || model_flags_shape_given(m)))
+        FAIL("--init-from takes the model shape from '%s'; drop --preset and the shape flags", m->init_from);
+    if (f->batch.B <= 0 || f->batch.T <= 0)
+        FAIL("-B and -T must be positive (got %d, %d)", f->batch.B, f->batch.T);
+    if (f->batch.total_batch < 0)
+        FAIL("--total-batch must be positive, or 0 for B*T*GPUs (got %d)", f->batch.total_batch);
+    if (f->run.steps <= 0)
+        FAIL("--steps must be positive (got %d)", f->run.steps);
+    if (f->optim.warmup < 0 || f->run.eval_every < 0 || f->run.eval_batches <= 0)
+        FAIL("--warmup and --eval-every must be >= 0 and --eval-batches > 0 (got %d, %d, %d)", f->optim.warmup,
+             f->run.eval_every, f->run.eval_batches);
+    if (!(a->lr > 0) || !(f->optim.min_lr_frac >= 0 && f->optim.min_lr_frac <= 1) || !(a->weight_decay >= 0))
+        FAIL("need --lr > 0 (got %g), 0 <= --min-lr-frac <= 1 (got %g), --weight-decay >= 0 (got %g)", a->lr,
+             f->optim.min_lr_frac, a->weight_decay);
+    if (!(f->optim.decay_frac > 0 && f->optim.decay_frac <= 1))
+        FAIL("--decay-frac must be in (0, 1] (got %g)", f->optim.decay_frac);
+    if (!(a->beta1 >= 0 && a->beta1 < 1 && a->beta2 >= 0 && a->beta2 < 1 && a->eps > 0 && a->grad_clip >= 0))
+        FAIL("need 0 <= --beta1, --beta2 < 1 (got %g, %g), --eps > 0 (got %g), --grad-clip >= 0 (got %g)", a->beta1,
+             a->beta2, a->eps, a->grad_clip);
+    ScheduleKind kind;
+    if (schedule_kind_from_name(f->optim.schedule, &kind) != 0)
+        FAIL("unknown --schedule '%s'; use cosine, linear, constant or wsd", f->optim.schedule);
+    if (f->ckpt.save_every < 0 || f->ckpt.keep < 0)
+        FAIL("--save-every and --keep must be >= 0 (got %d, %d)", f->ckpt.save_every, f->ckpt.keep);
+    if ((f->ckpt.resume || f->ckpt.save_every > 0) && !f->ckpt.dir)
+        FAIL("--resume and --save-every need --checkpoint-dir DIR");
+}
+
+static inline void train_print_presets(FILE *out)
+{
+    fprintf(out, "presets:\n");
+    for (int i = 0; i < LLAMA_N_PRESETS; i++) {
+        const LlamaConfig *c = &LLAMA_PRESETS[i].config;
+        fprintf(out, "  %-15s d_model %d, %d layers, %d heads (%d kv), ffn %d, vocab %d, max_seq_len %d\n",
+                LLAMA_PRESETS[i].name, c->d_model, c->n_layer, c->n_head, c->n_kv_head, c->ffn_dim, c->vocab_size,
+                c->max_seq_len);
+    }
+}
+
+/* The model: the --init-from file's, or the preset (default tiny) with the shape flags over it. */
+static inline LlamaConfig train_model_config(const ModelFlags *m)
+{
+    LlamaConfig c;
+    if (m->init_from) {
+        TensorFile tf;
+        tensorfile_open(&tf, m->init_from);
+        c = llama_config_from_tensorfile(&tf);
+        tensorfile_close(&tf);
+        return c;
+    }
+    const char *preset = m->preset ? m->preset : "tiny";
+    if (llama_preset(preset, &c) != 0) {
+        fprintf(stderr, "error: unknown --preset '%s'\n", preset);
+        train_print_presets(stderr);
+        exit(1);
+    }
+    if (m->vocab_size != SHAPE_UNSET)
+        c.vocab_size = m->vocab_size;
+    if (m->d_model != SHAPE_UNSET)
+        c.d_model = m->d_model;
+    if (m->n_layer != SHAPE_UNSET)
+        c.n_layer = m->n_layer;
+    if (m->n_head != SHAPE_UNSET)
+        c.n_head = m->n_head;
+    if (m->n_kv_head != SHAPE_UNSET)
+        c.n_kv_head = m->n_kv_head;
+    if (m->ffn_dim != SHAPE_UNSET)
+        c.ffn_dim = m->ffn_dim;
+    if (m->head_dim != SHAPE_UNSET) {
+        c.head_dim = m->head_dim;
+    } else if (m->d_model != SHAPE_UNSET || m->n_head != SHAPE_UNSET) {
+        if (c.d_model % c.n_head != 0)
+            FAIL("d_model %d is not a multiple of n_head %d\n  hint: change --d-model or --n-head, or give --head-dim",
+                 c.d_model, c.n_head);
+        c.head_dim = c.d_model / c.n_head;
+    }
+    if (m->untied)
+        c.tie_embeddings = 0;
+    char err[512];
+    if (llama_config_check(&c, err, sizeof(err)) != 0)
+        FAIL("bad model shape: %s\n  hint: adjust --d-model --n-layer --n-head --n-kv-head --head-dim --ffn-dim --vocab",
+             err);
+    return c;
+}
+
+/* The val shards' glob, or NULL for no evaluation: --val, else the default
+ * corpus's val shards when training on the default corpus. */
+static inline const char *train_val_shards(const TrainFlags *f)
+{
+    const char *val = f->data.val ? f->data.val : strcmp(f->data.train, DEFAULT_TRAIN_SHARDS) == 0 ? DEFAULT_VAL_SHARDS : "";
+    return f->data.random || !val[0] || f->run.eval_every == 0 ? NULL : val;
+}
+
+/* Micro-steps per optimizer step for `processes` processes of B*T tokens each. */
+static inline int train_micro_steps(const BatchFlags *b, int processes)
+{
+    int64_t per_step = (int64_t)b->B * b->T * processes;
+    if (per_step > INT_MAX)
+        FAIL("-B %d x -T %d x %d GPUs = %lld tokens per micro-step is too many (at most %d)", b->B, b->T, processes,
+             (long long)per_step, INT_MAX);
+    int64_t total = b->total_batch ? b->total_batch : per_step;
+    if (total % per_step != 0)
+        FAIL("--total-batch %lld is not a multiple of B*T*GPUs = %lld\n  hint: pick a multiple, e.g. %lld",
+             (long long)total, (long long)per_step, (long long)(per_step * ((total + per_step - 1) / per_step)));
+    return (int)(total / per_step);
+}
+
+static inline LrSchedule train_schedule(const OptimFlags *o, int steps)
+{
+    ScheduleKind kind = SCHEDULE_COSINE; /* train_flags_check refused unknown names */
+    schedule_kind_from_name(o->schedule, &kind);
+    LrSchedule s = {kind, (float)o->adamw.lr, (float)o->min_lr_frac, o->warmup, steps, (float)o->decay_frac};
+    return s;
+}
+
+#endif /* LLMC_TRAIN_FLAGS_H */

@@ -164,11 +164,11 @@ static void test_zero_stages(const LlamaConfig *c, const char *weights_path, con
         for (int stage = 0; stage <= 3; stage++) {
             if (stage == 1)
                 continue;
-            float *losses = zero_stage_run(c, weights_path, tokens, targets, B, T, micro_steps, stage, n, opt,
-                                           &masters[stage], s);
+            float *losses =
+                zero_stage_run(c, weights_path, tokens, targets, B, T, micro_steps, stage, n, opt, &masters[stage], s);
             ref_losses[stage] = losses;
-            int same = memcmp(losses, ref_losses[1], sizeof(float) * n) == 0 &&
-                       memcmp(masters[stage], ref_master, bytes) == 0;
+            int same =
+                memcmp(losses, ref_losses[1], sizeof(float) * n) == 0 && memcmp(masters[stage], ref_master, bytes) == 0;
             if (micro_steps == 1 || stage == 0) {
                 check(same, "ZeRO %d, %d micro-step(s): losses and master weights bit-identical to ZeRO 1", stage,
                       micro_steps);
@@ -178,7 +178,8 @@ static void test_zero_stages(const LlamaConfig *c, const char *weights_path, con
                 check_rel(what, losses, ref_losses[1], n, TOL_STEPS, NULL);
             }
         }
-        check(memcmp(ref_losses[3], ref_losses[2], sizeof(float) * n) == 0 && memcmp(masters[3], masters[2], bytes) == 0,
+        check(memcmp(ref_losses[3], ref_losses[2], sizeof(float) * n) == 0 &&
+                  memcmp(masters[3], masters[2], bytes) == 0,
               "ZeRO 3, %d micro-step(s): losses and master weights bit-identical to ZeRO 2", micro_steps);
         for (int stage = 0; stage <= 3; stage++) {
             free(ref_losses[stage]);
@@ -233,8 +234,8 @@ static void test_accumulation(const LlamaConfig *c, const char *weights_path, co
     float acc_loss = step_loss(&acc, B, count);
     check_rel("grad accumulation: loss of B micro-steps vs one batch", &acc_loss, &loss, 1, 1e-5, NULL);
     float *g = download_grads(&acc);
-    check_rel("grad accumulation: gradients of B micro-steps vs one batch", g, grads, acc.layout.total,
-              4.0 * B / 512.0, NULL);
+    check_rel("grad accumulation: gradients of B micro-steps vs one batch", g, grads, acc.layout.total, 4.0 * B / 512.0,
+              NULL);
     free(g);
     llama_free(&acc);
 }
@@ -302,9 +303,10 @@ static void test_dump(const char *dump_path)
     free(grads);
 
     /* N AdamW steps on the same batch, as the reference did */
-    AdamWConfig opt = {(float)dump_meta_double(&dump, "optim.lr"),           (float)dump_meta_double(&dump, "optim.beta1"),
-                       (float)dump_meta_double(&dump, "optim.beta2"),        (float)dump_meta_double(&dump, "optim.eps"),
-                       (float)dump_meta_double(&dump, "optim.weight_decay"), (float)dump_meta_double(&dump, "optim.grad_clip")};
+    AdamWConfig opt = {
+        (float)dump_meta_double(&dump, "optim.lr"),           (float)dump_meta_double(&dump, "optim.beta1"),
+        (float)dump_meta_double(&dump, "optim.beta2"),        (float)dump_meta_double(&dump, "optim.eps"),
+        (float)dump_meta_double(&dump, "optim.weight_decay"), (float)dump_meta_double(&dump, "optim.grad_clip")};
     float *losses = (float *)malloc_check(sizeof(float) * n_steps, "losses");
     float *norms = (float *)malloc_check(sizeof(float) * n_steps, "norms");
     for (int k = 0; k < n_steps; k++) {

@@ -50,14 +50,16 @@ static void test_dump(const char *dump_path)
     TensorFile dump, weights;
     tensorfile_open(&dump, dump_path);
     tensorfile_open(&weights, weights_path);
-    if (config_meta_match_try(&weights, &dump, err, sizeof(err)) != 0) FAIL("%s", err);
+    if (config_meta_match_try(&weights, &dump, err, sizeof(err)) != 0)
+        FAIL("%s", err);
     tensorfile_close(&weights);
 
     Llama model;
     llama_load(&model, weights_path);
     const LlamaConfig *c = &model.config;
     const TensorEntry *tokens_entry = tensorfile_find(&dump, "input_tokens");
-    if (tokens_entry == NULL || tokens_entry->ndim != 2) FAIL("'%s' has no 2-D tensor 'input_tokens'", dump_path);
+    if (tokens_entry == NULL || tokens_entry->ndim != 2)
+        FAIL("'%s' has no 2-D tensor 'input_tokens'", dump_path);
     int B = (int)tokens_entry->shape[0], T = (int)tokens_entry->shape[1];
     int64_t BT = (int64_t)B * T, C = c->d_model, V = c->vocab_size;
     int *inputs = (int *)malloc_check((size_t)BT * sizeof(int), "inputs");
@@ -89,8 +91,8 @@ static void test_dump(const char *dump_path)
 
     /* N AdamW steps on the same batch, from the same initial weights */
     int n_steps = (int)dump_meta_double(&dump, "dump.n_steps");
-    AdamWConfig opt = {dump_meta_double(&dump, "optim.lr"),    dump_meta_double(&dump, "optim.beta1"),
-                       dump_meta_double(&dump, "optim.beta2"), dump_meta_double(&dump, "optim.eps"),
+    AdamWConfig opt = {dump_meta_double(&dump, "optim.lr"),           dump_meta_double(&dump, "optim.beta1"),
+                       dump_meta_double(&dump, "optim.beta2"),        dump_meta_double(&dump, "optim.eps"),
                        dump_meta_double(&dump, "optim.weight_decay"), dump_meta_double(&dump, "optim.grad_clip")};
     float grad_clip = (float)opt.grad_clip;
     float *losses = (float *)malloc_check((size_t)n_steps * sizeof(float), "losses");
@@ -153,17 +155,20 @@ static void test_dump(const char *dump_path)
 static void test_schedule_and_init(void)
 {
     printf("learning-rate schedule and init\n");
-    struct { int step; ScheduleKind kind; double want; } cases[] = {
-        {0, SCHEDULE_COSINE, 0.1},    /* warmup: linear from lr / warmup */
-        {9, SCHEDULE_COSINE, 1.0},    /* end of warmup: the peak */
-        {10, SCHEDULE_COSINE, 1.0},   /* cosine starts at the peak */
-        {55, SCHEDULE_COSINE, 0.55},  /* halfway: between peak and min_lr_frac = 0.1 */
-        {100, SCHEDULE_COSINE, 0.1},  /* the last step: min_lr_frac * lr */
-        {55, SCHEDULE_LINEAR, 0.55},  /* linear: halfway too */
-        {100, SCHEDULE_LINEAR, 0.1},
-        {60, SCHEDULE_CONSTANT, 1.0},
-        {82, SCHEDULE_WSD, 1.0},      /* wsd: stable until the last 20% of the 91 decay steps */
-        {100, SCHEDULE_WSD, 0.1},     /* then linear to the minimum */
+    struct {
+        int step;
+        ScheduleKind kind;
+        double want;
+    } cases[] = {
+        {0, SCHEDULE_COSINE, 0.1},   /* warmup: linear from lr / warmup */
+        {9, SCHEDULE_COSINE, 1.0},   /* end of warmup: the peak */
+        {10, SCHEDULE_COSINE, 1.0},  /* cosine starts at the peak */
+        {55, SCHEDULE_COSINE, 0.55}, /* halfway: between peak and min_lr_frac = 0.1 */
+        {100, SCHEDULE_COSINE, 0.1}, /* the last step: min_lr_frac * lr */
+        {55, SCHEDULE_LINEAR, 0.55}, /* linear: halfway too */
+        {100, SCHEDULE_LINEAR, 0.1}, {60, SCHEDULE_CONSTANT, 1.0},
+        {82, SCHEDULE_WSD, 1.0},  /* wsd: stable until the last 20% of the 91 decay steps */
+        {100, SCHEDULE_WSD, 0.1}, /* then linear to the minimum */
     };
     double worst = 0.0;
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -172,7 +177,8 @@ static void test_schedule_and_init(void)
         worst = fmax(worst, fabs(lr - cases[i].want));
     }
     /* the schedule's arithmetic is in float: a few ulps */
-    check(worst <= 1e-6, "schedule_lr: warmup, then cosine, linear, constant and wsd (max error %.1e, tol 1e-6)", worst);
+    check(worst <= 1e-6, "schedule_lr: warmup, then cosine, linear, constant and wsd (max error %.1e, tol 1e-6)",
+          worst);
 
     LlamaConfig config;
     llama_preset("tiny", &config);
@@ -194,9 +200,11 @@ static void test_schedule_and_init(void)
         for (int64_t j = 0; j < t->numel; j++) {
             sum += p[j];
             ss += (double)p[j] * p[j];
-            if (!t->is_matrix && p[j] != 1.0f) norms_one = 0;
+            if (!t->is_matrix && p[j] != 1.0f)
+                norms_one = 0;
         }
-        if (!t->is_matrix) continue;
+        if (!t->is_matrix)
+            continue;
         double mean = sum / (double)t->numel, std = sqrt(ss / (double)t->numel - mean * mean);
         /* in units of the sampling error of the mean and of the std of n normals */
         worst_mean = fmax(worst_mean, fabs(mean) / (config.init_std / sqrt((double)t->numel)));

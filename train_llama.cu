@@ -148,8 +148,8 @@ static void gpus_start(Gpus *g, const Args *a, const LlamaConfig *c)
     dist_init(&g->dist, &g->launch, a->rendezvous, a->rendezvous_timeout);
     /* with peers, a rank that stops hearing from them exits instead of waiting forever */
     int world = g->launch.world;
-    watchdog_start(&g->watchdog, g->launch.rank, world > 1 ? a->comm_timeout : 0.0,
-                   world > 1 ? dist_async_error : NULL, &g->dist, "startup");
+    watchdog_start(&g->watchdog, g->launch.rank, world > 1 ? a->comm_timeout : 0.0, world > 1 ? dist_async_error : NULL,
+                   &g->dist, "startup");
     /* rank 0 speaks for all; the others only report errors */
     if (g->launch.rank != 0 && !freopen("/dev/null", "w", stdout))
         FAIL("rank %d: cannot silence stdout", g->launch.rank);
@@ -209,7 +209,7 @@ static int model_start(Llama *m, BatchSource *src, const TrainFlags *t, char *re
 /* One optimizer step of accum micro-batches, all loaded first: the loss is the mean
  * over every rank's targets of the whole step. Its loss, lr, norm and time go to out. */
 static void train_step(Llama *m, BatchSource *src, const Args *a, int step, int accum, int *tokens, float *h_parts,
-                         StepLog *out, float *profile_ms, float *profile_busy, cudaStream_t s)
+                       StepLog *out, float *profile_ms, float *profile_busy, cudaStream_t s)
 {
     int64_t N = llama_tokens(m);
     int *targets = tokens + N * accum;
@@ -304,19 +304,19 @@ int main(int argc, char **argv)
     gpus_start(&gpus, &a, &config);
     cudaStream_t s = gpus.stream;
     llama_config_print(&config, stdout);
-    LlamaOptions options = {t->batch.B,  t->batch.T, a.recompute, accum, (size_t)(a.logits_budget_mb * 1048576.0),
+    LlamaOptions options = {t->batch.B, t->batch.T,  a.recompute, accum, (size_t)(a.logits_budget_mb * 1048576.0),
                             &gpus.dist, a.zero_stage};
     Llama model;
     llama_build(&model, &config, &options);
     char resumed_from[LLMC_PATH_MAX];
     int start_step = model_start(&model, &src, t, resumed_from, sizeof(resumed_from));
     RunLog log;
-    run_log_open(&log, rank == 0 ? t->run.log : NULL, t->ckpt.resume, resumed_from, argc, argv, &config, FLAGS,
-                 N_FLAGS, &a);
+    run_log_open(&log, rank == 0 ? t->run.log : NULL, t->ckpt.resume, resumed_from, argc, argv, &config, FLAGS, N_FLAGS,
+                 &a);
     printf("parameters: %.3f M; batch %d x %d x %d accum x %d GPUs = %d tokens/step; recompute %d; logits chunk %d "
            "rows\ndata: %s\n",
-           model.layout.total / 1e6, t->batch.B, t->batch.T, accum, world, total_batch, a.recompute,
-           model.logits_chunk, t->data.random ? "random tokens" : t->data.train);
+           model.layout.total / 1e6, t->batch.B, t->batch.T, accum, world, total_batch, a.recompute, model.logits_chunk,
+           t->data.random ? "random tokens" : t->data.train);
     watchdog_progress(&gpus.watchdog, "model ready");
 
     int *tokens; /* pinned, so the uploads are truly asynchronous: inputs, then targets */

@@ -47,17 +47,21 @@ static inline float dot(const float *a, const float *b, int64_t n)
     float acc[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        for (int j = 0; j < 8; j++) acc[j] += a[i + j] * b[i + j];
+        for (int j = 0; j < 8; j++)
+            acc[j] += a[i + j] * b[i + j];
     }
     float sum = 0.0f;
-    for (; i < n; i++) sum += a[i] * b[i];
-    for (int j = 0; j < 8; j++) sum += acc[j];
+    for (; i < n; i++)
+        sum += a[i] * b[i];
+    for (int j = 0; j < 8; j++)
+        sum += acc[j];
     return sum;
 }
 
 static inline void axpy(float *y, float a, const float *x, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+    for (int64_t i = 0; i < n; i++)
+        y[i] += a * x[i];
 }
 
 /*
@@ -79,14 +83,16 @@ static inline void dot_tile_2x4(float *out, int64_t ldo, const float *a, const f
     for (; k + 4 <= K; k += 4) {
         for (int r = 0; r < 2; r++) {
             for (int c = 0; c < 4; c++) {
-                for (int l = 0; l < 4; l++) acc[r][c][l] += a[r * K + k + l] * w[c * K + k + l];
+                for (int l = 0; l < 4; l++)
+                    acc[r][c][l] += a[r * K + k + l] * w[c * K + k + l];
             }
         }
     }
     for (int r = 0; r < 2; r++) {
         for (int c = 0; c < 4; c++) {
             float sum = 0.0f;
-            for (int64_t kk = k; kk < K; kk++) sum += a[r * K + kk] * w[c * K + kk];
+            for (int64_t kk = k; kk < K; kk++)
+                sum += a[r * K + kk] * w[c * K + kk];
             out[r * ldo + c] = sum + ((acc[r][c][0] + acc[r][c][1]) + (acc[r][c][2] + acc[r][c][3]));
         }
     }
@@ -106,7 +112,8 @@ static void matmul_forward(float *out, const float *inp, const float *weight, in
                     continue;
                 }
                 for (int64_t n = n0; n < n0 + 2 && n < n_end; n++) {
-                    for (int64_t o = o0; o < o0 + 4 && o < OC; o++) out[n * OC + o] = dot(inp + n * IC, weight + o * IC, IC);
+                    for (int64_t o = o0; o < o0 + 4 && o < OC; o++)
+                        out[n * OC + o] = dot(inp + n * IC, weight + o * IC, IC);
                 }
             }
         }
@@ -133,22 +140,26 @@ static void matmul_accumulate(float *C, const float *A, int64_t a_row, int64_t a
                 if (m0 + 2 <= m_end) {
                     for (; j0 + 16 <= N; j0 += 16) {
                         float acc[2][16];
-                        for (int r = 0; r < 2; r++) memcpy(acc[r], C + (m0 + r) * N + j0, sizeof(acc[r]));
+                        for (int r = 0; r < 2; r++)
+                            memcpy(acc[r], C + (m0 + r) * N + j0, sizeof(acc[r]));
                         for (int64_t k = k0; k < k_end; k++) {
                             const float *b = B + k * N + j0;
                             for (int r = 0; r < 2; r++) {
                                 float a = A[(m0 + r) * a_row + k * a_col];
-                                for (int l = 0; l < 16; l++) acc[r][l] += a * b[l];
+                                for (int l = 0; l < 16; l++)
+                                    acc[r][l] += a * b[l];
                             }
                         }
-                        for (int r = 0; r < 2; r++) memcpy(C + (m0 + r) * N + j0, acc[r], sizeof(acc[r]));
+                        for (int r = 0; r < 2; r++)
+                            memcpy(C + (m0 + r) * N + j0, acc[r], sizeof(acc[r]));
                     }
                 }
                 /* what the tiles left: the last columns, or a last odd row */
                 for (int64_t m = m0; m < m0 + 2 && m < m_end; m++) {
                     for (int64_t k = k0; k < k_end; k++) {
                         float a = A[m * a_row + k * a_col];
-                        for (int64_t j = m0 + 2 <= m_end ? j0 : 0; j < N; j++) C[m * N + j] += a * B[k * N + j];
+                        for (int64_t j = m0 + 2 <= m_end ? j0 : 0; j < N; j++)
+                            C[m * N + j] += a * B[k * N + j];
                     }
                 }
             }
@@ -176,9 +187,11 @@ static void rmsnorm_forward(float *out, float *rstd, const float *inp, const flo
     for (int64_t n = 0; n < N; n++) {
         const float *x = inp + n * C;
         float ss = 0.0f;
-        for (int64_t i = 0; i < C; i++) ss += x[i] * x[i];
+        for (int64_t i = 0; i < C; i++)
+            ss += x[i] * x[i];
         float r = 1.0f / sqrtf(ss / (float)C + eps);
-        for (int64_t i = 0; i < C; i++) out[n * C + i] = weight[i] * (x[i] * r);
+        for (int64_t i = 0; i < C; i++)
+            out[n * C + i] = weight[i] * (x[i] * r);
         rstd[n] = r;
     }
 }
@@ -194,15 +207,18 @@ static void rmsnorm_backward(float *dinp, float *dweight, const float *dout, con
         const float *x = inp + n * C, *dy = dout + n * C;
         float r = rstd[n];
         float mean_gx = 0.0f;
-        for (int64_t i = 0; i < C; i++) mean_gx += weight[i] * dy[i] * x[i] * r;
+        for (int64_t i = 0; i < C; i++)
+            mean_gx += weight[i] * dy[i] * x[i] * r;
         mean_gx /= (float)C;
-        for (int64_t i = 0; i < C; i++) dinp[n * C + i] += r * (weight[i] * dy[i] - x[i] * r * mean_gx);
+        for (int64_t i = 0; i < C; i++)
+            dinp[n * C + i] += r * (weight[i] * dy[i] - x[i] * r * mean_gx);
     }
     /* Serial over rows per column: a parallel reduction into dweight would race. */
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < C; i++) {
         float sum = 0.0f;
-        for (int64_t n = 0; n < N; n++) sum += dout[n * C + i] * inp[n * C + i] * rstd[n];
+        for (int64_t n = 0; n < N; n++)
+            sum += dout[n * C + i] * inp[n * C + i] * rstd[n];
         dweight[i] += sum;
     }
 }
@@ -260,17 +276,21 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
         for (int t2 = 0; t2 <= t; t2++) {
             const float *k = qkv + (b * T + t2) * qkv_c + (int64_t)(H + kvh) * D;
             p[t2] = dot(q, k, D) * scale;
-            if (p[t2] > maxval) maxval = p[t2];
+            if (p[t2] > maxval)
+                maxval = p[t2];
         }
         float sum = 0.0f;
         for (int t2 = 0; t2 <= t; t2++) {
             p[t2] = expf(p[t2] - maxval);
             sum += p[t2];
         }
-        for (int t2 = 0; t2 <= t; t2++) p[t2] /= sum;
-        for (int t2 = t + 1; t2 < T; t2++) p[t2] = 0.0f;
+        for (int t2 = 0; t2 <= t; t2++)
+            p[t2] /= sum;
+        for (int t2 = t + 1; t2 < T; t2++)
+            p[t2] = 0.0f;
         float *o = out + (b * T + t) * (int64_t)H * D + (int64_t)h * D;
-        for (int d = 0; d < D; d++) o[d] = 0.0f;
+        for (int d = 0; d < D; d++)
+            o[d] = 0.0f;
         for (int t2 = 0; t2 <= t; t2++) {
             axpy(o, p[t2], qkv + (b * T + t2) * qkv_c + (int64_t)(H + KV + kvh) * D, D);
         }
@@ -280,8 +300,8 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
 /* dqkv must be zeroed; datt is scratch of att's size. Threads own a (batch,
  * kv head) pair and every query head of its group, since those all write the
  * same dk and dv rows. */
-static void attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv, const float *att,
-                               int B, int T, int H, int KV, int D)
+static void attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv, const float *att, int B,
+                               int T, int H, int KV, int D)
 {
     int64_t qkv_c = (int64_t)(H + 2 * KV) * D;
     int group = H / KV;
@@ -325,7 +345,8 @@ static void swiglu_forward(float *out, const float *gate_up, int64_t N, int64_t 
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; n++) {
         const float *g = gate_up + n * 2 * F, *u = g + F;
-        for (int64_t i = 0; i < F; i++) out[n * F + i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+        for (int64_t i = 0; i < F; i++)
+            out[n * F + i] = g[i] / (1.0f + expf(-g[i])) * u[i];
     }
 }
 
@@ -388,21 +409,28 @@ typedef struct {
     int B, T;        /* the shape the activations were allocated for; 0 until the first forward */
     Activations acts;
     Scratch scratch;
-    float *rope_cos, *rope_sin; /* T x head_dim/2 */
+    float *rope_cos, *rope_sin;  /* T x head_dim/2 */
     const int *inputs, *targets; /* of the last forward, for the backward pass */
-    double loss_sum;            /* sum of the cross-entropy over the counted targets of the last forward */
-    int64_t n_counted;          /* targets != IGNORE_INDEX in the last forward */
-    float mean_loss;            /* loss_sum / n_counted, as F.cross_entropy reports it; NaN if none counted */
+    double loss_sum;             /* sum of the cross-entropy over the counted targets of the last forward */
+    int64_t n_counted;           /* targets != IGNORE_INDEX in the last forward */
+    float mean_loss;             /* loss_sum / n_counted, as F.cross_entropy reports it; NaN if none counted */
 } Llama;
 
-static inline float *param(const Llama *m, int index) { return m->params + m->layout.tensors[index].offset; }
-static inline float *grad(const Llama *m, int index) { return m->grads + m->layout.tensors[index].offset; }
+static inline float *param(const Llama *m, int index)
+{
+    return m->params + m->layout.tensors[index].offset;
+}
+static inline float *grad(const Llama *m, int index)
+{
+    return m->grads + m->layout.tensors[index].offset;
+}
 
 static void llama_build(Llama *m, const LlamaConfig *config)
 {
     memset(m, 0, sizeof(*m));
     char err[512];
-    if (llama_config_check(config, err, sizeof(err)) != 0) FAIL("bad model config: %s", err);
+    if (llama_config_check(config, err, sizeof(err)) != 0)
+        FAIL("bad model config: %s", err);
     m->config = *config;
     m->layout = llama_param_layout(config);
     size_t bytes = (size_t)m->layout.total * sizeof(float);
@@ -447,7 +475,11 @@ static void llama_alloc_activations(Llama *m, int B, int T)
     Activations *a = &m->acts;
     Scratch *s = &m->scratch;
     int64_t half = c->head_dim / 2;
-    struct { float **ptr; int64_t n; const char *what; } bufs[] = {
+    struct {
+        float **ptr;
+        int64_t n;
+        const char *what;
+    } bufs[] = {
         {&a->resid, (L + 1) * BT * C, "activations: residual stream"},
         {&a->resid_mid, L * BT * C, "activations: residual stream"},
         {&a->ln1, L * BT * C, "activations: RMSNorm outputs"},
@@ -485,11 +517,13 @@ static void llama_free(Llama *m)
 {
     Activations *a = &m->acts;
     Scratch *s = &m->scratch;
-    float *bufs[] = {m->params, m->grads, m->adam_m, m->adam_v, m->inv_freq, m->rope_cos, m->rope_sin,
-                     a->resid, a->resid_mid, a->ln1, a->ln1_rstd, a->qkv, a->att, a->atty, a->ln2, a->ln2_rstd,
-                     a->gate_up, a->mlp_h, a->lnf, a->lnf_rstd, a->logits, a->lse,
-                     s->dresid, s->dln, s->dqkv, s->datt, s->datty, s->dgate_up, s->dmlp_h};
-    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]);
+    float *bufs[] = {m->params,   m->grads,    m->adam_m,    m->adam_v,   m->inv_freq, m->rope_cos,
+                     m->rope_sin, a->resid,    a->resid_mid, a->ln1,      a->ln1_rstd, a->qkv,
+                     a->att,      a->atty,     a->ln2,       a->ln2_rstd, a->gate_up,  a->mlp_h,
+                     a->lnf,      a->lnf_rstd, a->logits,    a->lse,      s->dresid,   s->dln,
+                     s->dqkv,     s->datt,     s->datty,     s->dgate_up, s->dmlp_h};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+        free(bufs[i]);
     llama_param_layout_free(&m->layout);
     memset(m, 0, sizeof(*m));
 }
@@ -502,7 +536,8 @@ static void llama_forward(Llama *m, const int *inputs, const int *targets, int B
     if (T > c->max_seq_len) {
         FAIL("sequence length T=%d exceeds the model's max_seq_len %d\n  hint: lower -T", T, c->max_seq_len);
     }
-    if (m->B == 0) llama_alloc_activations(m, B, T);
+    if (m->B == 0)
+        llama_alloc_activations(m, B, T);
     if (B != m->B || T != m->T) {
         FAIL("forward called with B=%d T=%d, but the activations were allocated for B=%d T=%d", B, T, m->B, m->T);
     }
@@ -524,7 +559,8 @@ static void llama_forward(Llama *m, const int *inputs, const int *targets, int B
     }
 
     const float *embed = param(m, 0);
-    for (int64_t i = 0; i < BT; i++) memcpy(a->resid + i * C, embed + (int64_t)inputs[i] * C, C * sizeof(float));
+    for (int64_t i = 0; i < BT; i++)
+        memcpy(a->resid + i * C, embed + (int64_t)inputs[i] * C, C * sizeof(float));
 
     for (int l = 0; l < L; l++) {
         float *x = a->resid + l * BT * C, *x_mid = a->resid_mid + l * BT * C, *x_out = a->resid + (l + 1) * BT * C;
@@ -538,13 +574,15 @@ static void llama_forward(Llama *m, const int *inputs, const int *targets, int B
         rope_apply(qkv, QKV, m->rope_cos, m->rope_sin, B, T, H + KV, D / 2, 1.0f);
         attention_forward(atty, att, qkv, B, T, H, KV, D);
         matmul_forward(x_mid, atty, param(m, param_index_layer(l, LAYER_O)), BT, HD, C);
-        for (int64_t i = 0; i < BT * C; i++) x_mid[i] += x[i];
+        for (int64_t i = 0; i < BT * C; i++)
+            x_mid[i] += x[i];
 
         rmsnorm_forward(ln2, ln2_rstd, x_mid, param(m, param_index_layer(l, LAYER_MLP_NORM)), BT, C, c->norm_eps);
         matmul_forward(gate_up, ln2, param(m, param_index_layer(l, LAYER_GATE)), BT, C, 2 * F);
         swiglu_forward(mlp_h, gate_up, BT, F);
         matmul_forward(x_out, mlp_h, param(m, param_index_layer(l, LAYER_DOWN)), BT, F, C);
-        for (int64_t i = 0; i < BT * C; i++) x_out[i] += x_mid[i];
+        for (int64_t i = 0; i < BT * C; i++)
+            x_out[i] += x_mid[i];
     }
 
     rmsnorm_forward(a->lnf, a->lnf_rstd, a->resid + L * BT * C, param(m, param_index_final_norm(c)), BT, C,
@@ -557,9 +595,11 @@ static void llama_forward(Llama *m, const int *inputs, const int *targets, int B
     for (int64_t i = 0; i < BT; i++) {
         const float *row = a->logits + i * V;
         float maxval = -INFINITY;
-        for (int64_t v = 0; v < V; v++) maxval = row[v] > maxval ? row[v] : maxval;
+        for (int64_t v = 0; v < V; v++)
+            maxval = row[v] > maxval ? row[v] : maxval;
         double sum = 0.0;
-        for (int64_t v = 0; v < V; v++) sum += expf(row[v] - maxval);
+        for (int64_t v = 0; v < V; v++)
+            sum += expf(row[v] - maxval);
         a->lse[i] = maxval + (float)log(sum);
     }
     m->inputs = inputs;
@@ -568,7 +608,8 @@ static void llama_forward(Llama *m, const int *inputs, const int *targets, int B
     m->n_counted = 0;
     if (targets) {
         for (int64_t i = 0; i < BT; i++) {
-            if (targets[i] == IGNORE_INDEX) continue;
+            if (targets[i] == IGNORE_INDEX)
+                continue;
             m->loss_sum += (double)a->lse[i] - a->logits[i * V + targets[i]];
             m->n_counted++;
         }
@@ -576,7 +617,10 @@ static void llama_forward(Llama *m, const int *inputs, const int *targets, int B
     m->mean_loss = m->n_counted > 0 ? (float)(m->loss_sum / (double)m->n_counted) : NAN;
 }
 
-static void llama_zero_grad(Llama *m) { memset(m->grads, 0, (size_t)m->layout.total * sizeof(float)); }
+static void llama_zero_grad(Llama *m)
+{
+    memset(m->grads, 0, (size_t)m->layout.total * sizeof(float));
+}
 
 /* Accumulates into the gradients d(loss_scale * loss_sum)/d params for the last
  * forward: loss_scale = 1 / (targets counted in the whole optimizer step) gives
@@ -584,7 +628,8 @@ static void llama_zero_grad(Llama *m) { memset(m->grads, 0, (size_t)m->layout.to
 static void llama_backward(Llama *m, float loss_scale)
 {
     const LlamaConfig *c = &m->config;
-    if (m->targets == NULL) FAIL("llama_backward needs a forward pass with targets first");
+    if (m->targets == NULL)
+        FAIL("llama_backward needs a forward pass with targets first");
     int B = m->B, T = m->T;
     int64_t L = c->n_layer, C = c->d_model, V = c->vocab_size, F = c->ffn_dim;
     int H = c->n_head, KV = c->n_kv_head, D = c->head_dim;
@@ -602,14 +647,15 @@ static void llama_backward(Llama *m, float loss_scale)
             memset(row, 0, (size_t)V * sizeof(float));
             continue;
         }
-        for (int64_t v = 0; v < V; v++) row[v] = expf(row[v] - a->lse[i]) * loss_scale;
+        for (int64_t v = 0; v < V; v++)
+            row[v] = expf(row[v] - a->lse[i]) * loss_scale;
         row[targets[i]] -= loss_scale;
     }
 
     /* lm_head (for tied embeddings its gradient lands in the embedding's) and the final norm */
     memset(s->dln, 0, (size_t)(BT * C) * sizeof(float));
-    matmul_backward(s->dln, grad(m, param_index_lm_head(c)), dlogits, a->lnf, param(m, param_index_lm_head(c)),
-                    BT, C, V);
+    matmul_backward(s->dln, grad(m, param_index_lm_head(c)), dlogits, a->lnf, param(m, param_index_lm_head(c)), BT, C,
+                    V);
     memset(s->dresid, 0, (size_t)(BT * C) * sizeof(float));
     rmsnorm_backward(s->dresid, grad(m, param_index_final_norm(c)), s->dln, a->resid + L * BT * C,
                      param(m, param_index_final_norm(c)), a->lnf_rstd, BT, C);
@@ -648,7 +694,8 @@ static void llama_backward(Llama *m, float loss_scale)
 
     /* Embedding lookup; serial because a token may occur more than once. */
     float *dembed = grad(m, 0);
-    for (int64_t i = 0; i < BT; i++) axpy(dembed + (int64_t)m->inputs[i] * C, 1.0f, s->dresid + i * C, C);
+    for (int64_t i = 0; i < BT; i++)
+        axpy(dembed + (int64_t)m->inputs[i] * C, 1.0f, s->dresid + i * C, C);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -667,17 +714,20 @@ static float clip_grad_norm(float *grads, int64_t n, float max_norm)
     for (int64_t c = 0; c < n_chunks; c++) {
         double sum = 0.0;
         int64_t end = (c + 1) * CHUNK < n ? (c + 1) * CHUNK : n;
-        for (int64_t i = c * CHUNK; i < end; i++) sum += (double)grads[i] * grads[i];
+        for (int64_t i = c * CHUNK; i < end; i++)
+            sum += (double)grads[i] * grads[i];
         partial[c] = sum;
     }
     double ss = 0.0;
-    for (int64_t c = 0; c < n_chunks; c++) ss += partial[c];
+    for (int64_t c = 0; c < n_chunks; c++)
+        ss += partial[c];
     free(partial);
     float norm = (float)sqrt(ss);
     float coef = max_norm / (norm + 1e-6f);
     if (coef < 1.0f) {
 #pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < n; i++) grads[i] *= coef;
+        for (int64_t i = 0; i < n; i++)
+            grads[i] *= coef;
     }
     return norm;
 }
@@ -802,8 +852,8 @@ static int resume(Llama *m, BatchSource *src, const CheckpointFlags *ck, char *r
 
 /* One optimizer step of accum micro-batches, all loaded first, so that the loss is
  * the mean over the counted targets of the whole step, as one big batch would give. */
-static void train_step(Llama *m, BatchSource *src, const TrainFlags *t, int step, int accum, int *inputs,
-                       int *targets, StepLog *out)
+static void train_step(Llama *m, BatchSource *src, const TrainFlags *t, int step, int accum, int *inputs, int *targets,
+                       StepLog *out)
 {
     int64_t bt = (int64_t)t->batch.B * t->batch.T;
     double t0 = now_seconds();
@@ -865,8 +915,9 @@ int main(int argc, char **argv)
     DataLoader val;
     if (have_val)
         dataloader_init_eval_or_die(&val, val_shards, t->batch.B, t->batch.T, 0, 1, config.vocab_size);
-    printf("tokens per step %lld (B %d x T %d x %d micro-steps); data: %s\n", (long long)t->batch.B * t->batch.T * accum,
-           t->batch.B, t->batch.T, accum, t->data.random ? "random tokens" : t->data.train);
+    printf("tokens per step %lld (B %d x T %d x %d micro-steps); data: %s\n",
+           (long long)t->batch.B * t->batch.T * accum, t->batch.B, t->batch.T, accum,
+           t->data.random ? "random tokens" : t->data.train);
     char resumed_from[LLMC_PATH_MAX];
     int start_step = resume(&model, &src, &t->ckpt, resumed_from, sizeof(resumed_from));
     RunLog log;

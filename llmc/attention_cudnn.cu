@@ -69,7 +69,8 @@ static std::string key_string(const GraphKey &k)
 
 static void fe_fail(fe::error_t err, const char *operation, const GraphKey &key, const char *file, int line)
 {
-    fail_at(file, line, "cuDNN frontend error in %s for %s: %s (code %d)\n"
+    fail_at(file, line,
+            "cuDNN frontend error in %s for %s: %s (code %d)\n"
             "  hint: cuDNN SDPA needs an sm_80+ GPU, bf16, head_dim a multiple of 8 up to 256 and 16-byte aligned "
             "pointers; rerun with CUDNN_FRONTEND_LOG_INFO=1 CUDNN_FRONTEND_LOG_FILE=stderr for its reasoning",
             operation, key_string(key).c_str(), err.get_message().c_str(), (int)err.get_code());
@@ -79,14 +80,26 @@ static void fe_fail(fe::error_t err, const char *operation, const GraphKey &key,
 static fe::error_t build(fe::graph::Graph &graph, const char **step)
 {
     fe::error_t err;
-    if ((err = graph.validate()).is_bad()) { *step = "graph validate"; return err; }
-    if ((err = graph.build_operation_graph(att->handle)).is_bad()) { *step = "build_operation_graph"; return err; }
+    if ((err = graph.validate()).is_bad()) {
+        *step = "graph validate";
+        return err;
+    }
+    if ((err = graph.build_operation_graph(att->handle)).is_bad()) {
+        *step = "build_operation_graph";
+        return err;
+    }
     if ((err = graph.create_execution_plans({fe::HeurMode_t::A})).is_bad()) {
         *step = "create_execution_plans";
         return err;
     }
-    if ((err = graph.check_support()).is_bad()) { *step = "check_support"; return err; }
-    if ((err = graph.build_plans()).is_bad()) { *step = "build_plans"; return err; }
+    if ((err = graph.check_support()).is_bad()) {
+        *step = "check_support";
+        return err;
+    }
+    if ((err = graph.build_plans()).is_bad()) {
+        *step = "build_plans";
+        return err;
+    }
     return err;
 }
 
@@ -111,7 +124,10 @@ static fe::graph::Tensor_attributes qkv_view(const char *name, int64_t uid, int6
 }
 
 /* out / dout: [B, T, H, D] row-major seen as [B, H, T, D]. */
-static std::vector<int64_t> out_stride(int64_t T, int64_t H, int64_t D) { return {T * H * D, D, H * D, 1}; }
+static std::vector<int64_t> out_stride(int64_t T, int64_t H, int64_t D)
+{
+    return {T * H * D, D, H * D, 1};
+}
 static fe::graph::Tensor_attributes out_view(const char *name, int64_t uid, int64_t B, int64_t T, int64_t H, int64_t D)
 {
     return fe::graph::Tensor_attributes()
@@ -120,7 +136,10 @@ static fe::graph::Tensor_attributes out_view(const char *name, int64_t uid, int6
         .set_dim({B, H, T, D})
         .set_stride(out_stride(T, H, D));
 }
-static std::vector<int64_t> stats_stride(int64_t T, int64_t H) { return {H * T, T, 1, 1}; }
+static std::vector<int64_t> stats_stride(int64_t T, int64_t H)
+{
+    return {H * T, T, 1, 1};
+}
 
 static fe::error_t forward_graph(const GraphKey &key, std::shared_ptr<fe::graph::Graph> *built, const char **step)
 {
@@ -180,8 +199,10 @@ static void grow_workspace(const fe::graph::Graph &graph, const GraphKey &key)
 {
     int64_t bytes = 0;
     fe::error_t err = graph.get_workspace_size(bytes);
-    if (err.is_bad()) fe_fail(err, "get_workspace_size", key, __FILE__, __LINE__);
-    if ((size_t)bytes <= att->workspace_bytes) return;
+    if (err.is_bad())
+        fe_fail(err, "get_workspace_size", key, __FILE__, __LINE__);
+    if ((size_t)bytes <= att->workspace_bytes)
+        return;
     cuda_free(att->workspace);
     att->workspace = nullptr;
     att->workspace_bytes = 0;
@@ -192,7 +213,8 @@ static void grow_workspace(const fe::graph::Graph &graph, const GraphKey &key)
 
 static const fe::graph::Graph &get_graph(int B, int T, int H, int KV, int D, int backward)
 {
-    if (att == nullptr) FAIL("attention called before attention_setup()");
+    if (att == nullptr)
+        FAIL("attention called before attention_setup()");
     if (B <= 0 || T <= 0 || H <= 0 || KV <= 0 || H % KV != 0) {
         FAIL("attention: bad shape B=%d T=%d H=%d KV=%d (H must be a positive multiple of KV)", B, T, H, KV);
     }
@@ -202,19 +224,22 @@ static const fe::graph::Graph &get_graph(int B, int T, int H, int KV, int D, int
     int deterministic = backward ? att->deterministic : 0;
     GraphKey key(B, T, H, KV, D, backward, deterministic);
     auto found = att->graphs.find(key);
-    if (found != att->graphs.end()) return *found->second;
+    if (found != att->graphs.end())
+        return *found->second;
 
     const char *step = "";
     GraphKey built = key;
     std::shared_ptr<fe::graph::Graph> graph;
     fe::error_t err = backward ? backward_graph(key, &graph, &step) : forward_graph(key, &graph, &step);
     if (err.is_bad() && deterministic) {
-        fprintf(stderr, "warning: cuDNN cannot build a deterministic %s (%s: %s); using the atomic-dQ backward, "
-                "whose dq varies in the last bits from run to run\n", key_string(key).c_str(), step,
-                err.get_message().c_str());
+        fprintf(stderr,
+                "warning: cuDNN cannot build a deterministic %s (%s: %s); using the atomic-dQ backward, "
+                "whose dq varies in the last bits from run to run\n",
+                key_string(key).c_str(), step, err.get_message().c_str());
         built = GraphKey(B, T, H, KV, D, backward, 0);
         fe::error_t retry = backward_graph(built, &graph, &step);
-        if (retry.is_bad()) fe_fail(retry, step, built, __FILE__, __LINE__);
+        if (retry.is_bad())
+            fe_fail(retry, step, built, __FILE__, __LINE__);
     } else if (err.is_bad()) {
         fe_fail(err, step, built, __FILE__, __LINE__);
     }
@@ -229,21 +254,24 @@ static void execute(const fe::graph::Graph &graph, std::unordered_map<int64_t, v
 {
     CUDNN_CHECK(cudnnSetStream(att->handle, stream));
     fe::error_t err = graph.execute(att->handle, pack, att->workspace);
-    if (err.is_bad()) fe_fail(err, "execute", key, __FILE__, __LINE__);
+    if (err.is_bad())
+        fe_fail(err, "execute", key, __FILE__, __LINE__);
 }
 
 extern "C" {
 
 void attention_setup(void)
 {
-    if (att != nullptr) return;
+    if (att != nullptr)
+        return;
     att = new AttentionState();
     CUDNN_CHECK(cudnnCreate(&att->handle));
 }
 
 void attention_teardown(void)
 {
-    if (att == nullptr) return;
+    if (att == nullptr)
+        return;
     att->graphs.clear();
     cuda_free(att->workspace);
     CUDNN_CHECK(cudnnDestroy(att->handle));
@@ -253,11 +281,15 @@ void attention_teardown(void)
 
 void attention_set_deterministic(int deterministic)
 {
-    if (att == nullptr) FAIL("attention_set_deterministic called before attention_setup()");
+    if (att == nullptr)
+        FAIL("attention_set_deterministic called before attention_setup()");
     att->deterministic = deterministic != 0;
 }
 
-size_t attention_workspace_bytes(void) { return att != nullptr ? att->workspace_bytes : 0; }
+size_t attention_workspace_bytes(void)
+{
+    return att != nullptr ? att->workspace_bytes : 0;
+}
 
 void attention_forward(bf16 *out, float *stats, const bf16 *qkv, int B, int T, int H, int KV, int D,
                        cudaStream_t stream)
@@ -265,8 +297,7 @@ void attention_forward(bf16 *out, float *stats, const bf16 *qkv, int B, int T, i
     const fe::graph::Graph &graph = get_graph(B, T, H, KV, D, 0);
     bf16 *q = const_cast<bf16 *>(qkv);
     std::unordered_map<int64_t, void *> pack = {
-        {UID_Q, q}, {UID_K, q + (int64_t)H * D}, {UID_V, q + (int64_t)(H + KV) * D},
-        {UID_O, out}, {UID_STATS, stats}};
+        {UID_Q, q}, {UID_K, q + (int64_t)H * D}, {UID_V, q + (int64_t)(H + KV) * D}, {UID_O, out}, {UID_STATS, stats}};
     profile_push(PROF_ATTENTION, stream);
     execute(graph, pack, GraphKey(B, T, H, KV, D, 0, 0), stream);
     profile_pop(stream);
@@ -277,16 +308,15 @@ void attention_backward(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const bf1
 {
     const fe::graph::Graph &graph = get_graph(B, T, H, KV, D, 1);
     bf16 *q = const_cast<bf16 *>(qkv);
-    std::unordered_map<int64_t, void *> pack = {
-        {UID_Q, q},
-        {UID_K, q + (int64_t)H * D},
-        {UID_V, q + (int64_t)(H + KV) * D},
-        {UID_O, const_cast<bf16 *>(out)},
-        {UID_DO, const_cast<bf16 *>(dout)},
-        {UID_STATS, const_cast<float *>(stats)},
-        {UID_DQ, dqkv},
-        {UID_DK, dqkv + (int64_t)H * D},
-        {UID_DV, dqkv + (int64_t)(H + KV) * D}};
+    std::unordered_map<int64_t, void *> pack = {{UID_Q, q},
+                                                {UID_K, q + (int64_t)H * D},
+                                                {UID_V, q + (int64_t)(H + KV) * D},
+                                                {UID_O, const_cast<bf16 *>(out)},
+                                                {UID_DO, const_cast<bf16 *>(dout)},
+                                                {UID_STATS, const_cast<float *>(stats)},
+                                                {UID_DQ, dqkv},
+                                                {UID_DK, dqkv + (int64_t)H * D},
+                                                {UID_DV, dqkv + (int64_t)(H + KV) * D}};
     profile_push(PROF_ATTENTION, stream);
     execute(graph, pack, GraphKey(B, T, H, KV, D, 1, att->deterministic), stream);
     profile_pop(stream);

@@ -31,8 +31,8 @@ typedef struct {
 
 /* Shards from the glob train (shuffled by seed), or random tokens below vocab;
  * exits with the loader's message on bad shards. */
-static inline void batch_source_open(BatchSource *src, const char *train, int random, int B, int T, int rank,
-                                     int world, uint64_t seed, int vocab)
+static inline void batch_source_open(BatchSource *src, const char *train, int random, int B, int T, int rank, int world,
+                                     uint64_t seed, int vocab)
 {
     memset(src, 0, sizeof(*src));
     src->random = random;

@@ -178,7 +178,8 @@ static inline int checkpoint_write_state_try(const char *staging, const Checkpoi
         return set_error(err, errlen, "'%s': rank %d of %d is impossible", file, state->rank, state->world);
     }
     if (total < 0 || n_ranges < 0 || (n_ranges > 0 && !ranges)) {
-        return set_error(err, errlen, "'%s': %d ranges of %lld parameters is impossible", file, n_ranges, (long long)total);
+        return set_error(err, errlen, "'%s': %d ranges of %lld parameters is impossible", file, n_ranges,
+                         (long long)total);
     }
     merged = (CkptRange *)malloc_check((size_t)(n_ranges > 0 ? n_ranges : 1) * sizeof(CkptRange), "checkpoint ranges");
     rc = ckpt_merge_ranges(file, ranges, n_ranges, total, merged, &n, err, errlen);
@@ -309,9 +310,9 @@ static inline int checkpoint_load_try(const char *ckpt_dir, const LlamaConfig *c
         return -1;
     if (state->world != 1) {
         path_format(err, errlen,
-                  "'%s' holds the AdamW state of %d ranks; this loader needs the state of one process "
-                  "(resume it with train_llama)",
-                  ckpt_dir, state->world);
+                    "'%s' holds the AdamW state of %d ranks; this loader needs the state of one process "
+                    "(resume it with train_llama)",
+                    ckpt_dir, state->world);
         return -1;
     }
     return 0;

@@ -38,7 +38,10 @@ static inline void cuda_check_at(cudaError_t status, const char *what, const cha
 /* After each kernel launch: catches bad launch configurations at once. */
 #define CUDA_CHECK_LAST() cuda_check_at(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
 
-static inline int ceil_div(int64_t a, int64_t b) { return (int)((a + b - 1) / b); }
+static inline int ceil_div(int64_t a, int64_t b)
+{
+    return (int)((a + b - 1) / b);
+}
 
 /* The device memory this program took through cuda_malloc_named and has not
  * given back (by cuda_free), and the largest that total reached. C++17 inline
@@ -62,7 +65,8 @@ static inline void *cuda_malloc_named_at(size_t bytes, const char *what, const c
         size_t free_bytes = 0, total_bytes = 0;
         cudaGetLastError();
         cudaMemGetInfo(&free_bytes, &total_bytes);
-        fail_at(file, line, "out of GPU memory allocating %s: %.2f GiB requested, %.2f GiB free of %.2f GiB "
+        fail_at(file, line,
+                "out of GPU memory allocating %s: %.2f GiB requested, %.2f GiB free of %.2f GiB "
                 "(%.2f GiB already held by this program)\n  hint: reduce the batch size (-B) or sequence length (-T), "
                 "raise the activation recomputation level (--recompute), or use more GPUs with ZeRO sharding",
                 what, bytes / 1073741824.0, free_bytes / 1073741824.0, total_bytes / 1073741824.0,
@@ -79,7 +83,8 @@ static inline void *cuda_malloc_named_at(size_t bytes, const char *what, const c
     cuda_allocations[cuda_n_allocations].bytes = bytes;
     cuda_n_allocations++;
     cuda_bytes_allocated += bytes;
-    if (cuda_bytes_allocated > cuda_bytes_allocated_peak) cuda_bytes_allocated_peak = cuda_bytes_allocated;
+    if (cuda_bytes_allocated > cuda_bytes_allocated_peak)
+        cuda_bytes_allocated_peak = cuda_bytes_allocated;
     return p;
 }
 #define cuda_malloc_named(bytes, what) cuda_malloc_named_at(bytes, what, __FILE__, __LINE__)
@@ -101,43 +106,41 @@ static inline void cuda_free_at(void *p, const char *file, int line)
 #define cuda_free(p) cuda_free_at(p, __FILE__, __LINE__)
 
 /* 16 bytes of T, for loads and stores that the hardware does in one instruction. */
-template <class T>
-struct alignas(16) Vec16 {
+template <class T> struct alignas(16) Vec16 {
     static constexpr int size = 16 / sizeof(T);
     T v[16 / sizeof(T)];
 };
 typedef Vec16<bf16> bf16x8;
 typedef Vec16<float> floatx4;
 
-template <class T>
-__device__ __forceinline__ Vec16<T> load16(const T *address)
+template <class T> __device__ __forceinline__ Vec16<T> load16(const T *address)
 {
     Vec16<T> out;
     *reinterpret_cast<int4 *>(out.v) = *reinterpret_cast<const int4 *>(address);
     return out;
 }
 /* Load that bypasses L1 and is evicted first: for data read exactly once. */
-template <class T>
-__device__ __forceinline__ Vec16<T> load16_stream(const T *address)
+template <class T> __device__ __forceinline__ Vec16<T> load16_stream(const T *address)
 {
     Vec16<T> out;
     *reinterpret_cast<int4 *>(out.v) = __ldcs(reinterpret_cast<const int4 *>(address));
     return out;
 }
-template <class T>
-__device__ __forceinline__ void store16(T *address, Vec16<T> value)
+template <class T> __device__ __forceinline__ void store16(T *address, Vec16<T> value)
 {
     *reinterpret_cast<int4 *>(address) = *reinterpret_cast<const int4 *>(value.v);
 }
 
 __device__ __forceinline__ float warp_sum(float x)
 {
-    for (int offset = WARP_SIZE / 2; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
+    for (int offset = WARP_SIZE / 2; offset > 0; offset >>= 1)
+        x += __shfl_xor_sync(0xffffffffu, x, offset);
     return x;
 }
 __device__ __forceinline__ float warp_max(float x)
 {
-    for (int offset = WARP_SIZE / 2; offset > 0; offset >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+    for (int offset = WARP_SIZE / 2; offset > 0; offset >>= 1)
+        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
     return x;
 }
 
@@ -148,7 +151,8 @@ __device__ __forceinline__ float block_sum(float x, float *shared)
     int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, n_warps = blockDim.x / WARP_SIZE;
     x = warp_sum(x);
     __syncthreads(); /* shared may still be read by a previous call */
-    if (lane == 0) shared[warp] = x;
+    if (lane == 0)
+        shared[warp] = x;
     __syncthreads();
     x = lane < n_warps ? shared[lane] : 0.0f;
     return warp_sum(x);

@@ -87,7 +87,7 @@ typedef struct {
     uint64_t *shard_order;  /* num_shards entries */
     uint64_t *window_order; /* windows of the largest shard; used only when shuffling */
     FILE *file;
-    int file_shard;         /* index into shards of the open file, -1 if none */
+    int file_shard; /* index into shards of the open file, -1 if none */
     unsigned char *raw;
     int32_t *inputs;
     int32_t *targets;
@@ -97,7 +97,8 @@ typedef struct {
 #if defined(__GNUC__)
 __attribute__((format(printf, 2, 3)))
 #endif
-static inline int dataloader_error_(DataLoader *dl, const char *fmt, ...)
+static inline int
+dataloader_error_(DataLoader *dl, const char *fmt, ...)
 {
     va_list args;
     va_start(args, fmt);
@@ -168,8 +169,8 @@ static inline int dataloader_check_shard_(DataLoader *dl, const char *path, Data
 {
     FILE *f = fopen(path, "rb");
     if (f == NULL) {
-        return dataloader_error_(dl, "cannot open shard '%s': %s\n  hint: check the path and the permissions",
-                                 path, strerror(errno));
+        return dataloader_error_(dl, "cannot open shard '%s': %s\n  hint: check the path and the permissions", path,
+                                 strerror(errno));
     }
     unsigned char raw[DATALOADER_HEADER_BYTES];
     size_t got = fread(raw, 1, sizeof(raw), f);
@@ -182,24 +183,24 @@ static inline int dataloader_check_shard_(DataLoader *dl, const char *path, Data
         return dataloader_error_(dl, "cannot find the size of shard '%s': %s", path, strerror(errno));
     }
     if (got < sizeof(raw)) {
-        return dataloader_error_(dl, "shard '%s' is truncated: %lld bytes, shorter than the %d-byte header\n%s",
-                                 path, (long long)size, DATALOADER_HEADER_BYTES, DATALOADER_HINT);
+        return dataloader_error_(dl, "shard '%s' is truncated: %lld bytes, shorter than the %d-byte header\n%s", path,
+                                 (long long)size, DATALOADER_HEADER_BYTES, DATALOADER_HINT);
     }
     for (int i = 0; i < DATALOADER_HEADER_INTS; i++) {
         header[i] = (int32_t)dataloader_read_u32le_(raw + 4 * i);
     }
     if ((uint32_t)header[0] != DATALOADER_MAGIC) {
-        return dataloader_error_(dl, "shard '%s' has bad magic 0x%08x, expected 0x%08x: not a token shard\n%s",
-                                 path, (unsigned)header[0], (unsigned)DATALOADER_MAGIC, DATALOADER_HINT);
+        return dataloader_error_(dl, "shard '%s' has bad magic 0x%08x, expected 0x%08x: not a token shard\n%s", path,
+                                 (unsigned)header[0], (unsigned)DATALOADER_MAGIC, DATALOADER_HINT);
     }
     if (header[1] != DATALOADER_VERSION) {
-        return dataloader_error_(dl, "shard '%s' has unsupported version %d, this loader reads version %d\n%s",
-                                 path, header[1], DATALOADER_VERSION, DATALOADER_HINT);
+        return dataloader_error_(dl, "shard '%s' has unsupported version %d, this loader reads version %d\n%s", path,
+                                 header[1], DATALOADER_VERSION, DATALOADER_HINT);
     }
     int bpt = header[2];
     if (bpt != 2 && bpt != 4) {
-        return dataloader_error_(dl, "shard '%s' has %d bytes per token, expected 2 (uint16) or 4 (uint32)\n%s",
-                                 path, bpt, DATALOADER_HINT);
+        return dataloader_error_(dl, "shard '%s' has %d bytes per token, expected 2 (uint16) or 4 (uint32)\n%s", path,
+                                 bpt, DATALOADER_HINT);
     }
     uint64_t count = (uint64_t)dataloader_read_u32le_(raw + 16) | ((uint64_t)dataloader_read_u32le_(raw + 20) << 32);
     if (count == 0) {
@@ -208,20 +209,23 @@ static inline int dataloader_check_shard_(DataLoader *dl, const char *path, Data
     if (count > (uint64_t)(INT64_MAX - DATALOADER_HEADER_BYTES) / (uint64_t)bpt ||
         (int64_t)(DATALOADER_HEADER_BYTES + count * (uint64_t)bpt) != size) {
         int64_t expected = count > (uint64_t)(INT64_MAX - DATALOADER_HEADER_BYTES) / (uint64_t)bpt
-                               ? -1 : (int64_t)(DATALOADER_HEADER_BYTES + count * (uint64_t)bpt);
-        return dataloader_error_(dl, "shard '%s' is %s: %lld bytes, but its header says %llu tokens of %d bytes "
+                               ? -1
+                               : (int64_t)(DATALOADER_HEADER_BYTES + count * (uint64_t)bpt);
+        return dataloader_error_(dl,
+                                 "shard '%s' is %s: %lld bytes, but its header says %llu tokens of %d bytes "
                                  "(%lld bytes with the header)\n  hint: the file was cut short or appended to; "
                                  "make it again with python3 data/prepare.py",
                                  path, size < expected || expected < 0 ? "truncated" : "oversized", (long long)size,
                                  (unsigned long long)count, bpt, (long long)expected);
     }
     if (header[3] <= 0 || (bpt == 2 && header[3] > 65536)) {
-        return dataloader_error_(dl, "shard '%s' has vocab_size %d, which does not fit %d-byte tokens\n%s",
-                                 path, header[3], bpt, DATALOADER_HINT);
+        return dataloader_error_(dl, "shard '%s' has vocab_size %d, which does not fit %d-byte tokens\n%s", path,
+                                 header[3], bpt, DATALOADER_HINT);
     }
     uint64_t stride = (uint64_t)dl->world * (uint64_t)dl->B * (uint64_t)dl->T;
     if (count < stride + 1) {
-        return dataloader_error_(dl, "shard '%s' has %llu tokens, too few for one window of world*B*T+1 = "
+        return dataloader_error_(dl,
+                                 "shard '%s' has %llu tokens, too few for one window of world*B*T+1 = "
                                  "%d*%d*%d+1 = %llu tokens\n  hint: lower B or T, or put more text in each shard",
                                  path, (unsigned long long)count, dl->world, dl->B, dl->T,
                                  (unsigned long long)(stride + 1));
@@ -281,14 +285,15 @@ static inline void dataloader_reset(DataLoader *dl)
     dataloader_order_windows_(dl);
 }
 
-static inline int dataloader_init(DataLoader *dl, const char *pattern, int B, int T, int rank, int world,
-                                  int shuffle, uint64_t seed, int vocab_size)
+static inline int dataloader_init(DataLoader *dl, const char *pattern, int B, int T, int rank, int world, int shuffle,
+                                  uint64_t seed, int vocab_size)
 {
     memset(dl, 0, sizeof(*dl));
     dl->file_shard = -1;
     if (B <= 0 || T <= 0 || world <= 0 || rank < 0 || rank >= world || vocab_size < 0 ||
         (uint64_t)world * (uint64_t)B * (uint64_t)T >= (uint64_t)INT_MAX) {
-        return dataloader_error_(dl, "bad data loader arguments for '%s': B=%d T=%d rank=%d world=%d vocab_size=%d\n"
+        return dataloader_error_(dl,
+                                 "bad data loader arguments for '%s': B=%d T=%d rank=%d world=%d vocab_size=%d\n"
                                  "  hint: B, T, world > 0, 0 <= rank < world, world*B*T < 2^31",
                                  pattern, B, T, rank, world, vocab_size);
     }
@@ -331,7 +336,8 @@ static inline int dataloader_init(DataLoader *dl, const char *pattern, int B, in
             dl->bos_id = header[6];
             dl->eos_id = header[7];
         } else if (header[3] != dl->vocab_size || header[6] != dl->bos_id || header[7] != dl->eos_id) {
-            dataloader_error_(dl, "shards '%s' (vocab_size %d, bos %d, eos %d) and '%s' (vocab_size %d, bos %d, "
+            dataloader_error_(dl,
+                              "shards '%s' (vocab_size %d, bos %d, eos %d) and '%s' (vocab_size %d, bos %d, "
                               "eos %d) come from different tokenizers\n  hint: give a pattern that matches one set",
                               found.gl_pathv[0], dl->vocab_size, dl->bos_id, dl->eos_id, path, header[3], header[6],
                               header[7]);
@@ -340,8 +346,10 @@ static inline int dataloader_init(DataLoader *dl, const char *pattern, int B, in
             return -1;
         }
         if (vocab_size > 0 && header[3] > vocab_size) {
-            dataloader_error_(dl, "shard '%s' was tokenized with vocab_size %d, larger than the model's %d\n"
-                              "  hint: prepare the data with the model's tokenizer", path, header[3], vocab_size);
+            dataloader_error_(dl,
+                              "shard '%s' was tokenized with vocab_size %d, larger than the model's %d\n"
+                              "  hint: prepare the data with the model's tokenizer",
+                              path, header[3], vocab_size);
             globfree(&found);
             dataloader_free(dl);
             return -1;
@@ -389,27 +397,32 @@ static inline int dataloader_next_batch(DataLoader *dl)
         dl->file_shard = -1;
         dl->file = fopen(shard->path, "rb");
         if (dl->file == NULL) {
-            return dataloader_error_(dl, "cannot open shard '%s': %s\n  hint: was it removed after the loader "
-                                     "started?", shard->path, strerror(errno));
+            return dataloader_error_(dl,
+                                     "cannot open shard '%s': %s\n  hint: was it removed after the loader "
+                                     "started?",
+                                     shard->path, strerror(errno));
         }
         dl->file_shard = si;
     }
     int64_t offset = DATALOADER_HEADER_BYTES + (int64_t)(first_token * (uint64_t)bpt);
     size_t count = (size_t)bt + 1;
     if (fseeko(dl->file, (off_t)offset, SEEK_SET) != 0 || fread(dl->raw, (size_t)bpt, count, dl->file) != count) {
-        return dataloader_error_(dl, "cannot read %zu tokens at token %llu of shard '%s': %s\n"
-                                 "  hint: was it changed after the loader started?", count,
-                                 (unsigned long long)first_token, shard->path,
+        return dataloader_error_(dl,
+                                 "cannot read %zu tokens at token %llu of shard '%s': %s\n"
+                                 "  hint: was it changed after the loader started?",
+                                 count, (unsigned long long)first_token, shard->path,
                                  ferror(dl->file) ? strerror(errno) : "end of file");
     }
     for (size_t i = 0; i < count; i++) {
         const unsigned char *p = dl->raw + i * (size_t)bpt;
         uint32_t token = bpt == 2 ? (uint32_t)p[0] | ((uint32_t)p[1] << 8) : dataloader_read_u32le_(p);
         if (token >= (uint32_t)dl->vocab_size) {
-            return dataloader_error_(dl, "shard '%s' has token %lu at position %llu, outside its vocabulary of "
+            return dataloader_error_(dl,
+                                     "shard '%s' has token %lu at position %llu, outside its vocabulary of "
                                      "%d tokens\n  hint: the shard is corrupt; make it again with "
-                                     "python3 data/prepare.py", shard->path, (unsigned long)token,
-                                     (unsigned long long)(first_token + i), dl->vocab_size);
+                                     "python3 data/prepare.py",
+                                     shard->path, (unsigned long)token, (unsigned long long)(first_token + i),
+                                     dl->vocab_size);
         }
         if (i < (size_t)bt) {
             dl->inputs[i] = (int32_t)token;
@@ -439,14 +452,17 @@ static inline void dataloader_get_state(const DataLoader *dl, DataLoaderState *s
 static inline int dataloader_set_state(DataLoader *dl, const DataLoaderState *state)
 {
     if (state->layout != dl->state.layout) {
-        return dataloader_error_(dl, "the saved data position does not fit the %d shards from '%s' on: it was "
+        return dataloader_error_(dl,
+                                 "the saved data position does not fit the %d shards from '%s' on: it was "
                                  "made with other shards or another B, T, world size or shuffle setting\n"
                                  "  hint: resume with the same data and settings as the checkpoint",
                                  dl->num_shards, dl->shards[0].path);
     }
     if (state->shard >= (uint64_t)dl->num_shards) {
-        return dataloader_error_(dl, "the saved data position names shard %llu, but only %d shards from '%s' "
-                                 "on match", (unsigned long long)state->shard, dl->num_shards, dl->shards[0].path);
+        return dataloader_error_(dl,
+                                 "the saved data position names shard %llu, but only %d shards from '%s' "
+                                 "on match",
+                                 (unsigned long long)state->shard, dl->num_shards, dl->shards[0].path);
     }
     DataLoaderState previous = dl->state;
     dl->state = *state;
@@ -456,8 +472,10 @@ static inline int dataloader_set_state(DataLoader *dl, const DataLoaderState *st
         const char *path = dl->shards[dl->shard_order[state->shard]].path;
         dl->state = previous;
         dataloader_order_shards_(dl);
-        return dataloader_error_(dl, "the saved data position names window %llu, but its shard '%s' has %llu "
-                                 "windows", (unsigned long long)state->window, path, (unsigned long long)windows);
+        return dataloader_error_(dl,
+                                 "the saved data position names window %llu, but its shard '%s' has %llu "
+                                 "windows",
+                                 (unsigned long long)state->window, path, (unsigned long long)windows);
     }
     dataloader_order_windows_(dl);
     return 0;
@@ -471,8 +489,8 @@ static inline void dataloader_init_or_die(DataLoader *dl, const char *pattern, i
     }
 }
 
-static inline void dataloader_init_eval_or_die(DataLoader *dl, const char *pattern, int B, int T, int rank,
-                                               int world, int vocab_size)
+static inline void dataloader_init_eval_or_die(DataLoader *dl, const char *pattern, int B, int T, int rank, int world,
+                                               int vocab_size)
 {
     if (dataloader_init_eval(dl, pattern, B, T, rank, world, vocab_size) != 0) {
         FAIL("%s", dl->error);

@@ -34,7 +34,8 @@
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
 #endif
-static inline int set_error(char *err, size_t errlen, const char *fmt, ...)
+static inline int
+set_error(char *err, size_t errlen, const char *fmt, ...)
 {
     va_list args;
     va_start(args, fmt);
@@ -47,7 +48,8 @@ static inline int set_error(char *err, size_t errlen, const char *fmt, ...)
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
 #endif
-static inline int path_format(char *out, size_t n, const char *fmt, ...)
+static inline int
+path_format(char *out, size_t n, const char *fmt, ...)
 {
     va_list args;
     va_start(args, fmt);

@@ -72,8 +72,9 @@ static inline int hf_config_write_try(const char *path, const LlamaConfig *c, ch
 /* Checks that config.json at path describes the model c: its shape fields. */
 static inline int hf_config_check_try(const char *path, const LlamaConfig *c, char *err, size_t errlen)
 {
-    static const char *keys[] = {"vocab_size",          "hidden_size",         "intermediate_size", "num_hidden_layers",
-                                 "num_attention_heads", "num_key_value_heads", "head_dim",          "tie_word_embeddings"};
+    static const char *keys[] = {"vocab_size",        "hidden_size",         "intermediate_size",
+                                 "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                                 "head_dim",          "tie_word_embeddings"};
     double want[] = {(double)c->vocab_size, (double)c->d_model,   (double)c->ffn_dim,  (double)c->n_layer,
                      (double)c->n_head,     (double)c->n_kv_head, (double)c->head_dim, (double)c->tie_embeddings};
     JsonDoc doc;

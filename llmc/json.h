@@ -44,13 +44,13 @@ typedef enum { JSON_NULL, JSON_FALSE, JSON_TRUE, JSON_NUMBER, JSON_STRING, JSON_
 
 typedef struct {
     JsonType type;
-    int32_t next;     /* index of the next element or member of the same container, -1 after the last */
-    int32_t first;    /* index of an array's or object's first child, -1 if empty */
-    int32_t count;    /* children of an array or object */
-    int32_t key;      /* an object member's key: offset into JsonDoc.strings, -1 otherwise */
-    int32_t str;      /* a string's value: offset into JsonDoc.strings */
-    int32_t len;      /* its length in bytes (it may hold NUL characters) */
-    int is_integer;   /* a number written without fraction or exponent that fits an int64 */
+    int32_t next;    /* index of the next element or member of the same container, -1 after the last */
+    int32_t first;   /* index of an array's or object's first child, -1 if empty */
+    int32_t count;   /* children of an array or object */
+    int32_t key;     /* an object member's key: offset into JsonDoc.strings, -1 otherwise */
+    int32_t str;     /* a string's value: offset into JsonDoc.strings */
+    int32_t len;     /* its length in bytes (it may hold NUL characters) */
+    int is_integer;  /* a number written without fraction or exponent that fits an int64 */
     int64_t integer; /* that integer */
     double number;   /* every number, as strtod reads it */
 } JsonNode;
@@ -136,7 +136,10 @@ static inline int json_hex4_(JsonParser *p, uint32_t *out)
     uint32_t v = 0;
     for (int i = 0; i < 4; i++) {
         char c = p->s[p->pos++];
-        int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        int digit = c >= '0' && c <= '9'   ? c - '0'
+                    : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                    : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                           : -1;
         if (digit < 0)
             return json_fail_(p, "\\u needs four hex digits");
         v = v << 4 | (uint32_t)digit;
@@ -213,7 +216,7 @@ static inline int json_string_(JsonParser *p, int32_t *at, int32_t *len)
         if (cp >= 0xDC00 && cp <= 0xDFFF)
             return json_fail_(p, "a low surrogate \\u escape without a high one before it");
         if (cp >= 0xD800 && cp <= 0xDBFF) {
-            uint32_t low;
+            uint32_t low = 0;
             if (p->len - p->pos < 2 || p->s[p->pos] != '\\' || p->s[p->pos + 1] != 'u')
                 return json_fail_(p, "a high surrogate \\u escape without a low one after it");
             p->pos += 2;

@@ -56,19 +56,23 @@ static inline int launch_from_vars_(LaunchInfo *info, EnvLookup env, const char 
                                     char *err, size_t errlen)
 {
     const char *r = env(rank_var), *w = env(world_var);
-    if (!r && !w) return 0;
+    if (!r && !w)
+        return 0;
     if (!r || !w) {
         snprintf(err, errlen, "%s is set but %s is not (%s launch): set both, or neither", r ? rank_var : world_var,
                  r ? world_var : rank_var, source);
         return -1;
     }
-    if (launch_parse_int_(rank_var, r, &info->rank, err, errlen) || launch_parse_int_(world_var, w, &info->world, err, errlen))
+    if (launch_parse_int_(rank_var, r, &info->rank, err, errlen) ||
+        launch_parse_int_(world_var, w, &info->world, err, errlen))
         return -1;
     info->local_rank = -1;
     info->local_world = 0;
     const char *lr = env(local_rank_var), *lw = local_size_var ? env(local_size_var) : NULL;
-    if (lr && launch_parse_int_(local_rank_var, lr, &info->local_rank, err, errlen)) return -1;
-    if (lw && launch_parse_int_(local_size_var, lw, &info->local_world, err, errlen)) return -1;
+    if (lr && launch_parse_int_(local_rank_var, lr, &info->local_rank, err, errlen))
+        return -1;
+    if (lw && launch_parse_int_(local_size_var, lw, &info->local_world, err, errlen))
+        return -1;
     info->source = source;
     return 1;
 }
@@ -103,7 +107,8 @@ static inline int launch_info_try(LaunchInfo *info, const LaunchFlags *flags, En
     for (size_t i = 0; !found && i < sizeof(sources) / sizeof(sources[0]); i++) {
         found = launch_from_vars_(info, env, sources[i][0], sources[i][1], sources[i][2], sources[i][3], sources[i][4],
                                   err, errlen);
-        if (found < 0) return -1;
+        if (found < 0)
+            return -1;
     }
     if (!found) {
         info->rank = 0;
@@ -122,12 +127,15 @@ static inline int launch_info_try(LaunchInfo *info, const LaunchFlags *flags, En
         snprintf(err, errlen, "no GPU on this host for rank %d", info->rank);
         return -1;
     }
-    if (info->local_rank < 0) info->local_rank = info->rank % gpus_per_host;
-    if (info->local_world <= 0) info->local_world = info->world < gpus_per_host ? info->world : gpus_per_host;
+    if (info->local_rank < 0)
+        info->local_rank = info->rank % gpus_per_host;
+    if (info->local_world <= 0)
+        info->local_world = info->world < gpus_per_host ? info->world : gpus_per_host;
     if (info->local_rank >= info->local_world || info->local_rank >= gpus_per_host) {
-        snprintf(err, errlen, "rank %d has local rank %d, but this host runs %d processes on %d GPUs (from %s): "
-                 "start at most one process per GPU", info->rank, info->local_rank, info->local_world, gpus_per_host,
-                 info->source);
+        snprintf(err, errlen,
+                 "rank %d has local rank %d, but this host runs %d processes on %d GPUs (from %s): "
+                 "start at most one process per GPU",
+                 info->rank, info->local_rank, info->local_world, gpus_per_host, info->source);
         return -1;
     }
     return 0;

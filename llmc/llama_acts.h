@@ -67,7 +67,7 @@ static inline char *acts_per_layer_(Activations *a, int L, size_t bytes, int sha
     *stride = shared ? 0 : bytes;
     return (char *)acts_alloc_(a, bytes * (shared ? 1 : (size_t)L), what);
 }
-#define ACTS_PER_LAYER(a, L, field, type, n, shared, what)                                                              \
+#define ACTS_PER_LAYER(a, L, field, type, n, shared, what)                                                             \
     do {                                                                                                               \
         size_t stride_;                                                                                                \
         char *base_ = acts_per_layer_(a, L, (size_t)(n) * sizeof(type), shared, &stride_, what);                       \

@@ -96,9 +96,8 @@ static inline void llama_save_checkpoint(Llama *m, const char *dir, int keep, Ch
     dist_sum_host(d, 0.0, s); /* the staging directory exists for everyone */
     checkpoint_staging_path(staging, sizeof(staging), dir, state.step);
     if (d->rank == 0) {
-        llama_fail_if_error(
-            checkpoint_write_model_try(staging, &m->config, &m->layout, master, err, sizeof(err)), d->rank,
-            "saving a checkpoint", err);
+        llama_fail_if_error(checkpoint_write_model_try(staging, &m->config, &m->layout, master, err, sizeof(err)),
+                            d->rank, "saving a checkpoint", err);
         free(master);
     }
     if (m->params.zero_stage >= 1 || d->rank == 0)

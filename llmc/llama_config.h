@@ -64,17 +64,24 @@ static inline int64_t count_targets(const int *targets, int64_t n)
  * also where the stacked [q; k; v] projection starts, LAYER_GATE where the
  * stacked [gate; up] one does: the GPU model runs each as one GEMM. */
 enum {
-    LAYER_ATTN_NORM, LAYER_Q, LAYER_K, LAYER_V, LAYER_O,
-    LAYER_MLP_NORM, LAYER_GATE, LAYER_UP, LAYER_DOWN,
+    LAYER_ATTN_NORM,
+    LAYER_Q,
+    LAYER_K,
+    LAYER_V,
+    LAYER_O,
+    LAYER_MLP_NORM,
+    LAYER_GATE,
+    LAYER_UP,
+    LAYER_DOWN,
     LAYER_TENSORS
 };
 
 typedef struct {
-    char name[96];     /* HF name */
+    char name[96];      /* HF name */
     int64_t rows, cols; /* cols == 1 for vectors */
     int64_t numel;
-    int64_t offset;    /* into the flat parameter array */
-    int is_matrix;     /* gets weight decay */
+    int64_t offset; /* into the flat parameter array */
+    int is_matrix;  /* gets weight decay */
 } ParamTensor;
 
 typedef struct {
@@ -90,9 +97,12 @@ typedef struct {
 
 /* Published shapes; the 1B and 3B are tied, the 8B is not. */
 static const LlamaPreset LLAMA_PRESETS[] = {
-    {"llama3.2-1b", {128256, 2048, 16, 32, 8, 64, 8192, 131072, 500000.0f, 1, 32.0f, 1.0f, 4.0f, 8192, 1e-5f, 1, 0.02f}},
-    {"llama3.2-3b", {128256, 3072, 28, 24, 8, 128, 8192, 131072, 500000.0f, 1, 32.0f, 1.0f, 4.0f, 8192, 1e-5f, 1, 0.02f}},
-    {"llama3.1-8b", {128256, 4096, 32, 32, 8, 128, 14336, 131072, 500000.0f, 1, 8.0f, 1.0f, 4.0f, 8192, 1e-5f, 0, 0.02f}},
+    {"llama3.2-1b",
+     {128256, 2048, 16, 32, 8, 64, 8192, 131072, 500000.0f, 1, 32.0f, 1.0f, 4.0f, 8192, 1e-5f, 1, 0.02f}},
+    {"llama3.2-3b",
+     {128256, 3072, 28, 24, 8, 128, 8192, 131072, 500000.0f, 1, 32.0f, 1.0f, 4.0f, 8192, 1e-5f, 1, 0.02f}},
+    {"llama3.1-8b",
+     {128256, 4096, 32, 32, 8, 128, 14336, 131072, 500000.0f, 1, 8.0f, 1.0f, 4.0f, 8192, 1e-5f, 0, 0.02f}},
     /* Small shapes for quick runs with the real tokenizer's vocab; nano trains on a CPU in minutes. */
     {"nano", {128256, 64, 2, 4, 2, 16, 176, 1024, 500000.0f, 0, 0.0f, 0.0f, 0.0f, 0, 1e-5f, 1, 0.02f}},
     {"tiny", {128256, 256, 4, 8, 2, 32, 704, 2048, 500000.0f, 0, 0.0f, 0.0f, 0.0f, 0, 1e-5f, 1, 0.02f}},
@@ -117,9 +127,11 @@ static inline int llama_config_check(const LlamaConfig *c, char *err, size_t err
 {
     if (c->vocab_size <= 0 || c->d_model <= 0 || c->n_layer <= 0 || c->n_head <= 0 || c->n_kv_head <= 0 ||
         c->head_dim <= 0 || c->ffn_dim <= 0 || c->max_seq_len <= 0) {
-        snprintf(err, errlen, "every size must be positive (vocab %d, d_model %d, layers %d, heads %d/%d, "
-                 "head_dim %d, ffn %d, max_seq_len %d)", c->vocab_size, c->d_model, c->n_layer, c->n_head,
-                 c->n_kv_head, c->head_dim, c->ffn_dim, c->max_seq_len);
+        snprintf(err, errlen,
+                 "every size must be positive (vocab %d, d_model %d, layers %d, heads %d/%d, "
+                 "head_dim %d, ffn %d, max_seq_len %d)",
+                 c->vocab_size, c->d_model, c->n_layer, c->n_head, c->n_kv_head, c->head_dim, c->ffn_dim,
+                 c->max_seq_len);
         return -1;
     }
     if (c->n_head % c->n_kv_head != 0) {
@@ -132,15 +144,16 @@ static inline int llama_config_check(const LlamaConfig *c, char *err, size_t err
         return -1;
     }
     if (!(c->rope_theta > 1.0f) || !(c->norm_eps > 0.0f)) {
-        snprintf(err, errlen, "rope_theta %g must exceed 1 and norm_eps %g must be positive",
-                 c->rope_theta, c->norm_eps);
+        snprintf(err, errlen, "rope_theta %g must exceed 1 and norm_eps %g must be positive", c->rope_theta,
+                 c->norm_eps);
         return -1;
     }
     if (c->rope_scaling_llama3 && !(c->rope_factor >= 1.0f && c->rope_high_freq_factor > c->rope_low_freq_factor &&
                                     c->rope_low_freq_factor > 0.0f && c->rope_original_max_pos > 0)) {
-        snprintf(err, errlen, "Llama 3.1 rope scaling needs factor >= 1, high_freq_factor > low_freq_factor > 0 "
-                 "and original_max_pos > 0 (got %g, %g, %g, %d)", c->rope_factor, c->rope_high_freq_factor,
-                 c->rope_low_freq_factor, c->rope_original_max_pos);
+        snprintf(err, errlen,
+                 "Llama 3.1 rope scaling needs factor >= 1, high_freq_factor > low_freq_factor > 0 "
+                 "and original_max_pos > 0 (got %g, %g, %g, %d)",
+                 c->rope_factor, c->rope_high_freq_factor, c->rope_low_freq_factor, c->rope_original_max_pos);
         return -1;
     }
     return 0;
@@ -154,22 +167,23 @@ static inline ParamLayout llama_param_layout(const LlamaConfig *c)
     layout.tensors = (ParamTensor *)calloc_check((size_t)layout.n_tensors, sizeof(ParamTensor), "parameter layout");
     int64_t C = c->d_model, V = c->vocab_size, F = c->ffn_dim;
     int64_t QD = (int64_t)c->n_head * c->head_dim, KVD = (int64_t)c->n_kv_head * c->head_dim;
-    static const char *layer_names[LAYER_TENSORS] = {
-        "input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-        "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
-    int64_t layer_shapes[LAYER_TENSORS][2] = {{C, 1}, {QD, C}, {KVD, C}, {KVD, C}, {C, QD}, {C, 1}, {F, C}, {F, C}, {C, F}};
+    static const char *layer_names[LAYER_TENSORS] = {"input_layernorm",  "self_attn.q_proj", "self_attn.k_proj",
+                                                     "self_attn.v_proj", "self_attn.o_proj", "post_attention_layernorm",
+                                                     "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+    int64_t layer_shapes[LAYER_TENSORS][2] = {{C, 1}, {QD, C}, {KVD, C}, {KVD, C}, {C, QD},
+                                              {C, 1}, {F, C},  {F, C},   {C, F}};
     int64_t offset = 0;
     int i = 0;
-#define ADD_TENSOR(rows_, cols_, ...)                                                     \
-    do {                                                                                  \
-        ParamTensor *t = &layout.tensors[i++];                                            \
-        snprintf(t->name, sizeof(t->name), __VA_ARGS__);                                  \
-        t->rows = (rows_);                                                                \
-        t->cols = (cols_);                                                                \
-        t->numel = t->rows * t->cols;                                                     \
-        t->offset = offset;                                                               \
-        t->is_matrix = t->cols > 1;                                                       \
-        offset += t->numel;                                                               \
+#define ADD_TENSOR(rows_, cols_, ...)                                                                                  \
+    do {                                                                                                               \
+        ParamTensor *t = &layout.tensors[i++];                                                                         \
+        snprintf(t->name, sizeof(t->name), __VA_ARGS__);                                                               \
+        t->rows = (rows_);                                                                                             \
+        t->cols = (cols_);                                                                                             \
+        t->numel = t->rows * t->cols;                                                                                  \
+        t->offset = offset;                                                                                            \
+        t->is_matrix = t->cols > 1;                                                                                    \
+        offset += t->numel;                                                                                            \
     } while (0)
     ADD_TENSOR(V, C, "model.embed_tokens.weight");
     for (int l = 0; l < c->n_layer; l++) {
@@ -178,7 +192,8 @@ static inline ParamLayout llama_param_layout(const LlamaConfig *c)
         }
     }
     ADD_TENSOR(C, 1, "model.norm.weight");
-    if (!c->tie_embeddings) ADD_TENSOR(V, C, "lm_head.weight");
+    if (!c->tie_embeddings)
+        ADD_TENSOR(V, C, "lm_head.weight");
 #undef ADD_TENSOR
     layout.total = offset;
     return layout;
@@ -191,10 +206,19 @@ static inline void llama_param_layout_free(ParamLayout *layout)
 }
 
 /* Index into ParamLayout.tensors of one layer's tensor, of the final norm, of lm_head. */
-static inline int param_index_layer(int layer, int which) { return 1 + layer * LAYER_TENSORS + which; }
-static inline int param_index_final_norm(const LlamaConfig *c) { return 1 + c->n_layer * LAYER_TENSORS; }
+static inline int param_index_layer(int layer, int which)
+{
+    return 1 + layer * LAYER_TENSORS + which;
+}
+static inline int param_index_final_norm(const LlamaConfig *c)
+{
+    return 1 + c->n_layer * LAYER_TENSORS;
+}
 /* lm_head is the embedding when tied. */
-static inline int param_index_lm_head(const LlamaConfig *c) { return c->tie_embeddings ? 0 : 2 + c->n_layer * LAYER_TENSORS; }
+static inline int param_index_lm_head(const LlamaConfig *c)
+{
+    return c->tie_embeddings ? 0 : 2 + c->n_layer * LAYER_TENSORS;
+}
 
 /*
  * RoPE inverse frequencies, head_dim/2 of them, exactly as HF computes them in
@@ -231,7 +255,8 @@ static inline void llama_rope_inv_freq(const LlamaConfig *c, float *inv_freq)
  * function of (seed, its index) alone, so the loop parallelises (OpenMP where
  * built with it) and every build gives the same weights. Not meant to
  * reproduce torch's random stream. */
-static inline void llama_init_weights_host(float *params, const LlamaConfig *c, const ParamLayout *layout, uint64_t seed)
+static inline void llama_init_weights_host(float *params, const LlamaConfig *c, const ParamLayout *layout,
+                                           uint64_t seed)
 {
     for (int i = 0; i < layout->n_tensors; i++) {
         const ParamTensor *t = &layout->tensors[i];
@@ -254,16 +279,28 @@ static inline LlamaConfig llama_config_from_tensorfile(const TensorFile *tf)
 {
     LlamaConfig c;
     memset(&c, 0, sizeof(c));
-    const char *keys[] = {"config.vocab_size", "config.d_model", "config.n_layer", "config.n_head",
-                          "config.n_kv_head", "config.head_dim", "config.ffn_dim", "config.max_seq_len",
-                          "config.rope_theta", "config.rope_scaling", "config.rope_factor",
-                          "config.rope_low_freq_factor", "config.rope_high_freq_factor",
-                          "config.rope_original_max_pos", "config.norm_eps", "config.tie_embeddings",
+    const char *keys[] = {"config.vocab_size",
+                          "config.d_model",
+                          "config.n_layer",
+                          "config.n_head",
+                          "config.n_kv_head",
+                          "config.head_dim",
+                          "config.ffn_dim",
+                          "config.max_seq_len",
+                          "config.rope_theta",
+                          "config.rope_scaling",
+                          "config.rope_factor",
+                          "config.rope_low_freq_factor",
+                          "config.rope_high_freq_factor",
+                          "config.rope_original_max_pos",
+                          "config.norm_eps",
+                          "config.tie_embeddings",
                           "config.init_std"};
     const char *v[sizeof(keys) / sizeof(keys[0])];
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
         v[i] = tensorfile_meta(tf, keys[i]);
-        if (!v[i]) FAIL("'%s' has no metadata key '%s'; regenerate it with reference/make_reference.py", tf->path, keys[i]);
+        if (!v[i])
+            FAIL("'%s' has no metadata key '%s'; regenerate it with reference/make_reference.py", tf->path, keys[i]);
     }
     c.vocab_size = atoi(v[0]);
     c.d_model = atoi(v[1]);
@@ -274,8 +311,10 @@ static inline LlamaConfig llama_config_from_tensorfile(const TensorFile *tf)
     c.ffn_dim = atoi(v[6]);
     c.max_seq_len = atoi(v[7]);
     c.rope_theta = (float)atof(v[8]);
-    if (strcmp(v[9], "llama3") == 0) c.rope_scaling_llama3 = 1;
-    else if (strcmp(v[9], "none") != 0) FAIL("'%s': unknown rope scaling '%s' (known: none, llama3)", tf->path, v[9]);
+    if (strcmp(v[9], "llama3") == 0)
+        c.rope_scaling_llama3 = 1;
+    else if (strcmp(v[9], "none") != 0)
+        FAIL("'%s': unknown rope scaling '%s' (known: none, llama3)", tf->path, v[9]);
     c.rope_factor = (float)atof(v[10]);
     c.rope_low_freq_factor = (float)atof(v[11]);
     c.rope_high_freq_factor = (float)atof(v[12]);
@@ -284,7 +323,8 @@ static inline LlamaConfig llama_config_from_tensorfile(const TensorFile *tf)
     c.tie_embeddings = atoi(v[15]);
     c.init_std = (float)atof(v[16]);
     char err[512];
-    if (llama_config_check(&c, err, sizeof(err)) != 0) FAIL("'%s': bad model config: %s", tf->path, err);
+    if (llama_config_check(&c, err, sizeof(err)) != 0)
+        FAIL("'%s': bad model config: %s", tf->path, err);
     return c;
 }
 
@@ -295,7 +335,8 @@ static inline double llama_flops_per_token(const LlamaConfig *c, int T)
 {
     ParamLayout layout = llama_param_layout(c);
     double n = (double)layout.total - (double)c->vocab_size * c->d_model;
-    if (c->tie_embeddings) n += (double)c->vocab_size * c->d_model;
+    if (c->tie_embeddings)
+        n += (double)c->vocab_size * c->d_model;
     llama_param_layout_free(&layout);
     return 6.0 * n + 12.0 * c->n_layer * c->n_head * c->head_dim * (double)T;
 }

@@ -45,8 +45,8 @@ typedef struct {
 
 static inline LayerSpec layer_spec(const LlamaConfig *c, int B, int T, int recompute, const float *freqs_cis)
 {
-    LayerSpec sp = {B,         T,          B * T,      c->d_model, c->n_head, c->n_kv_head, c->head_dim,
-                    c->ffn_dim, c->norm_eps, recompute, freqs_cis};
+    LayerSpec sp = {B,           T,          B * T,       c->d_model, c->n_head, c->n_kv_head,
+                    c->head_dim, c->ffn_dim, c->norm_eps, recompute,  freqs_cis};
     return sp;
 }
 

@@ -102,8 +102,8 @@ static inline void llama_batch_build(LlamaBatch *b, int64_t N, int V, int max_mi
     CUDA_CHECK(cudaMallocHost(&b->h_bucket_token, (size_t)N * max_micro_steps * sizeof(int)));
     CUDA_CHECK(cudaMallocHost(&b->h_bucket_start, (size_t)(N + 1) * max_micro_steps * sizeof(int)));
     CUDA_CHECK(cudaMallocHost(&b->h_positions, (size_t)N * max_micro_steps * sizeof(int)));
-    b->h_workspace = (int *)malloc_check(embedding_backward_plan_workspace_ints((int)N, V) * sizeof(int),
-                                         "embedding backward plan");
+    b->h_workspace =
+        (int *)malloc_check(embedding_backward_plan_workspace_ints((int)N, V) * sizeof(int), "embedding backward plan");
 }
 
 static inline void llama_batch_free(LlamaBatch *b)
@@ -203,8 +203,8 @@ static inline void llama_set_batch(Llama *m, const int *tokens, const int *targe
                                                 m->config.vocab_size, b->h_workspace);
     CUDA_CHECK(cudaMemcpyAsync(b->tokens, tokens, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, s));
     CUDA_CHECK(cudaMemcpyAsync(b->targets, targets, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, s));
-    CUDA_CHECK(cudaMemcpyAsync(b->bucket_token, bucket_token, (size_t)b->n_buckets * sizeof(int),
-                               cudaMemcpyHostToDevice, s));
+    CUDA_CHECK(
+        cudaMemcpyAsync(b->bucket_token, bucket_token, (size_t)b->n_buckets * sizeof(int), cudaMemcpyHostToDevice, s));
     CUDA_CHECK(cudaMemcpyAsync(b->bucket_start, bucket_start, (size_t)(b->n_buckets + 1) * sizeof(int),
                                cudaMemcpyHostToDevice, s));
     CUDA_CHECK(cudaMemcpyAsync(b->positions, positions, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, s));

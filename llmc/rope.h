@@ -45,8 +45,8 @@ static inline void rope_table_host(float *table, const LlamaConfig *config, int 
  * head: W = 8 (16-byte loads) when D/2 is a multiple of 8, else W = 1.
  * sin_sign = 1 rotates by +angle (forward), -1 by -angle (backward); negating is exact. */
 template <int W>
-__global__ void rope_kernel(bf16 *qkv, const float *__restrict__ freqs_cis, int T, int n_rotated, int n_heads,
-                            int D, float sin_sign)
+__global__ void rope_kernel(bf16 *qkv, const float *__restrict__ freqs_cis, int T, int n_rotated, int n_heads, int D,
+                            float sin_sign)
 {
     int half = D / 2;
     int groups = half / W;
@@ -108,7 +108,8 @@ static inline void rope_launch(bf16 *qkv, const float *freqs_cis, int B, int T, 
 {
     if (B <= 0 || T <= 0 || H <= 0 || KV <= 0 || D <= 0 || D % 2 != 0) {
         FAIL("rope: B = %d, T = %d, H = %d, KV = %d, D = %d unsupported: sizes must be positive and D even "
-             "(rotate-half pairs dimension i with i + D/2)", B, T, H, KV, D);
+             "(rotate-half pairs dimension i with i + D/2)",
+             B, T, H, KV, D);
     }
     profile_push(PROF_ROPE, stream);
     int half = D / 2;

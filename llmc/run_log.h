@@ -114,8 +114,8 @@ static inline void run_log_open(RunLog *log, const char *path, int append, const
     if (slash && slash != path) {
         char dir[LLMC_PATH_MAX];
         if (path_format(dir, sizeof(dir), "%.*s", (int)(slash - path), path) != 0 || make_dirs(dir) != 0)
-            FAIL("cannot create the folder of the log '%s': %s\n  hint: pass another --log, or --log '' for none",
-                 path, strerror(errno));
+            FAIL("cannot create the folder of the log '%s': %s\n  hint: pass another --log, or --log '' for none", path,
+                 strerror(errno));
     }
     log->json = fopen(path, append ? "a" : "w");
     if (!log->json)

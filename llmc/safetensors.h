@@ -63,8 +63,8 @@ static inline int safetensors_dtype_size(const char *dtype)
     static const struct {
         const char *name;
         int size;
-    } sizes[] = {{"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8}, {"I32", 4}, {"I16", 2},
-                 {"I8", 1},  {"U8", 1},  {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
+    } sizes[] = {{"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8},     {"I32", 4},
+                 {"I16", 2}, {"I8", 1},  {"U8", 1},  {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
         if (strcmp(dtype, sizes[i].name) == 0)
             return sizes[i].size;
@@ -141,8 +141,8 @@ static inline int safetensors_parse_header_(SafetensorsFile *sf, const char *tex
     else if (dup)
         rc = set_error(err, errlen, "'%s': the safetensors header names tensor '%s' twice (corrupt)", sf->path, dup);
     if (rc == 0)
-        sf->tensors = (SafetensorsTensor *)calloc_check((size_t)root->count + 1, sizeof(SafetensorsTensor),
-                                                        "safetensors header");
+        sf->tensors =
+            (SafetensorsTensor *)calloc_check((size_t)root->count + 1, sizeof(SafetensorsTensor), "safetensors header");
     for (const JsonNode *m = json_first(&doc, root); m && rc == 0; m = json_next(&doc, m)) {
         const char *name = json_key(&doc, m);
         if (strcmp(name, "__metadata__") == 0)
@@ -177,8 +177,10 @@ static inline int safetensors_open(SafetensorsFile *sf, const char *path, char *
     uint64_t hlen = get_u64le(n8);
     if (hlen < 2 || hlen > SAFETENSORS_MAX_HEADER || (int64_t)hlen > sf->file_size - 8) {
         safetensors_close(sf);
-        return set_error(err, errlen, "'%s': bad safetensors header length %llu for a file of %lld bytes "
-                         "(truncated or corrupt)", path, (unsigned long long)hlen, (long long)sf->file_size);
+        return set_error(err, errlen,
+                         "'%s': bad safetensors header length %llu for a file of %lld bytes "
+                         "(truncated or corrupt)",
+                         path, (unsigned long long)hlen, (long long)sf->file_size);
     }
     char *text = (char *)malloc_check((size_t)hlen, "safetensors header");
     int rc = fread(text, 1, (size_t)hlen, sf->f) == (size_t)hlen
@@ -195,7 +197,8 @@ static inline int safetensors_open(SafetensorsFile *sf, const char *path, char *
         qsort(sorted, (size_t)sf->n_tensors, sizeof(SafetensorsTensor), safetensors_by_offset_);
         for (int i = 0; i < sf->n_tensors && rc == 0; i++) {
             if (sorted[i].begin != end)
-                rc = set_error(err, errlen, "'%s': tensor '%s' starts at byte %lld of the data, not at %lld where "
+                rc = set_error(err, errlen,
+                               "'%s': tensor '%s' starts at byte %lld of the data, not at %lld where "
                                "the one before it ends (overlapping or with a hole: corrupt)",
                                path, sorted[i].name, (long long)sorted[i].begin, (long long)end);
             end = sorted[i].end;
@@ -251,9 +254,11 @@ static inline int safetensors_load_params_try(const char *path, const ParamLayou
             char got[160] = "";
             for (int d = 0; d < t->ndim; d++)
                 snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%lld", d ? ", " : "", (long long)t->shape[d]);
-            rc = set_error(err, errlen, "'%s': tensor '%s' has shape [%s], this model's is [%lld%s%lld] "
-                           "(does the checkpoint belong to this model?)", path, p->name, got, (long long)p->rows,
-                           want_ndim == 2 ? ", " : "", want_ndim == 2 ? (long long)p->cols : 0LL);
+            rc = set_error(err, errlen,
+                           "'%s': tensor '%s' has shape [%s], this model's is [%lld%s%lld] "
+                           "(does the checkpoint belong to this model?)",
+                           path, p->name, got, (long long)p->rows, want_ndim == 2 ? ", " : "",
+                           want_ndim == 2 ? (long long)p->cols : 0LL);
         } else {
             rc = safetensors_read_f32(&sf, t, params + p->offset, err, errlen);
         }
@@ -276,8 +281,9 @@ static inline int safetensors_write_params_try(const char *path, const ParamLayo
             snprintf(shape, sizeof(shape), "%lld", (long long)t->rows);
         else
             snprintf(shape, sizeof(shape), "%lld,%lld", (long long)t->rows, (long long)t->cols);
-        len += (size_t)snprintf(hdr + len, cap - len, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%s],\"data_offsets\":[%lld,%lld]}",
-                                t->name, shape, (long long)t->offset * 4, (long long)(t->offset + t->numel) * 4);
+        len += (size_t)snprintf(hdr + len, cap - len,
+                                ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%s],\"data_offsets\":[%lld,%lld]}", t->name,
+                                shape, (long long)t->offset * 4, (long long)(t->offset + t->numel) * 4);
     }
     len += (size_t)snprintf(hdr + len, cap - len, "}");
     while (len % 8 != 0)

@@ -52,21 +52,27 @@ static inline int schedule_kind_from_name(const char *name, ScheduleKind *kind)
 /* Learning rate of step (0-based). */
 static inline float schedule_lr(const LrSchedule *s, int step)
 {
-    if (step < s->warmup) return s->lr * (float)(step + 1) / (float)s->warmup;
+    if (step < s->warmup)
+        return s->lr * (float)(step + 1) / (float)s->warmup;
     float lr_min = s->lr * s->min_lr_frac;
     int decay_steps = s->total_steps - s->warmup;
     float p = decay_steps > 1 ? (float)(step - s->warmup) / (float)(decay_steps - 1) : 1.0f;
-    if (p > 1.0f) p = 1.0f;
+    if (p > 1.0f)
+        p = 1.0f;
     switch (s->kind) {
-    case SCHEDULE_COSINE: return lr_min + (s->lr - lr_min) * 0.5f * (1.0f + cosf((float)M_PI * p));
-    case SCHEDULE_LINEAR: return s->lr - (s->lr - lr_min) * p;
+    case SCHEDULE_COSINE:
+        return lr_min + (s->lr - lr_min) * 0.5f * (1.0f + cosf((float)M_PI * p));
+    case SCHEDULE_LINEAR:
+        return s->lr - (s->lr - lr_min) * p;
     case SCHEDULE_WSD: {
         float stable = 1.0f - s->decay_frac;
-        if (p <= stable) return s->lr;
+        if (p <= stable)
+            return s->lr;
         return s->lr - (s->lr - lr_min) * (p - stable) / s->decay_frac;
     }
     case SCHEDULE_CONSTANT:
-    default: return s->lr;
+    default:
+        return s->lr;
     }
 }
 

@@ -51,22 +51,40 @@ typedef struct {
 static inline int tensorfile_dtype_size(int dtype)
 {
     switch (dtype) {
-    case TF_FLOAT32: return 4;
-    case TF_INT32: return 4;
-    case TF_BFLOAT16: return 2;
-    default: return 0;
+    case TF_FLOAT32:
+        return 4;
+    case TF_INT32:
+        return 4;
+    case TF_BFLOAT16:
+        return 2;
+    default:
+        return 0;
     }
 }
 
-static inline uint32_t tf_u32(const char *p) { uint32_t v; memcpy(&v, p, 4); return v; }
-static inline uint64_t tf_u64(const char *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+static inline uint32_t tf_u32(const char *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static inline uint64_t tf_u64(const char *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
 
 /* Cursor over the index; every take checks that it stays inside the index. */
-typedef struct { char *data; uint64_t pos, end; } TfCursor;
+typedef struct {
+    char *data;
+    uint64_t pos, end;
+} TfCursor;
 
 static inline int tf_take(TfCursor *c, uint64_t n, char **out)
 {
-    if (c->pos + n > c->end || c->pos + n < c->pos) return -1;
+    if (c->pos + n > c->end || c->pos + n < c->pos)
+        return -1;
     *out = c->data + c->pos;
     c->pos += n;
     return 0;
@@ -77,20 +95,24 @@ static inline int tf_take(TfCursor *c, uint64_t n, char **out)
 static inline int tf_take_string(TfCursor *c, char **out)
 {
     char *p;
-    if (tf_take(c, 4, &p)) return -1;
+    if (tf_take(c, 4, &p))
+        return -1;
     uint32_t len = tf_u32(p);
     char *s;
-    if (tf_take(c, len, &s)) return -1;
+    if (tf_take(c, len, &s))
+        return -1;
     memmove(p, s, len);
     p[len] = '\0';
-    if (strlen(p) != len) return -1; /* embedded zero byte */
+    if (strlen(p) != len)
+        return -1; /* embedded zero byte */
     *out = p;
     return 0;
 }
 
 static inline void tensorfile_close(TensorFile *tf)
 {
-    if (tf->file) fclose(tf->file);
+    if (tf->file)
+        fclose(tf->file);
     free(tf->meta_keys);
     free(tf->meta_values);
     free(tf->tensors);
@@ -98,14 +120,20 @@ static inline void tensorfile_close(TensorFile *tf)
     memset(tf, 0, sizeof(*tf));
 }
 
-#define TF_BAD(...) do { snprintf(err, errlen, __VA_ARGS__); tensorfile_close(tf); return -1; } while (0)
+#define TF_BAD(...)                                                                                                    \
+    do {                                                                                                               \
+        snprintf(err, errlen, __VA_ARGS__);                                                                            \
+        tensorfile_close(tf);                                                                                          \
+        return -1;                                                                                                     \
+    } while (0)
 
 static inline int tensorfile_open_try(TensorFile *tf, const char *path, char *err, size_t errlen)
 {
     memset(tf, 0, sizeof(*tf));
     snprintf(tf->path, sizeof(tf->path), "%s", path);
     tf->file = fopen(path, "rb");
-    if (!tf->file) TF_BAD("cannot open tensor file '%s': %s", path, strerror(errno));
+    if (!tf->file)
+        TF_BAD("cannot open tensor file '%s': %s", path, strerror(errno));
     fseeko(tf->file, 0, SEEK_END);
     uint64_t file_size = (uint64_t)ftello(tf->file);
     fseeko(tf->file, 0, SEEK_SET);
@@ -117,10 +145,12 @@ static inline int tensorfile_open_try(TensorFile *tf, const char *path, char *er
     uint32_t version = tf_u32(header + 8);
     if (version != TENSORFILE_VERSION)
         TF_BAD("'%s' has format version %u, this build reads version %d; regenerate it with "
-               "reference/make_reference.py", path, version, TENSORFILE_VERSION);
+               "reference/make_reference.py",
+               path, version, TENSORFILE_VERSION);
     uint32_t n_meta = tf_u32(header + 12), n_tensors = tf_u32(header + 16);
     uint64_t index_bytes = tf_u64(header + 24), data_offset = tf_u64(header + 32), data_bytes = tf_u64(header + 40);
-    if (data_offset < 64 + index_bytes || data_offset + data_bytes < data_offset || data_offset + data_bytes != file_size)
+    if (data_offset < 64 + index_bytes || data_offset + data_bytes < data_offset ||
+        data_offset + data_bytes != file_size)
         TF_BAD("'%s' is %llu bytes but its header describes %llu (truncated or corrupt)", path,
                (unsigned long long)file_size, (unsigned long long)(data_offset + data_bytes));
     if (n_meta > (1u << 20) || n_tensors > (1u << 20))
@@ -151,13 +181,15 @@ static inline int tensorfile_open_try(TensorFile *tf, const char *path, char *er
         t->ndim = (int)ndim;
         t->numel = 1;
         for (uint32_t d = 0; d < ndim; d++) {
-            if (tf_take(&c, 8, &p)) TF_BAD("'%s': tensor entry '%s' runs past the index", path, t->name);
+            if (tf_take(&c, 8, &p))
+                TF_BAD("'%s': tensor entry '%s' runs past the index", path, t->name);
             t->shape[d] = (int64_t)tf_u64(p);
             if (t->shape[d] < 0 || (t->shape[d] > 0 && t->numel > INT64_MAX / t->shape[d]))
                 TF_BAD("'%s': tensor '%s' has an impossible shape", path, t->name);
             t->numel *= t->shape[d];
         }
-        if (tf_take(&c, 16, &p)) TF_BAD("'%s': tensor entry '%s' runs past the index", path, t->name);
+        if (tf_take(&c, 16, &p))
+            TF_BAD("'%s': tensor entry '%s' runs past the index", path, t->name);
         uint64_t offset = tf_u64(p), nbytes = tf_u64(p + 8);
         if (nbytes != (uint64_t)t->numel * (uint64_t)tensorfile_dtype_size(t->dtype))
             TF_BAD("'%s': tensor '%s' holds %llu bytes but its shape needs %llu", path, t->name,
@@ -174,14 +206,16 @@ static inline int tensorfile_open_try(TensorFile *tf, const char *path, char *er
 static inline void tensorfile_open(TensorFile *tf, const char *path)
 {
     char err[1536];
-    if (tensorfile_open_try(tf, path, err, sizeof(err)) != 0) FAIL("%s", err);
+    if (tensorfile_open_try(tf, path, err, sizeof(err)) != 0)
+        FAIL("%s", err);
 }
 
 /* The metadata value for key, or NULL if absent. */
 static inline const char *tensorfile_meta(const TensorFile *tf, const char *key)
 {
     for (int i = 0; i < tf->n_meta; i++) {
-        if (strcmp(tf->meta_keys[i], key) == 0) return tf->meta_values[i];
+        if (strcmp(tf->meta_keys[i], key) == 0)
+            return tf->meta_values[i];
     }
     return NULL;
 }
@@ -190,14 +224,15 @@ static inline const char *tensorfile_meta(const TensorFile *tf, const char *key)
 static inline const TensorEntry *tensorfile_find(const TensorFile *tf, const char *name)
 {
     for (int i = 0; i < tf->n_tensors; i++) {
-        if (strcmp(tf->tensors[i].name, name) == 0) return &tf->tensors[i];
+        if (strcmp(tf->tensors[i].name, name) == 0)
+            return &tf->tensors[i];
     }
     return NULL;
 }
 
 /* Read tensor `name` of the given dtype and element count into dst. */
-static inline int tensorfile_read_try(TensorFile *tf, const char *name, int dtype, int64_t numel, void *dst,
-                               char *err, size_t errlen)
+static inline int tensorfile_read_try(TensorFile *tf, const char *name, int dtype, int64_t numel, void *dst, char *err,
+                                      size_t errlen)
 {
     const TensorEntry *t = tensorfile_find(tf, name);
     if (!t) {
@@ -205,9 +240,10 @@ static inline int tensorfile_read_try(TensorFile *tf, const char *name, int dtyp
         return -1;
     }
     if (t->dtype != dtype || t->numel != numel) {
-        snprintf(err, errlen, "'%s': tensor '%s' is dtype %d with %lld elements, expected dtype %d with %lld "
-                 "(does the file belong to this model config?)", tf->path, name, t->dtype, (long long)t->numel,
-                 dtype, (long long)numel);
+        snprintf(err, errlen,
+                 "'%s': tensor '%s' is dtype %d with %lld elements, expected dtype %d with %lld "
+                 "(does the file belong to this model config?)",
+                 tf->path, name, t->dtype, (long long)t->numel, dtype, (long long)numel);
         return -1;
     }
     if (fseeko(tf->file, (off_t)t->offset, SEEK_SET) != 0 ||
@@ -221,7 +257,8 @@ static inline int tensorfile_read_try(TensorFile *tf, const char *name, int dtyp
 static inline void tensorfile_read(TensorFile *tf, const char *name, int dtype, int64_t numel, void *dst)
 {
     char err[1536];
-    if (tensorfile_read_try(tf, name, dtype, numel, dst, err, sizeof(err)) != 0) FAIL("%s", err);
+    if (tensorfile_read_try(tf, name, dtype, numel, dst, err, sizeof(err)) != 0)
+        FAIL("%s", err);
 }
 
 /* Allocate and read a float32 tensor of numel elements. */

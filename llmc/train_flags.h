@@ -86,7 +86,8 @@ typedef struct {
         FLAG("--d-model", FLAG_INT, O, m.model.d_model, "hidden size (overrides the preset)"),                         \
         FLAG("--n-layer", FLAG_INT, O, m.model.n_layer, "decoder layers (overrides the preset)"),                      \
         FLAG("--n-head", FLAG_INT, O, m.model.n_head, "query heads (overrides the preset)"),                           \
-        FLAG("--n-kv-head", FLAG_INT, O, m.model.n_kv_head, "key/value heads, dividing n_head (overrides the preset)"), \
+        FLAG("--n-kv-head", FLAG_INT, O, m.model.n_kv_head,                                                            \
+             "key/value heads, dividing n_head (overrides the preset)"),                                               \
         FLAG("--head-dim", FLAG_INT, O, m.model.head_dim, "head size (default d_model / n_head)"),                     \
         FLAG("--ffn-dim", FLAG_INT, O, m.model.ffn_dim, "SwiGLU hidden size (overrides the preset)"),                  \
         FLAG("--untied", FLAG_SWITCH, O, m.model.untied, "untie lm_head from the embedding"), FLAG_SECTION("batch"),   \
@@ -119,7 +120,8 @@ typedef struct {
              "and"),                                                                                                   \
         FLAG("--save-every", FLAG_INT, O, m.ckpt.save_every, "every N steps (0 = only at the end)"),                   \
         FLAG("--keep", FLAG_INT, O, m.ckpt.keep, "keep the newest K complete checkpoints (0 = all)"),                  \
-        FLAG("--resume", FLAG_SWITCH, O, m.ckpt.resume, "continue from the newest complete checkpoint in --checkpoint-dir")
+        FLAG("--resume", FLAG_SWITCH, O, m.ckpt.resume,                                                                \
+             "continue from the newest complete checkpoint in --checkpoint-dir")
 
 static inline TrainFlags train_flags_defaults(void)
 {
@@ -164,8 +166,8 @@ static inline void train_flags_check(const TrainFlags *f)
 {
     const ModelFlags *m = &f->model;
     const AdamWConfig *a = &f->optim.adamw;
-    const char *shape_names[] = {"--vocab", "--d-model", "--n-layer", "--n-head", "--n-kv-head", "--head-dim",
-                                 "--ffn-dim"};
+    const char *shape_names[] = {"--vocab",     "--d-model",  "--n-layer", "--n-head",
+                                 "--n-kv-head", "--head-dim", "--ffn-dim"};
     const int shape[] = {m->vocab_size, m->d_model, m->n_layer, m->n_head, m->n_kv_head, m->head_dim, m->ffn_dim};
     for (int i = 0; i < 7; i++) {
         if (shape[i] != SHAPE_UNSET && shape[i] <= 0)
@@ -251,8 +253,9 @@ static inline LlamaConfig train_model_config(const ModelFlags *m)
         c.tie_embeddings = 0;
     char err[512];
     if (llama_config_check(&c, err, sizeof(err)) != 0)
-        FAIL("bad model shape: %s\n  hint: adjust --d-model --n-layer --n-head --n-kv-head --head-dim --ffn-dim --vocab",
-             err);
+        FAIL(
+            "bad model shape: %s\n  hint: adjust --d-model --n-layer --n-head --n-kv-head --head-dim --ffn-dim --vocab",
+            err);
     return c;
 }
 
@@ -260,7 +263,9 @@ static inline LlamaConfig train_model_config(const ModelFlags *m)
  * corpus's val shards when training on the default corpus. */
 static inline const char *train_val_shards(const TrainFlags *f)
 {
-    const char *val = f->data.val ? f->data.val : strcmp(f->data.train, DEFAULT_TRAIN_SHARDS) == 0 ? DEFAULT_VAL_SHARDS : "";
+    const char *val = f->data.val                                        ? f->data.val
+                      : strcmp(f->data.train, DEFAULT_TRAIN_SHARDS) == 0 ? DEFAULT_VAL_SHARDS
+                                                                         : "";
     return f->data.random || !val[0] || f->run.eval_every == 0 ? NULL : val;
 }
 

@@ -85,15 +85,15 @@ static inline int ckpt_merge_ranges(const char *path, const CkptRange *ranges, i
         CkptRange r = ranges[i];
         if (r.offset < 0 || r.count < 0 || r.offset > total || r.count > total - r.offset) {
             return set_error(err, errlen, "'%s': range %d, [%lld, +%lld), is outside the %lld parameters", path, i,
-                      (long long)r.offset, (long long)r.count, (long long)total);
+                             (long long)r.offset, (long long)r.count, (long long)total);
         }
         if (r.count == 0)
             continue;
         if (r.offset < end) {
             path_format(err, errlen,
-                      "'%s': range %d, [%lld, +%lld), starts before the end %lld of the range before it "
-                      "(the ranges must ascend without overlap)",
-                      path, i, (long long)r.offset, (long long)r.count, (long long)end);
+                        "'%s': range %d, [%lld, +%lld), starts before the end %lld of the range before it "
+                        "(the ranges must ascend without overlap)",
+                        path, i, (long long)r.offset, (long long)r.count, (long long)end);
             return -1;
         }
         if (n > 0 && out[n - 1].offset + out[n - 1].count == r.offset)
@@ -229,8 +229,10 @@ static inline int ckpt_read_header_(FILE *f, const char *path, int64_t size, int
         return set_error(err, errlen, "'%s' claims %lld ranges of the %lld parameters (corrupt)", path,
                          (long long)out->n_ranges, (long long)total);
     if (out->n_ranges > (size - CKPT_STATE_HEADER_BYTES) / 16)
-        return set_error(err, errlen, "'%s' is %lld bytes, too short for its table of %lld ranges (truncated or "
-                         "corrupt)", path, (long long)size, (long long)out->n_ranges);
+        return set_error(err, errlen,
+                         "'%s' is %lld bytes, too short for its table of %lld ranges (truncated or "
+                         "corrupt)",
+                         path, (long long)size, (long long)out->n_ranges);
     out->ranges = (CkptRange *)malloc_check((size_t)(out->n_ranges > 0 ? out->n_ranges : 1) * sizeof(CkptRange),
                                             "checkpoint ranges");
     for (int64_t i = 0; i < out->n_ranges; i++) {
@@ -254,9 +256,11 @@ static inline int ckpt_check_ranges_(const char *path, int64_t size, int64_t tot
     for (int64_t i = 0; i < in->n_ranges; i++) {
         const CkptRange *r = &in->ranges[i];
         if (r->offset < 0 || r->count < 0 || r->offset > total || r->count > total - r->offset)
-            return set_error(err, errlen, "'%s': rank %d of %d, range [%lld, +%lld) of %lld parameters is impossible "
-                             "(corrupt)", path, in->state.rank, in->state.world, (long long)r->offset,
-                             (long long)r->count, (long long)total);
+            return set_error(err, errlen,
+                             "'%s': rank %d of %d, range [%lld, +%lld) of %lld parameters is impossible "
+                             "(corrupt)",
+                             path, in->state.rank, in->state.world, (long long)r->offset, (long long)r->count,
+                             (long long)total);
         if (r->count > in->count - sum)
             return set_error(err, errlen, "'%s': its ranges hold more than the %lld moments of its header (corrupt)",
                              path, (long long)in->count);
@@ -359,20 +363,23 @@ static inline int ckpt_moments_files_(CkptMomentsSource *src, char *err, size_t 
     for (int r = 0; r < src->world; r++) { /* grown as read: a corrupt world fails at its first missing file */
         checkpoint_state_file(path, sizeof(path), src->dir, r, src->world);
         if (r == src->n_files) { /* rank 0's file may have been read above */
-            src->files = (CkptStateFile *)grow_array(src->files, src->n_files, &src->files_cap, sizeof(CkptStateFile),
-                                                     path);
+            src->files =
+                (CkptStateFile *)grow_array(src->files, src->n_files, &src->files_cap, sizeof(CkptStateFile), path);
             if (ckpt_read_state(path, src->total, &src->files[src->n_files], err, errlen) != 0)
                 return -1;
             src->n_files++;
         }
         const CheckpointState *h = &src->files[r].state;
         if (h->rank != r || h->world != src->world)
-            return set_error(err, errlen, "'%s' is rank %d of %d; expected rank %d of %d (a checkpoint mixed from "
-                             "several runs?)", path, h->rank, h->world, r, src->world);
+            return set_error(err, errlen,
+                             "'%s' is rank %d of %d; expected rank %d of %d (a checkpoint mixed from "
+                             "several runs?)",
+                             path, h->rank, h->world, r, src->world);
         if (h->step != src->files[0].state.step)
-            return set_error(err, errlen, "'%s' is of step %llu, rank 0's file of step %llu (a checkpoint mixed from "
-                             "several runs?)", path, (unsigned long long)h->step,
-                             (unsigned long long)src->files[0].state.step);
+            return set_error(err, errlen,
+                             "'%s' is of step %llu, rank 0's file of step %llu (a checkpoint mixed from "
+                             "several runs?)",
+                             path, (unsigned long long)h->step, (unsigned long long)src->files[0].state.step);
         src->n_pieces += src->files[r].n_ranges;
     }
     return 0;
@@ -401,19 +408,21 @@ static inline int ckpt_moments_tile_(CkptMomentsSource *src, char *err, size_t e
         if (p->offset < next) {
             checkpoint_state_file(path, sizeof(path), src->dir, p[-1].file, src->world);
             checkpoint_state_file(other, sizeof(other), src->dir, p->file, src->world);
-            return set_error(err, errlen, "the train_state files of '%s' overlap: '%s' holds [%lld, +%lld), '%s' holds "
-                             "[%lld, +%lld) (a checkpoint mixed from several runs?)", src->dir, path,
-                             (long long)p[-1].offset, (long long)p[-1].count, other, (long long)p->offset,
-                             (long long)p->count);
+            return set_error(err, errlen,
+                             "the train_state files of '%s' overlap: '%s' holds [%lld, +%lld), '%s' holds "
+                             "[%lld, +%lld) (a checkpoint mixed from several runs?)",
+                             src->dir, path, (long long)p[-1].offset, (long long)p[-1].count, other,
+                             (long long)p->offset, (long long)p->count);
         }
         if (p->offset > next)
             break;
         next = p->offset + p->count;
     }
     if (next != src->total)
-        return set_error(err, errlen, "the train_state files of '%s' leave a gap at element %lld of %lld parameters "
-                         "(a rank's file is missing or from another run?)", src->dir, (long long)next,
-                         (long long)src->total);
+        return set_error(err, errlen,
+                         "the train_state files of '%s' leave a gap at element %lld of %lld parameters "
+                         "(a rank's file is missing or from another run?)",
+                         src->dir, (long long)next, (long long)src->total);
     return 0;
 }
 
@@ -495,8 +504,10 @@ static inline int checkpoint_load_moments_try(const char *ckpt_dir, int64_t tota
                          n_wanted);
     for (int i = 0; i < n_wanted; i++) {
         if (wanted[i].offset < 0 || wanted[i].count < 0 || wanted[i].count > INT64_MAX - wanted[i].offset)
-            return set_error(err, errlen, "loading the AdamW moments of '%s': wanted range %d, [%lld, +%lld), is "
-                             "impossible", ckpt_dir, i, (long long)wanted[i].offset, (long long)wanted[i].count);
+            return set_error(err, errlen,
+                             "loading the AdamW moments of '%s': wanted range %d, [%lld, +%lld), is "
+                             "impossible",
+                             ckpt_dir, i, (long long)wanted[i].offset, (long long)wanted[i].count);
         count += wanted[i].count;
     }
     if (count > 0) {

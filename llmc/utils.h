@@ -34,19 +34,20 @@ static inline FILE *fopen_check_at(const char *path, const char *mode, const cha
 {
     FILE *f = fopen(path, mode);
     if (f == NULL) {
-        fail_at(file, line, "cannot open '%s' (mode %s): %s\n  hint: check the path and the permissions",
-                path, mode, strerror(errno));
+        fail_at(file, line, "cannot open '%s' (mode %s): %s\n  hint: check the path and the permissions", path, mode,
+                strerror(errno));
     }
     return f;
 }
 #define fopen_check(path, mode) fopen_check_at(path, mode, __FILE__, __LINE__)
 
-static inline void fread_check_at(void *dst, size_t size, size_t count, FILE *f, const char *what,
-                           const char *file, int line)
+static inline void fread_check_at(void *dst, size_t size, size_t count, FILE *f, const char *what, const char *file,
+                                  int line)
 {
     size_t got = fread(dst, size, count, f);
     if (got != count) {
-        fail_at(file, line, "short read of %s: wanted %zu items of %zu bytes, got %zu (%s)\n"
+        fail_at(file, line,
+                "short read of %s: wanted %zu items of %zu bytes, got %zu (%s)\n"
                 "  hint: the file is truncated or corrupt; regenerate it",
                 what, count, size, got, feof(f) ? "end of file" : strerror(errno));
     }
@@ -54,7 +55,7 @@ static inline void fread_check_at(void *dst, size_t size, size_t count, FILE *f,
 #define fread_check(dst, size, count, f, what) fread_check_at(dst, size, count, f, what, __FILE__, __LINE__)
 
 static inline void fwrite_check_at(const void *src, size_t size, size_t count, FILE *f, const char *what,
-                            const char *file, int line)
+                                   const char *file, int line)
 {
     if (fwrite(src, size, count, f) != count) {
         fail_at(file, line, "short write of %s: %s\n  hint: is the disk full?", what, strerror(errno));
@@ -84,8 +85,10 @@ static inline void *malloc_check_at(size_t bytes, const char *what, const char *
 {
     void *p = malloc(bytes);
     if (p == NULL && bytes > 0) {
-        fail_at(file, line, "out of host memory allocating %zu bytes for %s\n"
-                "  hint: reduce the batch size, sequence length or model size", bytes, what);
+        fail_at(file, line,
+                "out of host memory allocating %zu bytes for %s\n"
+                "  hint: reduce the batch size, sequence length or model size",
+                bytes, what);
     }
     return p;
 }
@@ -95,8 +98,10 @@ static inline void *calloc_check_at(size_t count, size_t size, const char *what,
 {
     void *p = calloc(count, size);
     if (p == NULL && count > 0 && size > 0) {
-        fail_at(file, line, "out of host memory allocating %zu x %zu bytes for %s\n"
-                "  hint: reduce the batch size, sequence length or model size", count, size, what);
+        fail_at(file, line,
+                "out of host memory allocating %zu x %zu bytes for %s\n"
+                "  hint: reduce the batch size, sequence length or model size",
+                count, size, what);
     }
     return p;
 }

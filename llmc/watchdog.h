@@ -100,7 +100,8 @@ static void *watchdog_main(void *arg)
 #if defined(__GNUC__)
 __attribute__((format(printf, 2, 3)))
 #endif
-static inline void watchdog_progress(Watchdog *w, const char *phase_format, ...)
+static inline void
+watchdog_progress(Watchdog *w, const char *phase_format, ...)
 {
     if (!w->running)
         return;

@@ -43,7 +43,8 @@ typedef struct {
 
 static inline ZeroPlan zero_plan(const LlamaConfig *c, const ParamLayout *layout, int world)
 {
-    if (world < 1) FAIL("zero_plan: world size %d must be at least 1", world);
+    if (world < 1)
+        FAIL("zero_plan: world size %d must be at least 1", world);
     ZeroPlan plan;
     plan.world = world;
     plan.n_buckets = c->n_layer + 2;
@@ -71,8 +72,10 @@ static inline void zero_owned_range(const ZeroPlan *plan, int b, int rank, int64
 {
     const ZeroBucket *z = &plan->buckets[b];
     int64_t lo = (int64_t)rank * z->shard, hi = lo + z->shard;
-    if (lo > z->numel) lo = z->numel;
-    if (hi > z->numel) hi = z->numel;
+    if (lo > z->numel)
+        lo = z->numel;
+    if (hi > z->numel)
+        hi = z->numel;
     *begin = z->offset + lo;
     *end = z->offset + hi;
 }

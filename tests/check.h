@@ -33,7 +33,8 @@ static int check_passed = 0, check_failed = 0;
 #if defined(__GNUC__)
 __attribute__((format(printf, 2, 3)))
 #endif
-static inline int check(int ok, const char *fmt, ...)
+static inline int
+check(int ok, const char *fmt, ...)
 {
     va_list args;
     printf("%s ", ok ? "PASS" : "FAIL");

@@ -46,11 +46,22 @@ static inline double dump_meta_double(const TensorFile *tf, const char *key)
  * The tests check that a dump and the weights file beside it belong together. */
 static inline int config_meta_match_try(const TensorFile *a, const TensorFile *b, char *err, size_t errlen)
 {
-    static const char *keys[] = {"config.vocab_size", "config.d_model", "config.n_layer", "config.n_head",
-                                 "config.n_kv_head", "config.head_dim", "config.ffn_dim", "config.max_seq_len",
-                                 "config.rope_theta", "config.rope_scaling", "config.rope_factor",
-                                 "config.rope_low_freq_factor", "config.rope_high_freq_factor",
-                                 "config.rope_original_max_pos", "config.norm_eps", "config.tie_embeddings",
+    static const char *keys[] = {"config.vocab_size",
+                                 "config.d_model",
+                                 "config.n_layer",
+                                 "config.n_head",
+                                 "config.n_kv_head",
+                                 "config.head_dim",
+                                 "config.ffn_dim",
+                                 "config.max_seq_len",
+                                 "config.rope_theta",
+                                 "config.rope_scaling",
+                                 "config.rope_factor",
+                                 "config.rope_low_freq_factor",
+                                 "config.rope_high_freq_factor",
+                                 "config.rope_original_max_pos",
+                                 "config.norm_eps",
+                                 "config.tie_embeddings",
                                  "config.init_std"};
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
         const char *va = tensorfile_meta(a, keys[i]), *vb = tensorfile_meta(b, keys[i]);
@@ -65,8 +76,10 @@ static inline int config_meta_match_try(const TensorFile *a, const TensorFile *b
         double da = strtod(va, &end_a), db = strtod(vb, &end_b);
         int same = strcmp(va, vb) == 0 || (*va && *vb && *end_a == '\0' && *end_b == '\0' && da == db);
         if (!same) {
-            snprintf(err, errlen, "'%s' and '%s' disagree on %s ('%s' vs '%s'): they describe different models\n"
-                     "  hint: pass the weights file that the dump was made from", a->path, b->path, keys[i], va, vb);
+            snprintf(err, errlen,
+                     "'%s' and '%s' disagree on %s ('%s' vs '%s'): they describe different models\n"
+                     "  hint: pass the weights file that the dump was made from",
+                     a->path, b->path, keys[i], va, vb);
             return -1;
         }
     }
@@ -76,8 +89,7 @@ static inline int config_meta_match_try(const TensorFile *a, const TensorFile *b
 /* ------------------------------------------------------------------------- */
 /* the command-line trainer                                                   */
 /* got[n] against the dump's tensor `name` within tol; *worst keeps the largest error. */
-static inline int check_dump(TensorFile *dump, const char *name, const float *got, int64_t n, double tol,
-                             double *worst)
+static inline int check_dump(TensorFile *dump, const char *name, const float *got, int64_t n, double tol, double *worst)
 {
     float *ref = tensorfile_load_f32(dump, name, n);
     int ok = check_rel(name, got, ref, n, tol, worst);

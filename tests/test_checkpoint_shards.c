@@ -360,10 +360,20 @@ int main(void)
             const char *what, *says;
         } cases[] = {
             {"overlap", {{0, 600}}, {{500, 500}}, 1, 1, "two ranks' ranges overlap", "overlap"},
-            {"overlap2", {{0, 100}, {200, 100}}, {{100, 150}, {300, 700}}, 2, 2, "interleaved ranges overlap",
+            {"overlap2",
+             {{0, 100}, {200, 100}},
+             {{100, 150}, {300, 700}},
+             2,
+             2,
+             "interleaved ranges overlap",
              "overlap"},
             {"gap", {{0, 400}}, {{500, 500}}, 1, 1, "a gap between two ranks", "gap at element 400"},
-            {"gap2", {{0, 100}, {200, 100}}, {{100, 50}, {300, 700}}, 2, 2, "a gap between interleaved ranges",
+            {"gap2",
+             {{0, 100}, {200, 100}},
+             {{100, 50}, {300, 700}},
+             2,
+             2,
+             "a gap between interleaved ranges",
              "gap at element 150"},
             {"gap_end", {{0, 400}}, {{400, 500}}, 1, 1, "a gap at the end", "gap at element 900"},
         };

@@ -14,7 +14,6 @@
 
 static char tmpdir[256];
 
-
 static int check_init(int rc, const DataLoader *dl, const char *what)
 {
     return check(rc == 0, "%s: init%s%s", what, rc == 0 ? "" : ": ", rc == 0 ? "" : dl->error);
@@ -290,7 +289,8 @@ static void test_shuffle(void)
     qsort(a1, n, sizeof(uint32_t), compare_u32);
     qsort(c0, n, sizeof(uint32_t), compare_u32);
     check(memcmp(a0, p, n * sizeof(uint32_t)) == 0 && memcmp(a1, p, n * sizeof(uint32_t)) == 0 &&
-          memcmp(c0, p, n * sizeof(uint32_t)) == 0, "shuffle: every window exactly once per epoch");
+              memcmp(c0, p, n * sizeof(uint32_t)) == 0,
+          "shuffle: every window exactly once per epoch");
     free(p);
     free(a0);
     free(a1);
@@ -365,8 +365,9 @@ static void test_save_restore(void)
                 same = want[i * B * T + B / 2 * T + j] == (uint32_t)b.inputs[j];
             }
         }
-        check(same, "save/restore: a state of 1 rank restored on rank 1 of 2 (same global batch) continues with "
-                    "its half of the same %llu batches",
+        check(same,
+              "save/restore: a state of 1 rank restored on rank 1 of 2 (same global batch) continues with "
+              "its half of the same %llu batches",
               (unsigned long long)n);
         dataloader_free(&b);
     }
@@ -489,13 +490,21 @@ static void test_bad_inputs(void)
     } cases[] = {
         {"bad_magic.bin", "bad magic", {20240520, 1, 2, 50257, 0, -1, 100}, 100, 0, "magic"},
         {"bad_version.bin", "bad version", {DATALOADER_MAGIC, 2, 2, 50257, 0, -1, 100}, 100, 0, "version"},
-        {"bad_dtype.bin", "bad bytes per token", {DATALOADER_MAGIC, 1, 3, 50257, 0, -1, 100}, 100, 0,
+        {"bad_dtype.bin",
+         "bad bytes per token",
+         {DATALOADER_MAGIC, 1, 3, 50257, 0, -1, 100},
+         100,
+         0,
          "bytes per token"},
         {"bad_truncated.bin", "truncated", {DATALOADER_MAGIC, 1, 2, 50257, 0, -1, 100}, 99, 0, "truncated"},
         {"bad_extra.bin", "extra bytes", {DATALOADER_MAGIC, 1, 4, 50257, 0, -1, 100}, 100, 1, "oversized"},
         {"bad_empty.bin", "empty shard", {DATALOADER_MAGIC, 1, 2, 50257, 0, -1, 0}, 0, 0, "empty"},
         {"bad_small.bin", "smaller than one window", {DATALOADER_MAGIC, 1, 2, 50257, 0, -1, 16}, 16, 0, "too few"},
-        {"bad_vocab16.bin", "uint16 with vocab > 65536", {DATALOADER_MAGIC, 1, 2, 128256, 0, -1, 100}, 100, 0,
+        {"bad_vocab16.bin",
+         "uint16 with vocab > 65536",
+         {DATALOADER_MAGIC, 1, 2, 128256, 0, -1, 100},
+         100,
+         0,
          "vocab_size"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

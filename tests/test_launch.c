@@ -6,7 +6,8 @@ static const char **fake_env; /* NULL-terminated name, value pairs */
 static const char *lookup(const char *name)
 {
     for (int i = 0; fake_env[i]; i += 2)
-        if (strcmp(fake_env[i], name) == 0) return fake_env[i + 1];
+        if (strcmp(fake_env[i], name) == 0)
+            return fake_env[i + 1];
     return NULL;
 }
 
@@ -50,8 +51,19 @@ int main(void)
     LaunchFlags half = {2, -1, -1};
     expect_error("flags: --rank without --world-size", empty, half, 4, "--world-size");
 
-    const char *ompi[] = {"OMPI_COMM_WORLD_RANK", "11", "OMPI_COMM_WORLD_SIZE", "16", "OMPI_COMM_WORLD_LOCAL_RANK", "3",
-                          "OMPI_COMM_WORLD_LOCAL_SIZE", "8", "RANK", "0", "WORLD_SIZE", "1", NULL};
+    const char *ompi[] = {"OMPI_COMM_WORLD_RANK",
+                          "11",
+                          "OMPI_COMM_WORLD_SIZE",
+                          "16",
+                          "OMPI_COMM_WORLD_LOCAL_RANK",
+                          "3",
+                          "OMPI_COMM_WORLD_LOCAL_SIZE",
+                          "8",
+                          "RANK",
+                          "0",
+                          "WORLD_SIZE",
+                          "1",
+                          NULL};
     expect_ok("mpirun over two hosts, before torchrun variables", ompi, none, 8, 11, 16, 3, "mpirun (Open MPI)");
     expect_ok("flags win over the environment", ompi, r5, 8, 5, 8, 5, "flags");
 

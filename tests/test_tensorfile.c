@@ -6,8 +6,8 @@
  * Every error must come back as an error (not a crash or a silent success)
  * whose message names the file. Ends with "N passed, M failed".
  *
- * Build: gcc -O3 -march=native -fopenmp -std=gnu11 -Wall -Wextra -I. tests/test_tensorfile.c -o tests/test_tensorfile -lm
- * Run from the repository root: ./tests/test_tensorfile
+ * Build: gcc -O3 -march=native -fopenmp -std=gnu11 -Wall -Wextra -I. tests/test_tensorfile.c -o tests/test_tensorfile
+ * -lm Run from the repository root: ./tests/test_tensorfile
  */
 #include <math.h>
 #include <stdio.h>
@@ -56,8 +56,14 @@ static void write_bytes(const char *path, const unsigned char *data, size_t size
     fclose(f);
 }
 
-static void put_u32(unsigned char *p, uint32_t v) { memcpy(p, &v, 4); }
-static void put_u64(unsigned char *p, uint64_t v) { memcpy(p, &v, 8); }
+static void put_u32(unsigned char *p, uint32_t v)
+{
+    memcpy(p, &v, 4);
+}
+static void put_u64(unsigned char *p, uint64_t v)
+{
+    memcpy(p, &v, 8);
+}
 
 /* Where the fields of each index entry are, found by walking the index
  * independently of the reader under test (docs/tensor_file_format.md). */
@@ -74,7 +80,8 @@ static IndexMap map_index(const Bytes *b)
     memset(&m, 0, sizeof(m));
     m.n_meta = (int)tf_u32((const char *)b->data + 12);
     m.n_tensors = (int)tf_u32((const char *)b->data + 16);
-    if (m.n_meta > 64 || m.n_tensors > 64) FAIL("test file has more entries than this test maps");
+    if (m.n_meta > 64 || m.n_tensors > 64)
+        FAIL("test file has more entries than this test maps");
     size_t pos = 64;
     for (int i = 0; i < m.n_meta; i++) {
         m.meta_key[i] = pos;
@@ -99,13 +106,17 @@ static int find_meta(const Bytes *b, const IndexMap *m, const char *key)
 {
     for (int i = 0; i < m->n_meta; i++) {
         uint32_t len = tf_u32((const char *)b->data + m->meta_key[i]);
-        if (len == strlen(key) && memcmp(b->data + m->meta_key[i] + 4, key, len) == 0) return i;
+        if (len == strlen(key) && memcmp(b->data + m->meta_key[i] + 4, key, len) == 0)
+            return i;
     }
     FAIL("'%s' has no metadata key '%s'", DUMP, key);
     return -1;
 }
 
-static void temp_path(char *out, size_t outlen, const char *name) { snprintf(out, outlen, "%s/%s", tmpdir, name); }
+static void temp_path(char *out, size_t outlen, const char *name)
+{
+    snprintf(out, outlen, "%s/%s", tmpdir, name);
+}
 
 /* Writes the corrupted copy, opens it, and expects an error naming the file
  * that contains `needle`. */
@@ -119,7 +130,8 @@ static void expect_open_error(const char *name, const Bytes *b, size_t size, con
     int ok = rc != 0 && strstr(err, path) != NULL && strstr(err, needle) != NULL;
     snprintf(line, sizeof(line), "%s: %s", what, rc != 0 ? err : "opened without an error");
     expect(ok, line);
-    if (rc == 0) tensorfile_close(&tf);
+    if (rc == 0)
+        tensorfile_close(&tf);
     unlink(path);
 }
 
@@ -218,7 +230,8 @@ static int child_fails_with(void (*fn)(void), const char *needle1, const char *n
     int code = run_child(call_void, &call, msg, msglen);
     char *newline = strchr(msg, '\n');
     int named = strstr(msg, needle1) != NULL && strstr(msg, needle2) != NULL;
-    if (newline) *newline = '\0'; /* report only the first line */
+    if (newline)
+        *newline = '\0'; /* report only the first line */
     return code != 0 && named;
 }
 
@@ -228,9 +241,11 @@ static void write_edited_weights(const char *path, const char *key, const char *
     Bytes b = read_bytes(WEIGHTS);
     IndexMap map = map_index(&b);
     int i = find_meta(&b, &map, key);
-    if (new_key) memcpy(b.data + map.meta_key[i] + 4, new_key, strlen(new_key));
+    if (new_key)
+        memcpy(b.data + map.meta_key[i] + 4, new_key, strlen(new_key));
     if (new_value) {
-        if (tf_u32((const char *)b.data + map.meta_value[i]) != strlen(new_value)) FAIL("edit must keep the length");
+        if (tf_u32((const char *)b.data + map.meta_value[i]) != strlen(new_value))
+            FAIL("edit must keep the length");
         memcpy(b.data + map.meta_value[i] + 4, new_value, strlen(new_value));
     }
     write_bytes(path, b.data, b.size);
@@ -280,7 +295,8 @@ static void test_good_files(void)
     char err[1536];
     int rc = tensorfile_open_try(&tf, DUMP, err, sizeof(err));
     expect(rc == 0, "the committed dump opens");
-    if (rc != 0) return;
+    if (rc != 0)
+        return;
     const char *kind = tensorfile_meta(&tf, "kind"), *B = tensorfile_meta(&tf, "dump.B");
     expect(kind && strcmp(kind, "reference_dump") == 0 && B && strcmp(B, "3") == 0 && !tensorfile_meta(&tf, "nokey"),
            "metadata: kind reference_dump, dump.B 3, absent key absent");
@@ -308,8 +324,7 @@ static void test_good_files(void)
     int all_found = tf.n_tensors == layout.n_tensors;
     for (int i = 0; i < layout.n_tensors; i++) {
         const TensorEntry *t = tensorfile_find(&tf, layout.tensors[i].name);
-        all_found = all_found && t && t->numel == layout.tensors[i].numel &&
-                    t->shape[0] == layout.tensors[i].rows;
+        all_found = all_found && t && t->numel == layout.tensors[i].numel && t->shape[0] == layout.tensors[i].rows;
     }
     expect(c.vocab_size == 1000 && c.d_model == 64 && c.n_kv_head == 2 && c.tie_embeddings == 1 && all_found,
            "weights file: config and every tensor of the parameter layout, with its shape");
@@ -346,21 +361,23 @@ static void test_rope_inv_freq(void)
             bands[1]++;
         }
         double err = fabs(got[i] - f) / f;
-        if (err > max_err) max_err = err;
+        if (err > max_err)
+            max_err = err;
     }
     char line[256];
     snprintf(line, sizeof(line), "inv_freq matches HF's llama3 scaling in double: max rel error %.2e (tol 1e-6)",
              max_err);
     expect(c.rope_scaling_llama3 && max_err < 1e-6, line);
-    snprintf(line, sizeof(line), "the config exercises every band: %d scaled, %d smoothed, %d kept", bands[0],
-             bands[1], bands[2]);
+    snprintf(line, sizeof(line), "the config exercises every band: %d scaled, %d smoothed, %d kept", bands[0], bands[1],
+             bands[2]);
     expect(bands[0] > 0 && bands[1] > 0 && bands[2] > 0, line);
 }
 
 int main(void)
 {
     snprintf(tmpdir, sizeof(tmpdir), "/tmp/test_tensorfile.XXXXXX");
-    if (mkdtemp(tmpdir) == NULL) FAIL("cannot make a temporary directory: %s", strerror(errno));
+    if (mkdtemp(tmpdir) == NULL)
+        FAIL("cannot make a temporary directory: %s", strerror(errno));
     test_good_files();
     test_corrupt_files();
     test_read_errors();

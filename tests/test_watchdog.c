@@ -115,7 +115,6 @@ int main(void)
           "probe: the message carries the probe's words and the phase: %.*s", (int)strcspn(msg, "\n"), msg);
 
     code = run_child(unwatched, NULL, msg, sizeof(msg));
-    check(code == 0, "no timeout and no probe: no thread, nothing ends (exit %d%s%s)", code, msg[0] ? ": " : "",
-          msg);
+    check(code == 0, "no timeout and no probe: no thread, nothing ends (exit %d%s%s)", code, msg[0] ? ": " : "", msg);
     return check_summary();
 }

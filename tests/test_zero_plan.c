@@ -90,7 +90,8 @@ int main(void)
         tensorfile_close(&tf);
         test_model(dumps[i], &c);
     }
-    for (int i = 0; i < LLAMA_N_PRESETS; i++) test_model(LLAMA_PRESETS[i].name, &LLAMA_PRESETS[i].config);
+    for (int i = 0; i < LLAMA_N_PRESETS; i++)
+        test_model(LLAMA_PRESETS[i].name, &LLAMA_PRESETS[i].config);
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

@@ -277,8 +277,8 @@ static void check_adamw(const Layout *L, const int64_t (*ranges)[2], int n_range
             check_identical(what, got_hi + first, want_hi, (size_t)n * 2);
             snprintf(what, sizeof(what), "adamw (param, lo) = split(master) %s s=%d", range, step);
             check(memcmp(got_hi + first, split_hi, (size_t)n * 2) == 0 &&
-                             memcmp(got_lo + first, split_lo, (size_t)n * 2) == 0,
-                         "%-46s bit-identical", what);
+                      memcmp(got_lo + first, split_lo, (size_t)n * 2) == 0,
+                  "%-46s bit-identical", what);
             snprintf(what, sizeof(what), "adamw param %s step=%d", range, step);
             check_close(what, param_f, ref_w, n, 4e-3, 1e-2);
         }

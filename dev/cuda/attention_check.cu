@@ -57,21 +57,25 @@ static void ref_attention(float *out, float *lse, float *dqkv, const float *qkv,
                     mx = p[u] > mx ? p[u] : mx;
                 }
                 double sum = 0.0;
-                for (int u = 0; u <= t; u++) sum += exp(p[u] - mx);
+                for (int u = 0; u <= t; u++)
+                    sum += exp(p[u] - mx);
                 double l = mx + log(sum);
                 lse[((int64_t)b * s.H + h) * T + t] = (float)l;
-                for (int u = 0; u <= t; u++) p[u] = exp(p[u] - l);
+                for (int u = 0; u <= t; u++)
+                    p[u] = exp(p[u] - l);
                 const float *dO = dout + (((int64_t)b * T + t) * s.H + h) * D;
                 double Dt = 0.0;
                 for (int u = 0; u <= t; u++) {
                     double dpu = 0.0;
-                    for (int d = 0; d < D; d++) dpu += (double)dO[d] * qkv[qkv_at(s, b, u, vh, d)];
+                    for (int d = 0; d < D; d++)
+                        dpu += (double)dO[d] * qkv[qkv_at(s, b, u, vh, d)];
                     dp[u] = dpu;
                     Dt += p[u] * dpu;
                 }
                 for (int d = 0; d < D; d++) {
                     double o = 0.0;
-                    for (int u = 0; u <= t; u++) o += p[u] * qkv[qkv_at(s, b, u, vh, d)];
+                    for (int u = 0; u <= t; u++)
+                        o += p[u] * qkv[qkv_at(s, b, u, vh, d)];
                     out[(((int64_t)b * T + t) * s.H + h) * D + d] = (float)o;
                 }
                 for (int u = 0; u <= t; u++) {
@@ -85,7 +89,8 @@ static void ref_attention(float *out, float *lse, float *dqkv, const float *qkv,
             }
         }
     }
-    for (int64_t i = 0; i < (int64_t)s.B * T * NH * D; i++) dqkv[i] = (float)dacc[i];
+    for (int64_t i = 0; i < (int64_t)s.B * T * NH * D; i++)
+        dqkv[i] = (float)dacc[i];
     free(p);
     free(dp);
     free(dacc);
@@ -132,7 +137,8 @@ static void check_gradient_parts(const float *got, const float *ref, Shape s, co
         check_close(what, g, r, n, 1e-1, 1.0);
         int64_t worst = 0;
         for (int64_t i = 0; i < n; i++)
-            if (fabsf(g[i] - r[i]) > fabsf(g[worst] - r[worst])) worst = i;
+            if (fabsf(g[i] - r[i]) > fabsf(g[worst] - r[worst]))
+                worst = i;
         int64_t row = worst / ((int64_t)heads[part] * s.D);
         printf("     worst %s element: b %lld, t %lld, head %lld, d %lld\n", names[part], (long long)(row / s.T),
                (long long)(row % s.T), (long long)(worst / s.D % heads[part]), (long long)(worst % s.D));
@@ -225,9 +231,17 @@ static void check_shape(Shape s, int reference)
     cuda_free(b.out);
     cuda_free(b.dqkv);
     cuda_free(b.stats);
-    free(qkv_b); free(dout_b); free(got_b); free(got2_b);
-    free(qkv); free(dout); free(got); free(got_stats);
-    free(ref_out); free(ref_lse); free(ref_dqkv);
+    free(qkv_b);
+    free(dout_b);
+    free(got_b);
+    free(got2_b);
+    free(qkv);
+    free(dout);
+    free(got);
+    free(got_stats);
+    free(ref_out);
+    free(ref_lse);
+    free(ref_dqkv);
 }
 
 int main(int argc, char **argv)
@@ -235,10 +249,12 @@ int main(int argc, char **argv)
     check_init(argc, argv, "attention_check");
     attention_setup();
     Shape small[] = {{2, 37, 4, 2, 16}, {2, 37, 4, 2, 24}, {2, 37, 4, 2, 64}, {1, 130, 8, 2, 128}, {2, 64, 4, 4, 32}};
-    for (size_t i = 0; i < sizeof(small) / sizeof(small[0]); i++) check_shape(small[i], 1);
+    for (size_t i = 0; i < sizeof(small) / sizeof(small[0]); i++)
+        check_shape(small[i], 1);
     /* Llama 3.2 1B (D = 64) and 3B / 8B-like (D = 128) heads at T = 2048 */
     Shape big[] = {{4, 2048, 32, 8, 64}, {2, 2048, 32, 8, 128}};
-    for (size_t i = 0; i < sizeof(big) / sizeof(big[0]); i++) check_shape(big[i], 0);
+    for (size_t i = 0; i < sizeof(big) / sizeof(big[0]); i++)
+        check_shape(big[i], 0);
     attention_teardown();
     return check_summary();
 }

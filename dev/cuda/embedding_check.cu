@@ -88,7 +88,7 @@ static void check_size(int N, int C, int V, int bench)
     int n_buckets = embedding_backward_plan_host(bucket_token, bucket_start, positions, tokens, N, V, workspace);
     snprintf(what, sizeof(what), "embedding_backward_plan_host N=%d V=%d", N, V);
     check(plan_ok(tokens, N, V, bucket_token, bucket_start, positions, n_buckets),
-                 "%-46s %d buckets, largest %d positions", what, n_buckets, bucket_start[1] - bucket_start[0]);
+          "%-46s %d buckets, largest %d positions", what, n_buckets, bucket_start[1] - bucket_start[0]);
 
     uint16_t *wte_b = (uint16_t *)malloc_check(VC * 2, "wte"), *dout_b = (uint16_t *)malloc_check(NC * 2, "dout");
     uint16_t *out_b = (uint16_t *)malloc_check(NC * 2, "out"), *want_b = (uint16_t *)malloc_check(NC * 2, "want");
@@ -153,7 +153,7 @@ static void check_size(int N, int C, int V, int bench)
     }
     snprintf(what, sizeof(what), "embedding_backward other rows N=%d V=%d", N, V);
     check(changed == 0, "%-46s %lld of %lld rows of tokens not in the batch changed", what, (long long)changed,
-                 (long long)untouched);
+          (long long)untouched);
     free(in_batch);
 
     if (bench) {

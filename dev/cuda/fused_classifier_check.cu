@@ -205,8 +205,8 @@ static void check_small(int N, int C, int V, int chunk)
     }
     bf16_to_float(got_dx, dx_b, nx);
     snprintf(what, sizeof(what), "dx, losses same with accumulate=1 %s", tag);
-    check(memcmp(dx_b, dx_b2, nx * 2) == 0 && memcmp(got_loss, got_loss3, (size_t)N * 4) == 0,
-                 "%-46s bit-identical", what);
+    check(memcmp(dx_b, dx_b2, nx * 2) == 0 && memcmp(got_loss, got_loss3, (size_t)N * 4) == 0, "%-46s bit-identical",
+          what);
 
     int ignored_ok = 1;
     for (int n = 0; n < N; n++) {
@@ -410,9 +410,9 @@ int main(int argc, char **argv)
     int c2 = fused_classifier_chunk_rows(100, 1000, (size_t)1 << 30);
     int c3 = fused_classifier_chunk_rows(8192, 128256, (size_t)1 << 20);
     check(c1 == 4096 && c2 == 100 && c3 == 4,
-                 "fused_classifier_chunk_rows: 1 GiB at V=128256 -> %d rows "
-                 "(want 4096), capped at N=100 -> %d, 1 MiB -> %d (want 4)",
-                 c1, c2, c3);
+          "fused_classifier_chunk_rows: 1 GiB at V=128256 -> %d rows "
+          "(want 4096), capped at N=100 -> %d, 1 MiB -> %d (want 4)",
+          c1, c2, c3);
     check_small(300, 64, 1000, 128); /* ragged last chunk of 44 */
     check_small(257, 96, 777, 100);  /* rows start off 16-byte boundaries; chunk not a multiple of 128 */
     check_small(64, 32, 777, 64);    /* one chunk */

@@ -196,7 +196,7 @@ static void check_size(int N, int C, int bench)
     check_close(what, got_dw, ref_dw, C, 4e-3, 1e-1);
     snprintf(what, sizeof(what), "rmsnorm_backward determinism N=%d C=%d", N, C);
     check(memcmp(got_b, got_b2, bf) == 0 && memcmp(got_dw_b, got_dw_b2, (size_t)C * 2) == 0,
-                 "%-46s dinp and dweight bit-identical over two runs", what);
+          "%-46s dinp and dweight bit-identical over two runs", what);
 
     /* accumulate = 1: added onto random bf16 values of the sums' scale */
     CUDA_CHECK(cudaMemcpy(d_dinp, dinp_b, bf, cudaMemcpyHostToDevice));

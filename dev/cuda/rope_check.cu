@@ -16,8 +16,7 @@
 #include "check_common.h"
 #include "llmc/rope.h"
 
-static void ref_rope(float *out, const float *qkv, const float *table, int B, int T, int H, int KV, int D,
-                     double sign)
+static void ref_rope(float *out, const float *qkv, const float *table, int B, int T, int H, int KV, int D, double sign)
 {
     int half = D / 2, heads = H + 2 * KV;
     memcpy(out, qkv, (size_t)B * T * heads * D * sizeof(float));
@@ -55,7 +54,8 @@ static void run_backward(void *ctx, int s)
 static void check_size(int B, int T, int H, int KV, int D, int bench)
 {
     LlamaConfig config;
-    if (llama_preset("llama3.1-8b", &config) != 0) FAIL("no llama3.1-8b preset");
+    if (llama_preset("llama3.1-8b", &config) != 0)
+        FAIL("no llama3.1-8b preset");
     config.head_dim = D;
     int half = D / 2, heads = H + 2 * KV;
     int64_t n = (int64_t)B * T * heads * D;
@@ -68,15 +68,17 @@ static void check_size(int B, int T, int H, int KV, int D, int bench)
     rope_table_host(table, &config, T);
     double worst = 0.0;
     int table_ok = 1;
-    for (int i = 0; i < half; i++) table_ok &= table[2 * i] == 1.0f && table[2 * i + 1] == 0.0f;
+    for (int i = 0; i < half; i++)
+        table_ok &= table[2 * i] == 1.0f && table[2 * i + 1] == 0.0f;
     for (int64_t k = 0; k < (int64_t)T * half; k++) {
         double c = table[2 * k], s = table[2 * k + 1];
         double e = fabs(c * c + s * s - 1.0);
-        if (!(e <= worst)) worst = e;
+        if (!(e <= worst))
+            worst = e;
     }
     snprintf(what, sizeof(what), "rope_table_host T=%d D=%d", T, D);
     check(table_ok && worst <= 1e-6, "%-46s pos 0 is (1, 0): %s, max |cos^2+sin^2-1| %.2e (tol 1e-6)", what,
-                 table_ok ? "yes" : "no", worst);
+          table_ok ? "yes" : "no", worst);
 
     uint16_t *in_b = (uint16_t *)malloc_check(bf, "qkv"), *got_b = (uint16_t *)malloc_check(bf, "got");
     float *in = (float *)malloc_check((size_t)n * 4, "qkv f"), *ref = (float *)malloc_check((size_t)n * 4, "ref");
@@ -89,8 +91,10 @@ static void check_size(int B, int T, int H, int KV, int D, int bench)
         const char *name = dir == 0 ? "rope_forward" : "rope_backward";
         ref_rope(ref, in, table, B, T, H, KV, D, dir == 0 ? 1.0 : -1.0);
         CUDA_CHECK(cudaMemcpy(d_qkv, in_b, bf, cudaMemcpyHostToDevice));
-        if (dir == 0) rope_forward(d_qkv, d_table, B, T, H, KV, D, 0);
-        else rope_backward(d_qkv, d_table, B, T, H, KV, D, 0);
+        if (dir == 0)
+            rope_forward(d_qkv, d_table, B, T, H, KV, D, 0);
+        else
+            rope_backward(d_qkv, d_table, B, T, H, KV, D, 0);
         download(got_b, d_qkv, bf);
         bf16_to_float(got, got_b, n);
         snprintf(what, sizeof(what), "%s q,k B=%d T=%d D=%d", name, B, T, D);
@@ -108,14 +112,16 @@ static void check_size(int B, int T, int H, int KV, int D, int bench)
         Bench b = {B, T, H, KV, D, NULL, d_table};
         int sets = bench_sets(bf);
         b.qkv = (bf16 **)malloc_check(sets * sizeof(bf16 *), "bench sets");
-        for (int s = 0; s < sets; s++) b.qkv[s] = (bf16 *)dev_upload(in_b, bf);
+        for (int s = 0; s < sets; s++)
+            b.qkv[s] = (bf16 *)dev_upload(in_b, bf);
         /* q and k read and written once; the table stays in L2 */
         double bytes = 2.0 * B * T * (H + KV) * D * 2;
         snprintf(what, sizeof(what), "rope_forward B=%d T=%d H=%d KV=%d D=%d", B, T, H, KV, D);
         bench_report(what, run_forward, &b, sets, bytes);
         snprintf(what, sizeof(what), "rope_backward B=%d T=%d H=%d KV=%d D=%d", B, T, H, KV, D);
         bench_report(what, run_backward, &b, sets, bytes);
-        for (int s = 0; s < sets; s++) cuda_free(b.qkv[s]);
+        for (int s = 0; s < sets; s++)
+            cuda_free(b.qkv[s]);
         free(b.qkv);
     }
 
@@ -135,7 +141,7 @@ int main(int argc, char **argv)
     bench_copy_bandwidth();
     int sizes[][6] = {
         /* B, T, H, KV, D, bench */
-        {2, 37, 4, 2, 16, 0},    {2, 37, 6, 3, 24, 0},    {3, 11, 4, 1, 64, 0},   {1, 29, 8, 8, 128, 0},
+        {2, 37, 4, 2, 16, 0},    {2, 37, 6, 3, 24, 0},     {3, 11, 4, 1, 64, 0},     {1, 29, 8, 8, 128, 0},
         {4, 2048, 32, 8, 64, 1}, {4, 2048, 24, 8, 128, 0}, {4, 2048, 32, 8, 128, 1},
     };
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {

@@ -24,16 +24,24 @@ static void fuzz_assert(int ok, const char *what)
 static void write_value(FILE *f, const JsonDoc *doc, const JsonNode *n)
 {
     switch (n->type) {
-    case JSON_NULL: fputs("null", f); break;
-    case JSON_FALSE: fputs("false", f); break;
-    case JSON_TRUE: fputs("true", f); break;
+    case JSON_NULL:
+        fputs("null", f);
+        break;
+    case JSON_FALSE:
+        fputs("false", f);
+        break;
+    case JSON_TRUE:
+        fputs("true", f);
+        break;
     case JSON_NUMBER:
         if (n->is_integer)
             fprintf(f, "%lld", (long long)n->integer);
         else
             fprintf(f, "%.17g", n->number);
         break;
-    case JSON_STRING: json_write_string_n(f, json_string(doc, n), (size_t)n->len); break;
+    case JSON_STRING:
+        json_write_string_n(f, json_string(doc, n), (size_t)n->len);
+        break;
     case JSON_ARRAY:
     case JSON_OBJECT:
         fputc(n->type == JSON_ARRAY ? '[' : '{', f);

@@ -94,12 +94,9 @@ static Args default_args(void)
 static void usage(void)
 {
     Args defaults = default_args();
-    printf("usage: ./train_llama [flags]\n"
-           "Trains a Llama 3 family model on one GPU or several (bf16, fp32 master weights, AdamW).\n\n");
-    flags_usage(stdout, FLAGS, N_FLAGS, &defaults);
-    printf("  %-22s this text\n", "-h, --help");
-    train_print_presets(stdout);
-    exit(0);
+    train_usage("./train_llama",
+                "Trains a Llama 3 family model on one GPU or several (bf16, fp32 master weights, AdamW).", FLAGS,
+                N_FLAGS, &defaults);
 }
 
 /* The flags, checked: everything that needs no GPU is refused here. */

@@ -791,12 +791,8 @@ static void usage(void)
 {
     static Args defaults; /* static: gcc cannot see that flags_usage reads only the table's fields */
     defaults = default_args();
-    printf("usage: ./train_llama_ref [flags]\n"
-           "Trains a Llama 3 family model on the CPU in fp32 (the reference implementation).\n\n");
-    flags_usage(stdout, FLAGS, N_FLAGS, &defaults);
-    printf("  %-22s this text\n", "-h, --help");
-    train_print_presets(stdout);
-    exit(0);
+    train_usage("./train_llama_ref", "Trains a Llama 3 family model on the CPU in fp32 (the reference implementation).",
+                FLAGS, N_FLAGS, &defaults);
 }
 
 static LlamaConfig parse_args(Args *a, int argc, char **argv)

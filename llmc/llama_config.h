@@ -274,30 +274,35 @@ static inline void llama_init_weights_host(float *params, const LlamaConfig *c, 
     }
 }
 
+/* The metadata keys of a .llmt file that hold its LlamaConfig, in the order
+ * of llama_config_from_tensorfile (docs/tensor_file_format.md). */
+static const char *const LLAMA_CONFIG_META_KEYS[] = {"config.vocab_size",
+                                                     "config.d_model",
+                                                     "config.n_layer",
+                                                     "config.n_head",
+                                                     "config.n_kv_head",
+                                                     "config.head_dim",
+                                                     "config.ffn_dim",
+                                                     "config.max_seq_len",
+                                                     "config.rope_theta",
+                                                     "config.rope_scaling",
+                                                     "config.rope_factor",
+                                                     "config.rope_low_freq_factor",
+                                                     "config.rope_high_freq_factor",
+                                                     "config.rope_original_max_pos",
+                                                     "config.norm_eps",
+                                                     "config.tie_embeddings",
+                                                     "config.init_std"};
+#define LLAMA_CONFIG_META_N ((int)(sizeof(LLAMA_CONFIG_META_KEYS) / sizeof(LLAMA_CONFIG_META_KEYS[0])))
+
 /* Config from a .llmt file's metadata (weights or dump); exits naming the file on a missing key. */
 static inline LlamaConfig llama_config_from_tensorfile(const TensorFile *tf)
 {
     LlamaConfig c;
     memset(&c, 0, sizeof(c));
-    const char *keys[] = {"config.vocab_size",
-                          "config.d_model",
-                          "config.n_layer",
-                          "config.n_head",
-                          "config.n_kv_head",
-                          "config.head_dim",
-                          "config.ffn_dim",
-                          "config.max_seq_len",
-                          "config.rope_theta",
-                          "config.rope_scaling",
-                          "config.rope_factor",
-                          "config.rope_low_freq_factor",
-                          "config.rope_high_freq_factor",
-                          "config.rope_original_max_pos",
-                          "config.norm_eps",
-                          "config.tie_embeddings",
-                          "config.init_std"};
-    const char *v[sizeof(keys) / sizeof(keys[0])];
-    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+    const char *const *keys = LLAMA_CONFIG_META_KEYS;
+    const char *v[LLAMA_CONFIG_META_N];
+    for (int i = 0; i < LLAMA_CONFIG_META_N; i++) {
         v[i] = tensorfile_meta(tf, keys[i]);
         if (!v[i])
             FAIL("'%s' has no metadata key '%s'; regenerate it with reference/make_reference.py", tf->path, keys[i]);

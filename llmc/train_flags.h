@@ -212,6 +212,17 @@ static inline void train_print_presets(FILE *out)
     }
 }
 
+/* --help: what the program does, its flags with their defaults, the presets; exits. */
+static inline void train_usage(const char *program, const char *what, const Flag *flags, int n_flags,
+                               const void *defaults)
+{
+    printf("usage: %s [flags]\n%s\n\n", program, what);
+    flags_usage(stdout, flags, n_flags, defaults);
+    printf("  %-22s this text\n", "-h, --help");
+    train_print_presets(stdout);
+    exit(0);
+}
+
 /* The model: the --init-from file's, or the preset (default tiny) with the shape flags over it. */
 static inline LlamaConfig train_model_config(const ModelFlags *m)
 {

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "llmc/llama_config.h"
 #include "llmc/tensorfile.h"
 #include "llmc/utils.h"
 #include "tests/check.h"
@@ -46,24 +47,8 @@ static inline double dump_meta_double(const TensorFile *tf, const char *key)
  * The tests check that a dump and the weights file beside it belong together. */
 static inline int config_meta_match_try(const TensorFile *a, const TensorFile *b, char *err, size_t errlen)
 {
-    static const char *keys[] = {"config.vocab_size",
-                                 "config.d_model",
-                                 "config.n_layer",
-                                 "config.n_head",
-                                 "config.n_kv_head",
-                                 "config.head_dim",
-                                 "config.ffn_dim",
-                                 "config.max_seq_len",
-                                 "config.rope_theta",
-                                 "config.rope_scaling",
-                                 "config.rope_factor",
-                                 "config.rope_low_freq_factor",
-                                 "config.rope_high_freq_factor",
-                                 "config.rope_original_max_pos",
-                                 "config.norm_eps",
-                                 "config.tie_embeddings",
-                                 "config.init_std"};
-    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+    const char *const *keys = LLAMA_CONFIG_META_KEYS;
+    for (int i = 0; i < LLAMA_CONFIG_META_N; i++) {
         const char *va = tensorfile_meta(a, keys[i]), *vb = tensorfile_meta(b, keys[i]);
         const TensorFile *lacking = va == NULL ? a : vb == NULL ? b : NULL;
         if (lacking) {

@@ -164,8 +164,8 @@ static void check_small(int N, int C, int V, int chunk)
             }
             ref_dx[(int64_t)n * C + c] = (float)s;
             /* at least FLT_MIN: an ignored row's dx must be exactly 0 */
-            dx_bound[(int64_t)n * C + c] = fmaxf(
-                (float)(BF16_ROUNDING * fabs(s) + 4 * 2 * BF16_ROUNDING * largest + 1e-5 * magnitude), FLT_MIN);
+            dx_bound[(int64_t)n * C + c] =
+                fmaxf((float)(BF16_ROUNDING * fabs(s) + 4 * 2 * BF16_ROUNDING * largest + 1e-5 * magnitude), FLT_MIN);
         }
     }
     /* dW per chunk of rows: chunk_dw[k, v, c] = sum over the chunk's rows n of dlogits[n, v] x[n, c] */

@@ -85,8 +85,8 @@ test-checkpoint: train_llama_ref
 	PYTHON=$(PYTHON) bash tests/test_checkpoint.sh
 # C, C++ and CUDA sources as .clang-format says, with Debian's clang-format 14 (whose output
 # other versions do not reproduce exactly); `make format` rewrites them so
-FORMAT_FILES = $(shell find . \( -path ./third_party -o -path ./.venv -o -path ./build -o -path ./.git \) -prune -o \
-                 \( -name '*.c' -o -name '*.h' -o -name '*.cu' \) -print | sort)
+FORMAT_FILES = $(shell git ls-files '*.c' '*.h' '*.cu' 2> /dev/null || find . \( -path ./third_party -o -path ./.venv \
+                 -o -path ./build -o -path ./.carry \) -prune -o \( -name '*.c' -o -name '*.h' -o -name '*.cu' \) -print)
 test-format:
 	@v=$$(clang-format --version | sed -n 's/.*version \([0-9]*\).*/\1/p'); \
 	if [ "$$v" != 14 ]; then echo "SKIP format: this is clang-format $$v; the check needs clang-format 14"; exit 0; fi; \

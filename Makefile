@@ -42,7 +42,7 @@ GPU_PROGRAMS = train_llama test_llama
 
 .PHONY: all cpu gpu test test-c test-python test-cli test-checkpoint test-fuzz test-format format clean
 all: cpu $(if $(HAVE_NVCC),gpu)
-cpu: train_llama_ref $(CPU_TESTS)
+cpu: train_llama_ref $(CPU_TESTS) tests/hf_tool
 gpu: $(GPU_PROGRAMS)
 
 $(CUDNN_FRONTEND):
@@ -61,6 +61,8 @@ test_llama_ref: test_llama_ref.c train_llama_ref.c $(LLMC_HEADERS) tests/check.h
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
 tests/test_tensorfile: tests/dump_check.h
 tests/test_watchdog: LDLIBS += -pthread
+tests/hf_tool: tests/hf_tool.c $(LLMC_HEADERS)
+	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
 tests/test_%: tests/test_%.c $(LLMC_HEADERS) tests/check.h
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
 
@@ -77,7 +79,7 @@ test-c: $(CPU_TESTS)
 	./tests/test_rendezvous
 	./tests/test_checkpoint_shards
 	./tests/test_watchdog
-test-python:
+test-python: tests/hf_tool train_llama_ref
 	$(PYTHON) -m pytest -q tests
 test-cli: train_llama_ref $(if $(HAVE_NVCC),gpu)
 	bash tests/test_cli.sh
@@ -98,4 +100,4 @@ test-fuzz:
 	FUZZ_SECONDS=$(FUZZ_SECONDS) bash tests/fuzz/run.sh
 
 clean:
-	rm -rf train_llama_ref $(CPU_TESTS) $(GPU_PROGRAMS) build
+	rm -rf train_llama_ref $(CPU_TESTS) tests/hf_tool $(GPU_PROGRAMS) build

@@ -19,6 +19,7 @@
 #include "train_llama_ref.c"
 #include "tests/check.h"
 #include "tests/dump_check.h"
+#include "llmc/sampler.h"
 
 /* Tolerances on the max relative error, about 5x the largest error measured
  * on the committed dumps over -O0, -O3 -march=native (FMA contraction) and
@@ -218,11 +219,57 @@ static void test_schedule_and_init(void)
     llama_free(&b);
 }
 
+/* Greedy samples (sampler.h at temperature 0) from the committed weights: each
+ * new token must be the argmax of the logits at the position before it in one
+ * forward of the whole sequence, as the reference computes them. */
+static void test_greedy_sample(const char *dump_path)
+{
+    char weights_path[1100];
+    dump_weights_path(dump_path, weights_path, sizeof(weights_path));
+    TensorFile dump;
+    tensorfile_open(&dump, dump_path);
+    int prompt[4], tokens[16];
+    const TensorEntry *e = tensorfile_find(&dump, "input_tokens");
+    if (!e)
+        FAIL("'%s' has no input_tokens", dump_path);
+    int *all = (int *)malloc_check(sizeof(int) * (size_t)e->numel, "tokens");
+    tensorfile_read(&dump, "input_tokens", TF_INT32, e->numel, all);
+    memcpy(prompt, all, sizeof(prompt)); /* the first 4 of row 0 */
+    free(all);
+    tensorfile_close(&dump);
+    Llama m;
+    llama_load(&m, weights_path);
+    llama_alloc_activations(&m, 1, 16);
+    memcpy(tokens, prompt, sizeof(prompt));
+    Sampler greedy = {0.0f, 1.0f, 0};
+    int n = sample_text(llama_last_logits, &m, m.config.vocab_size, &greedy, tokens, 4, 12, NULL, 0);
+    llama_forward(&m, tokens, NULL, 1, n);
+    int agree = n == 16;
+    for (int k = 4; k < n; k++) {
+        const float *z = m.acts.logits + (int64_t)(k - 1) * m.config.vocab_size;
+        int best = 0;
+        for (int v = 1; v < m.config.vocab_size; v++)
+            best = z[v] > z[best] ? v : best;
+        agree &= tokens[k] == best;
+    }
+    check(agree, "greedy sample of 12 tokens from %s: each the argmax of one forward of the whole sequence", dump_path);
+    /* and a seeded draw gives the same tokens twice */
+    int again[16], once[16];
+    memcpy(once, prompt, sizeof(prompt));
+    memcpy(again, prompt, sizeof(prompt));
+    Sampler a = {1.0f, 0.9f, 7}, b = {1.0f, 0.9f, 7};
+    sample_text(llama_last_logits, &m, m.config.vocab_size, &a, once, 4, 12, NULL, 0);
+    sample_text(llama_last_logits, &m, m.config.vocab_size, &b, again, 4, 12, NULL, 0);
+    check(memcmp(once, again, sizeof(once)) == 0, "a seeded sample (temperature 1, top-p 0.9) repeats itself");
+    llama_free(&m);
+}
+
 int main(int argc, char **argv)
 {
     for (int i = 1; i < (argc > 1 ? argc : N_DEFAULT_DUMPS + 1); i++)
         test_dump(argc > 1 ? argv[i] : DEFAULT_DUMPS[i - 1]);
     test_schedule_and_init();
+    test_greedy_sample(DEFAULT_DUMPS[0]);
     printf("max relative error per category:\n");
     for (int k = 0; k < N_CATS; k++)
         printf("  %-44s %.2e\n", cat_names[k], cat_max[k]);

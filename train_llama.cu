@@ -34,6 +34,7 @@
 #include "llmc/run_log.h"
 #include "llmc/schedule.h"
 #include "llmc/train_flags.h"
+#include "llmc/train_outputs.h"
 #include "llmc/watchdog.h"
 
 /* Dense bf16 peak of an H100 SXM, the MFU denominator (PaLM/torchtitan convention). */
@@ -99,8 +100,9 @@ static void usage(void)
                 N_FLAGS, &defaults);
 }
 
-/* The flags, checked: everything that needs no GPU is refused here. */
-static LlamaConfig parse_args(Args *a, int argc, char **argv)
+/* The flags, checked: everything that needs no GPU is refused here. *init_ids:
+ * the BOS and EOS that --init-from's config names. */
+static LlamaConfig parse_args(Args *a, int argc, char **argv, HfTokenIds *init_ids)
 {
     *a = default_args();
     flags_parse(FLAGS, N_FLAGS, argc, argv, a, usage);
@@ -117,7 +119,8 @@ static LlamaConfig parse_args(Args *a, int argc, char **argv)
     char err[2048];
     if (a->rendezvous && rendezvous_check_spec(a->rendezvous, err, sizeof(err)) != 0)
         FAIL("--rendezvous: %s", err);
-    LlamaConfig c = train_model_config(&a->t.model);
+    train_export_check(&a->t.ckpt);
+    LlamaConfig c = train_model_config(&a->t.model, init_ids);
     if (c.d_model % 8 != 0 || c.head_dim % 8 != 0 || c.ffn_dim % 8 != 0)
         FAIL("the GPU kernels need d_model, head_dim and ffn_dim to be multiples of 8 (got %d, %d, %d)", c.d_model,
              c.head_dim, c.ffn_dim);
@@ -245,6 +248,18 @@ static void train_step(Llama *m, BatchSource *src, const Args *a, int step, int 
     out->ms = ms;
 }
 
+/* The logits after a sequence, for samples (sampler.h). */
+typedef struct {
+    Llama *m;
+    cudaStream_t s;
+} SampleContext;
+
+static void sample_next_logits(void *ctx, const int *tokens, int n, float *logits)
+{
+    SampleContext *c = (SampleContext *)ctx;
+    llama_last_logits(c->m, tokens, n, logits, c->s);
+}
+
 /* Mean val loss over all ranks' slices of `batches` global batches. */
 static float evaluate(Llama *m, DataLoader *val, int batches, cudaStream_t s)
 {
@@ -282,7 +297,8 @@ static void step_log_gpu(StepLog *r, const Args *a, int total_batch, int world, 
 int main(int argc, char **argv)
 {
     Args a;
-    LlamaConfig config = parse_args(&a, argc, argv);
+    HfTokenIds init_ids;
+    LlamaConfig config = parse_args(&a, argc, argv, &init_ids);
     const TrainFlags *t = &a.t;
     Gpus gpus;
     gpus.launch = dist_launch_info(&a.launch);
@@ -297,6 +313,9 @@ int main(int argc, char **argv)
     DataLoader val;
     if (have_val)
         dataloader_init_eval_or_die(&val, val_shards, t->batch.B, t->batch.T, rank, world, config.vocab_size);
+    TrainOutputs outputs;
+    train_outputs_open(&outputs, t, src.random ? NULL : src.loader.shards[0].path, src.loader.bos_id, src.loader.eos_id,
+                       &init_ids, config.vocab_size);
 
     gpus_start(&gpus, &a, &config);
     cudaStream_t s = gpus.stream;
@@ -340,12 +359,23 @@ int main(int argc, char **argv)
         if (t->ckpt.dir && checkpoint_due(step + 1, t->ckpt.save_every, t->run.steps)) {
             CheckpointState st = checkpoint_state((uint64_t)(step + 1), (uint64_t)model.optimizer.step, 0);
             batch_source_get_state(&src, &st.rng_state, &st.data);
-            llama_save_checkpoint(&model, t->ckpt.dir, t->ckpt.keep, st, s);
+            llama_save_checkpoint(&model, t->ckpt.dir, t->ckpt.keep, &outputs.extras, st, s);
             watchdog_progress(&gpus.watchdog, "checkpoint of step %d", step + 1);
+        }
+        if (train_sample_due(&t->sample, step + 1, t->run.steps)) {
+            SampleContext ctx = {&model, s};
+            train_sample(&outputs, &t->sample, step + 1, t->batch.T, config.vocab_size, sample_next_logits, &ctx, &log);
+            watchdog_progress(&gpus.watchdog, "sample after step %d", step + 1);
         }
     }
     if (have_val)
         run_log_eval(&log, t->run.steps, evaluate(&model, &val, t->run.eval_batches, s));
+    if (t->ckpt.export_dir) {
+        float *master = params_download_master(&model.params, &model.layout, s); /* every rank gives its part */
+        if (rank == 0)
+            train_export(&outputs, &t->ckpt, &config, &model.layout, master);
+        free(master);
+    }
     int timed = t->run.steps - start_step - 1;
     if (timed > 0)
         printf("mean after the first step: %.0f tok/s (%.0f per GPU), MFU %.1f%%\n", tokens_per_s_sum / timed,
@@ -355,6 +385,7 @@ int main(int argc, char **argv)
     CUDA_CHECK(cudaFreeHost(tokens));
     CUDA_CHECK(cudaFreeHost(h_parts));
     run_log_close(&log);
+    train_outputs_close(&outputs);
     llama_free(&model);
     batch_source_close(&src);
     if (have_val)

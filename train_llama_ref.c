@@ -35,6 +35,7 @@
 #include "llmc/schedule.h"
 #include "llmc/tensorfile.h"
 #include "llmc/train_flags.h"
+#include "llmc/train_outputs.h"
 #include "llmc/utils.h"
 
 /* ------------------------------------------------------------------------- */
@@ -405,8 +406,9 @@ typedef struct {
     float *grads;  /* layout.total floats, same layout */
     float *adam_m, *adam_v;
     int adam_step;
-    float *inv_freq; /* head_dim / 2 */
-    int B, T;        /* the shape the activations were allocated for; 0 until the first forward */
+    float *inv_freq;  /* head_dim / 2 */
+    int B, T;         /* the shape the activations were allocated for; 0 until the first forward */
+    int fwd_B, fwd_T; /* the shape of the last forward: B*T and T at most the allocated ones */
     Activations acts;
     Scratch scratch;
     float *rope_cos, *rope_sin;  /* T x head_dim/2 */
@@ -449,20 +451,10 @@ static void llama_init_random(Llama *m, uint64_t seed)
 /* Build the model a weights file describes and load its tensors, by HF name. */
 static void llama_load(Llama *m, const char *path)
 {
-    TensorFile tf;
-    tensorfile_open(&tf, path);
-    LlamaConfig config = llama_config_from_tensorfile(&tf);
+    HfTokenIds ids;
+    LlamaConfig config = model_config_load(path, &ids); /* an HF model directory or a .llmt file */
     llama_build(m, &config);
-    if (tf.n_tensors != m->layout.n_tensors) {
-        FAIL("'%s' holds %d tensors but its config's model has %d parameter tensors\n"
-             "  hint: is it a weights file (not a dump)? regenerate it with reference/make_reference.py",
-             path, tf.n_tensors, m->layout.n_tensors);
-    }
-    for (int i = 0; i < m->layout.n_tensors; i++) {
-        const ParamTensor *t = &m->layout.tensors[i];
-        tensorfile_read(&tf, t->name, TF_FLOAT32, t->numel, m->params + t->offset);
-    }
-    tensorfile_close(&tf);
+    model_weights_load(path, &m->layout, m->params);
 }
 
 static void llama_alloc_activations(Llama *m, int B, int T)
@@ -538,7 +530,8 @@ static void llama_forward(Llama *m, const int *inputs, const int *targets, int B
     }
     if (m->B == 0)
         llama_alloc_activations(m, B, T);
-    if (B != m->B || T != m->T) {
+    /* a smaller shape fits the same buffers (samples run one row of any length) */
+    if ((int64_t)B * T > (int64_t)m->B * m->T || T > m->T) {
         FAIL("forward called with B=%d T=%d, but the activations were allocated for B=%d T=%d", B, T, m->B, m->T);
     }
     int64_t L = c->n_layer, C = c->d_model, V = c->vocab_size, F = c->ffn_dim;
@@ -604,6 +597,8 @@ static void llama_forward(Llama *m, const int *inputs, const int *targets, int B
     }
     m->inputs = inputs;
     m->targets = targets;
+    m->fwd_B = B;
+    m->fwd_T = T;
     m->loss_sum = 0.0;
     m->n_counted = 0;
     if (targets) {
@@ -630,7 +625,7 @@ static void llama_backward(Llama *m, float loss_scale)
     const LlamaConfig *c = &m->config;
     if (m->targets == NULL)
         FAIL("llama_backward needs a forward pass with targets first");
-    int B = m->B, T = m->T;
+    int B = m->fwd_B, T = m->fwd_T;
     int64_t L = c->n_layer, C = c->d_model, V = c->vocab_size, F = c->ffn_dim;
     int H = c->n_head, KV = c->n_kv_head, D = c->head_dim;
     int64_t BT = (int64_t)B * T, HD = (int64_t)H * D, QKV = (int64_t)(H + 2 * KV) * D;
@@ -766,6 +761,17 @@ static void llama_adamw_step(Llama *m, const AdamWConfig *opt)
     }
 }
 
+/* The logits after tokens[0..n) at its last position into logits[V], for
+ * samples (a NextLogitsFn of sampler.h, ctx the model): a forward of that one
+ * row, which must fit the activations (n at most their T). */
+static void llama_last_logits(void *ctx, const int *tokens, int n, float *logits)
+{
+    Llama *m = (Llama *)ctx;
+    llama_forward(m, tokens, NULL, 1, n);
+    memcpy(logits, m->acts.logits + (int64_t)(n - 1) * m->config.vocab_size,
+           sizeof(float) * (size_t)m->config.vocab_size);
+}
+
 #ifndef TESTING
 /* ------------------------------------------------------------------------- */
 /* the command-line trainer: the flags, the data and the log are the GPU      */
@@ -795,12 +801,13 @@ static void usage(void)
                 FLAGS, N_FLAGS, &defaults);
 }
 
-static LlamaConfig parse_args(Args *a, int argc, char **argv)
+static LlamaConfig parse_args(Args *a, int argc, char **argv, HfTokenIds *init_ids)
 {
     *a = default_args();
     flags_parse(FLAGS, N_FLAGS, argc, argv, a, usage);
     train_flags_check(&a->t);
-    LlamaConfig c = train_model_config(&a->t.model);
+    train_export_check(&a->t.ckpt);
+    LlamaConfig c = train_model_config(&a->t.model, init_ids);
     if (a->t.batch.T > c.max_seq_len)
         FAIL("-T %d exceeds the model's max_seq_len %d\n  hint: lower -T", a->t.batch.T, c.max_seq_len);
     return c;
@@ -887,7 +894,8 @@ static void train_step(Llama *m, BatchSource *src, const TrainFlags *t, int step
 int main(int argc, char **argv)
 {
     Args a;
-    LlamaConfig config = parse_args(&a, argc, argv);
+    HfTokenIds init_ids;
+    LlamaConfig config = parse_args(&a, argc, argv, &init_ids);
     const TrainFlags *t = &a.t;
     int accum = train_micro_steps(&t->batch, 1);
     Llama model;
@@ -911,6 +919,9 @@ int main(int argc, char **argv)
     DataLoader val;
     if (have_val)
         dataloader_init_eval_or_die(&val, val_shards, t->batch.B, t->batch.T, 0, 1, config.vocab_size);
+    TrainOutputs outputs;
+    train_outputs_open(&outputs, t, src.random ? NULL : src.loader.shards[0].path, src.loader.bos_id, src.loader.eos_id,
+                       &init_ids, config.vocab_size);
     printf("tokens per step %lld (B %d x T %d x %d micro-steps); data: %s\n",
            (long long)t->batch.B * t->batch.T * accum, t->batch.B, t->batch.T, accum,
            t->data.random ? "random tokens" : t->data.train);
@@ -933,15 +944,21 @@ int main(int argc, char **argv)
             CheckpointState st = checkpoint_state((uint64_t)(step + 1), (uint64_t)model.adam_step, 0);
             batch_source_get_state(&src, &st.rng_state, &st.data);
             char saved[LLMC_PATH_MAX];
-            checkpoint_save(t->ckpt.dir, &model.config, &model.layout, model.params, model.adam_m, model.adam_v, &st,
-                            t->ckpt.keep, saved, sizeof(saved));
+            checkpoint_save(t->ckpt.dir, &model.config, &model.layout, model.params, model.adam_m, model.adam_v,
+                            &outputs.extras, &st, t->ckpt.keep, saved, sizeof(saved));
             printf("saved checkpoint '%s'\n", saved);
         }
+        if (train_sample_due(&t->sample, step + 1, t->run.steps))
+            train_sample(&outputs, &t->sample, step + 1, t->batch.T, config.vocab_size, llama_last_logits, &model,
+                         &log);
     }
     if (have_val)
         run_log_eval(&log, t->run.steps, evaluate(&model, &val, t->run.eval_batches));
+    if (t->ckpt.export_dir)
+        train_export(&outputs, &t->ckpt, &model.config, &model.layout, model.params);
 
     run_log_close(&log);
+    train_outputs_close(&outputs);
     free(inputs);
     free(targets);
     batch_source_close(&src);

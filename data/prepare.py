@@ -103,6 +103,7 @@ class Tokenizer:
     vocab_size: int
     bos_id: int
     eos_id: int
+    path: str = ""  # the tiktoken file, copied beside the shards for the trainers' samples and exports
 
 
 def sha256_of(path):
@@ -151,7 +152,7 @@ def load_tokenizer(kind="llama3", path=None):
     specials = info["specials"](len(ranks))
     encoding = tiktoken.Encoding(name=f"{kind}:{os.path.basename(path)}", pat_str=info["pat_str"],
                                  mergeable_ranks=ranks, special_tokens=specials)
-    return Tokenizer(kind, encoding, encoding.n_vocab, specials[info["bos"]], specials[info["eos"]])
+    return Tokenizer(kind, encoding, encoding.n_vocab, specials[info["bos"]], specials[info["eos"]], path)
 
 
 def _split_long_runs(text):
@@ -518,7 +519,23 @@ def prepare(docs, tokenizer, out_dir, name, shard_tokens, val_tokens, seed, batc
         writer.flush()
     written = writers["train"].written + writers["val"].written
     removed = remove_stale_shards(out_dir, name, {path for path, _ in written})
+    copy_tokenizer(tokenizer, out_dir, name)
     return {"counts": counts, "written": written, "removed": removed, "seconds": elapsed}
+
+
+def tokenizer_copy_path(out_dir, name):
+    return os.path.join(out_dir, f"{name}_tokenizer.model")
+
+
+def copy_tokenizer(tokenizer, out_dir, name):
+    """The tokenizer file beside the shards as NAME_tokenizer.model, where the trainers look for it
+    (samples, exports); written to a temporary name and renamed, like the shards."""
+    if not tokenizer.path:
+        return
+    dest = tokenizer_copy_path(out_dir, name)
+    tmp = dest + ".tmp"
+    shutil.copyfile(tokenizer.path, tmp)
+    os.replace(tmp, dest)
 
 
 def parse_args(argv):

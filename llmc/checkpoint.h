@@ -5,7 +5,9 @@
  * A checkpoint is a directory <dir>/step_<08d>/ (step = optimizer steps done):
  *   model.safetensors  the fp32 weights, HF names (safetensors.h); loads with
  *                      LlamaForCausalLM.from_pretrained(<dir>/step_<08d>)
- *   config.json        HF LlamaConfig of the model (hf_config.h)
+ *   config.json        HF LlamaConfig of the model (hf_config.h), and
+ *   generation_config.json, tokenizer.model: the rest of an HF model
+ *                      directory (hf_model.h), so --init-from takes a checkpoint
  *   train_state.bin    step, AdamW step and moments, data position, RNG, or
  *                      one train_state.<rank>.bin per rank (train_state.h)
  *   COMPLETE           marker: the checkpoint is whole.
@@ -41,6 +43,7 @@
 
 #include "fileutil.h"
 #include "hf_config.h"
+#include "hf_model.h"
 #include "llama_config.h"
 #include "safetensors.h"
 #include "train_state.h"
@@ -146,17 +149,13 @@ static inline int checkpoint_stage_try(const char *dir, uint64_t step, char *sta
     return 0;
 }
 
-/* model.safetensors and config.json into the staging directory; params holds
- * layout->total floats. */
+/* The model's files into the staging directory: an HF model directory
+ * (hf_model.h) with the fp32 weights, params (layout->total floats), so that
+ * resuming is exact. */
 static inline int checkpoint_write_model_try(const char *staging, const LlamaConfig *config, const ParamLayout *layout,
-                                             const float *params, char *err, size_t errlen)
+                                             const float *params, const HfExtras *extras, char *err, size_t errlen)
 {
-    char file[LLMC_PATH_MAX + 64];
-    path_format(file, sizeof(file), "%s/model.safetensors", staging);
-    if (safetensors_write_params_try(file, layout, params, err, errlen) != 0)
-        return -1;
-    path_format(file, sizeof(file), "%s/config.json", staging);
-    return hf_config_write_try(file, config, err, errlen);
+    return hf_model_write_try(staging, config, layout, params, 0, extras, err, errlen);
 }
 
 /* This process's train_state file into the staging directory: the moments of
@@ -233,13 +232,13 @@ static inline int checkpoint_commit_try(const char *dir, uint64_t step, int keep
  * may be NULL before the first AdamW step (written as zeros). */
 static inline int checkpoint_save_try(const char *dir, const LlamaConfig *config, const ParamLayout *layout,
                                       const float *params, const float *adam_m, const float *adam_v,
-                                      const CheckpointState *state, int keep, char *out_path, size_t out_len, char *err,
-                                      size_t errlen)
+                                      const HfExtras *extras, const CheckpointState *state, int keep, char *out_path,
+                                      size_t out_len, char *err, size_t errlen)
 {
     char staging[LLMC_PATH_MAX];
     if (checkpoint_stage_try(dir, state->step, staging, sizeof(staging), err, errlen) != 0)
         return -1;
-    if (checkpoint_write_model_try(staging, config, layout, params, err, errlen) != 0)
+    if (checkpoint_write_model_try(staging, config, layout, params, extras, err, errlen) != 0)
         return -1;
     CkptRange all = {0, layout->total};
     if (checkpoint_write_state_try(staging, state, layout->total, &all, 1, adam_m, adam_v, err, errlen) != 0)
@@ -249,10 +248,11 @@ static inline int checkpoint_save_try(const char *dir, const LlamaConfig *config
 
 static inline void checkpoint_save(const char *dir, const LlamaConfig *config, const ParamLayout *layout,
                                    const float *params, const float *adam_m, const float *adam_v,
-                                   const CheckpointState *state, int keep, char *out_path, size_t out_len)
+                                   const HfExtras *extras, const CheckpointState *state, int keep, char *out_path,
+                                   size_t out_len)
 {
     char err[2048];
-    if (checkpoint_save_try(dir, config, layout, params, adam_m, adam_v, state, keep, out_path, out_len, err,
+    if (checkpoint_save_try(dir, config, layout, params, adam_m, adam_v, extras, state, keep, out_path, out_len, err,
                             sizeof(err)) != 0) {
         FAIL("saving a checkpoint: %s", err);
     }

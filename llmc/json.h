@@ -210,7 +210,7 @@ static inline int json_string_(JsonParser *p, int32_t *at, int32_t *len)
         }
         if (e != 'u')
             return json_fail_(p, "unknown escape in a string");
-        uint32_t cp;
+        uint32_t cp = 0;
         if (json_hex4_(p, &cp) != 0)
             return -1;
         if (cp >= 0xDC00 && cp <= 0xDFFF)

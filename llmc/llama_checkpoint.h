@@ -84,8 +84,10 @@ static inline void llama_write_state(Llama *m, const char *staging, CheckpointSt
 }
 
 /* Writes <dir>/step_<08d>/ (see the top); keep: the newest complete
- * checkpoints to keep (0: all). state: step, AdamW step, RNG and data position. */
-static inline void llama_save_checkpoint(Llama *m, const char *dir, int keep, CheckpointState state, cudaStream_t s)
+ * checkpoints to keep (0: all); extras: the ids and tokenizer of its model
+ * directory. state: step, AdamW step, RNG and data position. */
+static inline void llama_save_checkpoint(Llama *m, const char *dir, int keep, const HfExtras *extras,
+                                         CheckpointState state, cudaStream_t s)
 {
     const Dist *d = m->params.dist;
     char err[2048], staging[LLMC_PATH_MAX], saved[LLMC_PATH_MAX];
@@ -96,8 +98,9 @@ static inline void llama_save_checkpoint(Llama *m, const char *dir, int keep, Ch
     dist_sum_host(d, 0.0, s); /* the staging directory exists for everyone */
     checkpoint_staging_path(staging, sizeof(staging), dir, state.step);
     if (d->rank == 0) {
-        llama_fail_if_error(checkpoint_write_model_try(staging, &m->config, &m->layout, master, err, sizeof(err)),
-                            d->rank, "saving a checkpoint", err);
+        llama_fail_if_error(
+            checkpoint_write_model_try(staging, &m->config, &m->layout, master, extras, err, sizeof(err)), d->rank,
+            "saving a checkpoint", err);
         free(master);
     }
     if (m->params.zero_stage >= 1 || d->rank == 0)

@@ -48,6 +48,16 @@ typedef struct {
     float init_std;
 } LlamaConfig;
 
+/* Bounds far above any published Llama, so that every size product of the
+ * parameter layout fits an int64 and every count an int. */
+#define LLAMA_MAX_VOCAB (1 << 24)
+#define LLAMA_MAX_D_MODEL (1 << 16)
+#define LLAMA_MAX_FFN (1 << 18)
+#define LLAMA_MAX_LAYERS 1024
+#define LLAMA_MAX_HEADS 1024
+#define LLAMA_MAX_HEAD_DIM 1024
+#define LLAMA_MAX_SEQ_LEN (1 << 24)
+
 /* Targets equal to IGNORE_INDEX (HF's -100) count for no loss: padding, masked prompts. */
 #define IGNORE_INDEX (-100)
 
@@ -132,6 +142,17 @@ static inline int llama_config_check(const LlamaConfig *c, char *err, size_t err
                  "head_dim %d, ffn %d, max_seq_len %d)",
                  c->vocab_size, c->d_model, c->n_layer, c->n_head, c->n_kv_head, c->head_dim, c->ffn_dim,
                  c->max_seq_len);
+        return -1;
+    }
+    if (c->vocab_size > LLAMA_MAX_VOCAB || c->d_model > LLAMA_MAX_D_MODEL || c->n_layer > LLAMA_MAX_LAYERS ||
+        c->n_head > LLAMA_MAX_HEADS || c->n_kv_head > LLAMA_MAX_HEADS || c->head_dim > LLAMA_MAX_HEAD_DIM ||
+        c->ffn_dim > LLAMA_MAX_FFN || c->max_seq_len > LLAMA_MAX_SEQ_LEN) {
+        snprintf(err, errlen,
+                 "a size is beyond what this trainer allows (vocab %d <= %d, d_model %d <= %d, layers %d <= %d, "
+                 "heads %d/%d <= %d, head_dim %d <= %d, ffn %d <= %d, max_seq_len %d <= %d)",
+                 c->vocab_size, LLAMA_MAX_VOCAB, c->d_model, LLAMA_MAX_D_MODEL, c->n_layer, LLAMA_MAX_LAYERS, c->n_head,
+                 c->n_kv_head, LLAMA_MAX_HEADS, c->head_dim, LLAMA_MAX_HEAD_DIM, c->ffn_dim, LLAMA_MAX_FFN,
+                 c->max_seq_len, LLAMA_MAX_SEQ_LEN);
         return -1;
     }
     if (c->n_head % c->n_kv_head != 0) {

@@ -34,6 +34,7 @@
 #include "distributed.h"
 #include "embedding.h"
 #include "fused_classifier.h"
+#include "hf_model.h"
 #include "llama_acts.h"
 #include "llama_config.h"
 #include "llama_layer.h"
@@ -168,23 +169,19 @@ static inline void llama_init_random(Llama *m, uint64_t seed)
     free(host);
 }
 
-/* Weights from a .llmt weights file whose config must match the model's. */
+/* Weights from an HF model directory or a .llmt weights file (hf_model.h),
+ * whose config must be the model's. */
 static inline void llama_load_weights(Llama *m, const char *path)
 {
-    TensorFile tf;
-    tensorfile_open(&tf, path);
-    LlamaConfig fc = llama_config_from_tensorfile(&tf);
+    HfTokenIds ids;
+    LlamaConfig fc = model_config_load(path, &ids);
     if (memcmp(&fc, &m->config, sizeof(fc)) != 0) {
         FAIL("'%s' holds a model of another shape than the one requested\n  hint: pass --init-from alone, "
-             "without --preset or shape flags, to take the shape from the file",
+             "without --preset or shape flags, to take the shape from it",
              path);
     }
     float *host = (float *)malloc_check((size_t)m->layout.total * sizeof(float), "weights");
-    for (int i = 0; i < m->layout.n_tensors; i++) {
-        const ParamTensor *t = &m->layout.tensors[i];
-        tensorfile_read(&tf, t->name, TF_FLOAT32, t->numel, host + t->offset);
-    }
-    tensorfile_close(&tf);
+    model_weights_load(path, &m->layout, host);
     params_upload_master(&m->params, &m->layout, host);
     free(host);
 }
@@ -210,25 +207,31 @@ static inline void llama_set_batch(Llama *m, const int *tokens, const int *targe
     CUDA_CHECK(cudaMemcpyAsync(b->positions, positions, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, s));
 }
 
-/* Forward through the final norm (ln_final); the loss comes from the classifier. */
-static inline void llama_forward(Llama *m, cudaStream_t s)
+/* Forward through the final norm (ln_final) of sp->B rows (at most the
+ * model's B) of the tokens set; the loss comes from the classifier. */
+static inline void llama_forward_rows(Llama *m, const LayerSpec *sp, cudaStream_t s)
 {
     const ModelTensors *w = &m->params.weights;
     Activations *acts = &m->acts;
     Zero *z = &m->params.zero;
-    int N = (int)llama_tokens(m), C = m->config.d_model, L = m->config.n_layer;
+    int N = sp->N, C = m->config.d_model, L = m->config.n_layer;
     zero_weights_ready(z, 0, s);
     zero_weights_fetch(z, 1);
     embedding_forward(acts->layers[0].res_in, m->batch.tokens, w->embedding, N, C, s);
     for (int l = 0; l < L; l++) {
         zero_weights_ready(z, l + 1, s);
         zero_weights_fetch(z, l + 2); /* the next layer's bucket, or the final norm's */
-        layer_forward(&m->spec, &w->layers[l], acts, l, s);
+        layer_forward(sp, &w->layers[l], acts, l, s);
         zero_weights_done(z, l + 1, s);
     }
     zero_weights_ready(z, L + 1, s);
     fused_residual_rmsnorm_forward(acts->res_final, acts->ln_final, acts->rstd_final, acts->layers[L - 1].res_mid,
                                    acts->branch, w->final_norm, N, C, m->config.norm_eps, s);
+}
+
+static inline void llama_forward(Llama *m, cudaStream_t s)
+{
+    llama_forward_rows(m, &m->spec, s);
 }
 
 /* Backward from the classifier's d_ln (the gradient of the final norm output).
@@ -296,6 +299,35 @@ static inline void llama_eval_micro(Llama *m, int micro, cudaStream_t s)
     fused_classifier_forward(m->losses, m->logits, m->acts.ln_final, m->params.weights.lm_head, m->batch.targets, N,
                              c->d_model, c->vocab_size, m->logits_chunk, s);
     loss_sum(m->loss_parts + micro, m->losses, N, s);
+}
+
+/* The logits after tokens[0..n) (0 < n <= T) at its last position, into
+ * logits[V] on the host, for samples: one forward of a single row of T tokens,
+ * padded with token 0 after n (causal attention keeps the padding out of
+ * position n - 1). Uses the batch and activation buffers: call between steps,
+ * on every rank. */
+static inline void llama_last_logits(Llama *m, const int *tokens, int n, float *logits, cudaStream_t s)
+{
+    int T = m->opt.T, C = m->config.d_model, V = m->config.vocab_size;
+    if (n <= 0 || n > T)
+        FAIL("llama_last_logits: %d tokens, the model runs 1 to %d", n, T);
+    int *row = (int *)calloc_check((size_t)T, sizeof(int), "sample row");
+    memcpy(row, tokens, sizeof(int) * (size_t)n);
+    CUDA_CHECK(cudaMemcpyAsync(m->batch.tokens, row, sizeof(int) * (size_t)T, cudaMemcpyHostToDevice, s));
+    LayerSpec one = m->spec;
+    one.B = 1;
+    one.N = T;
+    llama_forward_rows(m, &one, s);
+    fused_classifier_logits(m->logits, m->acts.ln_final + (int64_t)(n - 1) * C, m->params.weights.lm_head, 1, C, V, s);
+    uint16_t *bits = (uint16_t *)malloc_check(sizeof(uint16_t) * (size_t)V, "sample logits");
+    CUDA_CHECK(cudaMemcpyAsync(bits, m->logits, sizeof(uint16_t) * (size_t)V, cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    for (int v = 0; v < V; v++) {
+        uint32_t u = (uint32_t)bits[v] << 16;
+        memcpy(&logits[v], &u, 4);
+    }
+    free(bits);
+    free(row);
 }
 
 /* One optimizer step at learning rate lr after the step's micro-steps (llama_optimizer.h). */

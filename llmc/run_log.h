@@ -7,6 +7,7 @@
  *   {"step": N, "loss": ..., "lr": ..., "grad_norm": ..., "ms": ..., "tokens_per_s": ...,
  *    and on the GPU "tokens_per_s_per_gpu", "gpus", "zero_stage", "mfu", "peak_mem_gib", "device_mem_gib"}
  *   {"step": N, "val_loss": ...}
+ *   {"step": N, "sample": text, "prompt": text, "tokens": [ids of the prompt and the sample]}
  * with the same numbers on one console line per step. The loss is written
  * with 9 significant digits, which give a float back exactly. A fresh run
  * starts the log anew; --resume appends to it, behind a new "run" line, so the
@@ -174,6 +175,24 @@ static inline void run_log_eval(RunLog *log, int step, double val_loss)
         fprintf(log->json, "{\"step\": %d, \"val_loss\": %.6f}\n", step, val_loss);
         fflush(log->json);
     }
+}
+
+/* A sample of text after `step` steps: the prompt's and the new tokens. */
+static inline void run_log_sample(RunLog *log, int step, const char *prompt, const char *sample, const int *tokens,
+                                  int n_tokens)
+{
+    printf("--- sample after step %d:\n%s%s\n---\n", step, prompt, sample);
+    if (!log->json)
+        return;
+    fprintf(log->json, "{\"step\": %d, \"sample\": ", step);
+    json_write_string(log->json, sample);
+    fprintf(log->json, ", \"prompt\": ");
+    json_write_string(log->json, prompt);
+    fprintf(log->json, ", \"tokens\": [");
+    for (int i = 0; i < n_tokens; i++)
+        fprintf(log->json, i ? ", %d" : "%d", tokens[i]);
+    fprintf(log->json, "]}\n");
+    fflush(log->json);
 }
 
 static inline void run_log_close(RunLog *log)

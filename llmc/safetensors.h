@@ -222,16 +222,80 @@ static inline const SafetensorsTensor *safetensors_find(const SafetensorsFile *s
     return NULL;
 }
 
-/* Reads an F32 tensor's numel floats into out. */
+/* An IEEE half as a float, exactly (subnormals, infinities and NaN included). */
+static inline float half_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff, bits;
+    if (exponent == 31) {
+        bits = sign | 0x7f800000u | mantissa << 13;
+    } else if (exponent != 0) {
+        bits = sign | (exponent + 127 - 15) << 23 | mantissa << 13;
+    } else if (mantissa == 0) {
+        bits = sign;
+    } else { /* subnormal: mantissa * 2^-24, normalised */
+        int shifts = 0;
+        while (!(mantissa & 0x400)) {
+            mantissa <<= 1;
+            shifts++;
+        }
+        bits = sign | (uint32_t)(127 - 14 - shifts) << 23 | (mantissa & 0x3ff) << 13;
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* A float as the nearest bf16 (ties to even, NaN kept a NaN), as torch's .to(torch.bfloat16). */
+static inline uint16_t float_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* Whether safetensors_read_f32 reads this dtype. */
+static inline int safetensors_dtype_readable(const char *dtype)
+{
+    return strcmp(dtype, "F32") == 0 || strcmp(dtype, "BF16") == 0 || strcmp(dtype, "F16") == 0;
+}
+
+/* Reads a tensor's numel values into out as floats: F32 as they are, BF16 and
+ * F16 converted exactly (every one of their values is a float). */
 static inline int safetensors_read_f32(SafetensorsFile *sf, const SafetensorsTensor *t, float *out, char *err,
                                        size_t errlen)
 {
-    if (strcmp(t->dtype, "F32") != 0)
-        return set_error(err, errlen, "'%s': tensor '%s' is %s, expected F32", sf->path, t->name, t->dtype);
-    if (fseeko(sf->f, (off_t)(sf->data_start + t->begin), SEEK_SET) != 0 ||
-        fread(out, sizeof(float), (size_t)t->numel, sf->f) != (size_t)t->numel)
-        return set_error(err, errlen, "'%s': short read of tensor '%s' (truncated?)", sf->path, t->name);
-    return 0;
+    if (!safetensors_dtype_readable(t->dtype))
+        return set_error(err, errlen, "'%s': tensor '%s' is %s; this trainer reads F32, BF16 and F16", sf->path,
+                         t->name, t->dtype);
+    if (fseeko(sf->f, (off_t)(sf->data_start + t->begin), SEEK_SET) != 0)
+        return set_error(err, errlen, "'%s': cannot seek to tensor '%s'", sf->path, t->name);
+    if (strcmp(t->dtype, "F32") == 0) {
+        if (fread(out, sizeof(float), (size_t)t->numel, sf->f) != (size_t)t->numel)
+            return set_error(err, errlen, "'%s': short read of tensor '%s' (truncated?)", sf->path, t->name);
+        return 0;
+    }
+    enum { BLOCK = 1 << 20 };
+    uint16_t *raw = (uint16_t *)malloc_check(sizeof(uint16_t) * BLOCK, "safetensors read buffer");
+    int bf16 = strcmp(t->dtype, "BF16") == 0, rc = 0;
+    for (int64_t at = 0; at < t->numel && rc == 0; at += BLOCK) {
+        size_t n = (size_t)(t->numel - at < BLOCK ? t->numel - at : BLOCK);
+        if (fread(raw, sizeof(uint16_t), n, sf->f) != n) {
+            rc = set_error(err, errlen, "'%s': short read of tensor '%s' (truncated?)", sf->path, t->name);
+            break;
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (bf16) {
+                uint32_t bits = (uint32_t)raw[i] << 16;
+                memcpy(&out[at + (int64_t)i], &bits, 4);
+            } else {
+                out[at + (int64_t)i] = half_to_float(raw[i]);
+            }
+        }
+    }
+    free(raw);
+    return rc;
 }
 
 /* Every tensor of layout from the safetensors file at path into params
@@ -267,10 +331,12 @@ static inline int safetensors_load_params_try(const char *path, const ParamLayou
     return rc;
 }
 
-/* Writes the flat fp32 parameters of layout (layout->total floats) to path, fsync'ed. */
+/* Writes the flat fp32 parameters of layout (layout->total floats) to path as
+ * F32, or as BF16 (rounded to nearest even) when bf16; fsync'ed. */
 static inline int safetensors_write_params_try(const char *path, const ParamLayout *layout, const float *params,
-                                               char *err, size_t errlen)
+                                               int bf16, char *err, size_t errlen)
 {
+    int size = bf16 ? 2 : 4;
     size_t cap = 256 + (size_t)layout->n_tensors * 256, len = 0;
     char *hdr = (char *)malloc_check(cap, "safetensors header");
     len += (size_t)snprintf(hdr + len, cap - len, "{\"__metadata__\":{\"format\":\"pt\"}");
@@ -281,9 +347,9 @@ static inline int safetensors_write_params_try(const char *path, const ParamLayo
             snprintf(shape, sizeof(shape), "%lld", (long long)t->rows);
         else
             snprintf(shape, sizeof(shape), "%lld,%lld", (long long)t->rows, (long long)t->cols);
-        len += (size_t)snprintf(hdr + len, cap - len,
-                                ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%s],\"data_offsets\":[%lld,%lld]}", t->name,
-                                shape, (long long)t->offset * 4, (long long)(t->offset + t->numel) * 4);
+        len += (size_t)snprintf(
+            hdr + len, cap - len, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%s],\"data_offsets\":[%lld,%lld]}", t->name,
+            bf16 ? "BF16" : "F32", shape, (long long)t->offset * size, (long long)(t->offset + t->numel) * size);
     }
     len += (size_t)snprintf(hdr + len, cap - len, "}");
     while (len % 8 != 0)
@@ -295,9 +361,21 @@ static inline int safetensors_write_params_try(const char *path, const ParamLayo
         free(hdr);
         return set_error(err, errlen, "cannot create '%s': %s", path, strerror(errno));
     }
-    int ok = fwrite(n8, 1, 8, f) == 8 && fwrite(hdr, 1, len, f) == len &&
-             fwrite(params, sizeof(float), (size_t)layout->total, f) == (size_t)layout->total && fflush(f) == 0 &&
-             fsync(fileno(f)) == 0;
+    int ok = fwrite(n8, 1, 8, f) == 8 && fwrite(hdr, 1, len, f) == len;
+    if (!bf16) {
+        ok = ok && fwrite(params, sizeof(float), (size_t)layout->total, f) == (size_t)layout->total;
+    } else {
+        enum { BLOCK = 1 << 20 };
+        uint16_t *out = (uint16_t *)malloc_check(sizeof(uint16_t) * BLOCK, "bf16 export buffer");
+        for (int64_t at = 0; at < layout->total && ok; at += BLOCK) {
+            size_t n = (size_t)(layout->total - at < BLOCK ? layout->total - at : BLOCK);
+            for (size_t i = 0; i < n; i++)
+                out[i] = float_to_bf16(params[at + (int64_t)i]);
+            ok = fwrite(out, sizeof(uint16_t), n, f) == n;
+        }
+        free(out);
+    }
+    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
     int saved = errno;
     ok = (fclose(f) == 0) && ok;
     free(hdr);

@@ -1,8 +1,9 @@
 /*
  * train_flags.h: the flags both trainers take, in the sections of their
- * --help (data, model, batch, optimizer, run, checkpoints), each section a
- * struct that goes to the part of the program that uses it; their defaults,
- * their checks, and what is derived from them: the model config, the
+ * --help (data, model, batch, optimizer, run, checkpoints and samples), each
+ * section a struct that goes to the part of the program
+ * that uses it; their defaults, their checks, and what is derived from them:
+ * the model config (a preset, an HF directory or a .llmt file), the
  * micro-steps per optimizer step, the learning-rate schedule.
  *
  * A trainer's flag table starts with TRAIN_FLAGS(Options, field), the shared
@@ -19,6 +20,7 @@
 #include <string.h>
 
 #include "flags.h"
+#include "hf_model.h"
 #include "llama_config.h"
 #include "schedule.h"
 #include "tensorfile.h"
@@ -33,6 +35,7 @@
 typedef struct {
     const char *train, *val; /* globs of token shards; val NULL: see train_val_shards */
     int random;              /* random tokens instead of shards (benchmarks) */
+    const char *tokenizer;   /* the shards' tokenizer file; NULL: found beside them (train_outputs.h) */
 } DataFlags;
 
 typedef struct {
@@ -61,7 +64,15 @@ typedef struct {
 typedef struct {
     const char *dir;
     int save_every, keep, resume;
+    const char *export_dir, *export_dtype; /* the final model as an HF directory; "fp32" or "bf16" */
 } CheckpointFlags;
+
+typedef struct {
+    int every, tokens;         /* a sample every N steps (0: none) and at the end, of K tokens */
+    const char *prompt;        /* NULL or "": the BOS token alone */
+    double temperature, top_p; /* temperature 0: greedy */
+    int seed;
+} SampleFlags;
 
 typedef struct {
     DataFlags data;
@@ -70,6 +81,7 @@ typedef struct {
     OptimFlags optim;
     RunFlags run;
     CheckpointFlags ckpt;
+    SampleFlags sample;
 } TrainFlags;
 
 /* The shared sections of the flag table of an options struct O whose TrainFlags member is m. */
@@ -78,10 +90,14 @@ typedef struct {
         FLAG("--val", FLAG_STRING, O, m.data.val,                                                                      \
              "val shards, a glob ('' = none; default: the default corpus's, with the default --train)"),               \
         FLAG("--random-data", FLAG_SWITCH, O, m.data.random, "random tokens instead of shards (benchmarks)"),          \
+        FLAG("--tokenizer", FLAG_STRING, O, m.data.tokenizer,                                                          \
+             "the shards' tokenizer file, for samples and exports (default: NAME_tokenizer.model beside the shards, "  \
+             "or the --init-from directory's tokenizer.model)"),                                                       \
         FLAG_SECTION("model"),                                                                                         \
         FLAG("--preset", FLAG_STRING, O, m.model.preset, "the model's shape: a preset listed below (default tiny)"),   \
         FLAG("--init-from", FLAG_STRING, O, m.model.init_from,                                                         \
-             "start from a .llmt weights file (its shape, no preset needed)"),                                         \
+             "start from an HF model directory (config.json + safetensors, as save_pretrained writes; a checkpoint "   \
+             "is one) or a .llmt weights file: its shape and weights, no preset needed"),                              \
         FLAG("--vocab", FLAG_INT, O, m.model.vocab_size, "vocabulary size (overrides the preset)"),                    \
         FLAG("--d-model", FLAG_INT, O, m.model.d_model, "hidden size (overrides the preset)"),                         \
         FLAG("--n-layer", FLAG_INT, O, m.model.n_layer, "decoder layers (overrides the preset)"),                      \
@@ -121,7 +137,19 @@ typedef struct {
         FLAG("--save-every", FLAG_INT, O, m.ckpt.save_every, "every N steps (0 = only at the end)"),                   \
         FLAG("--keep", FLAG_INT, O, m.ckpt.keep, "keep the newest K complete checkpoints (0 = all)"),                  \
         FLAG("--resume", FLAG_SWITCH, O, m.ckpt.resume,                                                                \
-             "continue from the newest complete checkpoint in --checkpoint-dir")
+             "continue from the newest complete checkpoint in --checkpoint-dir"),                                      \
+        FLAG("--export", FLAG_STRING, O, m.ckpt.export_dir,                                                            \
+             "at the end, write the model to DIR as an HF directory (config.json, generation_config.json, "            \
+             "model.safetensors, tokenizer.model); DIR must be new or empty"),                                         \
+        FLAG("--export-dtype", FLAG_STRING, O, m.ckpt.export_dtype, "fp32, or bf16 (half the size)"),                  \
+        FLAG_SECTION("samples"),                                                                                       \
+        FLAG("--sample-every", FLAG_INT, O, m.sample.every,                                                            \
+             "print a sample of text every N steps and at the end (0 = never)"),                                       \
+        FLAG("--sample-tokens", FLAG_INT, O, m.sample.tokens, "tokens per sample"),                                    \
+        FLAG("--prompt", FLAG_STRING, O, m.sample.prompt, "text the samples continue (default: the BOS token alone)"), \
+        FLAG("--temperature", FLAG_DOUBLE, O, m.sample.temperature, "0 = greedy"),                                     \
+        FLAG("--top-p", FLAG_DOUBLE, O, m.sample.top_p, "draw from the most likely tokens that make up this much"),    \
+        FLAG("--sample-seed", FLAG_INT, O, m.sample.seed, "the samples' random seed")
 
 static inline TrainFlags train_flags_defaults(void)
 {
@@ -148,6 +176,11 @@ static inline TrainFlags train_flags_defaults(void)
     f.run.seed = 1337;
     f.run.log = "log/train.jsonl";
     f.ckpt.keep = 3;
+    f.ckpt.export_dtype = "fp32";
+    f.sample.tokens = 64;
+    f.sample.temperature = 1.0;
+    f.sample.top_p = 0.95;
+    f.sample.seed = 42;
     return f;
 }
 
@@ -199,6 +232,14 @@ static inline void train_flags_check(const TrainFlags *f)
         FAIL("--save-every and --keep must be >= 0 (got %d, %d)", f->ckpt.save_every, f->ckpt.keep);
     if ((f->ckpt.resume || f->ckpt.save_every > 0) && !f->ckpt.dir)
         FAIL("--resume and --save-every need --checkpoint-dir DIR");
+    if (strcmp(f->ckpt.export_dtype, "fp32") != 0 && strcmp(f->ckpt.export_dtype, "bf16") != 0)
+        FAIL("--export-dtype takes fp32 or bf16 (got '%s')", f->ckpt.export_dtype);
+    if (f->ckpt.export_dir && !f->ckpt.export_dir[0])
+        FAIL("--export needs a directory");
+    if (f->sample.every < 0 || f->sample.tokens <= 0)
+        FAIL("--sample-every must be >= 0 and --sample-tokens > 0 (got %d, %d)", f->sample.every, f->sample.tokens);
+    if (!(f->sample.temperature >= 0) || !(f->sample.top_p > 0 && f->sample.top_p <= 1))
+        FAIL("--temperature must be >= 0 and --top-p in (0, 1] (got %g, %g)", f->sample.temperature, f->sample.top_p);
 }
 
 static inline void train_print_presets(FILE *out)
@@ -223,17 +264,14 @@ static inline void train_usage(const char *program, const char *what, const Flag
     exit(0);
 }
 
-/* The model: the --init-from file's, or the preset (default tiny) with the shape flags over it. */
-static inline LlamaConfig train_model_config(const ModelFlags *m)
+/* The model: the --init-from directory's or file's (*ids: the BOS and EOS its
+ * config names), or the preset (default tiny) with the shape flags over it. */
+static inline LlamaConfig train_model_config(const ModelFlags *m, HfTokenIds *ids)
 {
     LlamaConfig c;
-    if (m->init_from) {
-        TensorFile tf;
-        tensorfile_open(&tf, m->init_from);
-        c = llama_config_from_tensorfile(&tf);
-        tensorfile_close(&tf);
-        return c;
-    }
+    *ids = hf_token_ids(-1, -1);
+    if (m->init_from)
+        return model_config_load(m->init_from, ids);
     const char *preset = m->preset ? m->preset : "tiny";
     if (llama_preset(preset, &c) != 0) {
         fprintf(stderr, "error: unknown --preset '%s'\n", preset);

@@ -81,7 +81,7 @@ expect "resume into another model shape" "config.json' has num_hidden_layers = 2
     train --steps 8 --checkpoint-dir "$tmp/a" --resume --n-layer 3
 expect "--resume needs --checkpoint-dir" "--checkpoint-dir" train --steps 1 --resume
 
-# (e) the format, read by Python: config.json always, safetensors where installed
+# (e) the format, read by Python: config.json (its BOS and EOS the shard's) always, safetensors where installed
 ck=$tmp/a/step_00000006
 check "config.json and the safetensors header are what HF expects" "$PYTHON" - "$ck" <<'PY'
 import json, struct, sys
@@ -90,8 +90,8 @@ cfg = json.load(open(f"{d}/config.json"))
 want = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 512, "hidden_size": 64,
         "intermediate_size": 176, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
         "head_dim": 16, "max_position_embeddings": 1024, "tie_word_embeddings": True, "hidden_act": "silu",
-        "attention_bias": False, "mlp_bias": False, "torch_dtype": "float32", "bos_token_id": 128000,
-        "eos_token_id": 128001, "rope_theta": 500000.0, "rope_scaling": None, "rms_norm_eps": 1e-5}
+        "attention_bias": False, "mlp_bias": False, "torch_dtype": "float32", "bos_token_id": 0,
+        "eos_token_id": 1, "rope_theta": 500000.0, "rope_scaling": None, "rms_norm_eps": 1e-5}
 bad = {k: (cfg.get(k), v) for k, v in want.items() if cfg.get(k) != v}
 assert not bad, bad
 raw = open(f"{d}/model.safetensors", "rb").read()

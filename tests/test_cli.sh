@@ -30,6 +30,16 @@ for bin in ./train_llama_ref ./train_llama; do
     expect "$bin shard vocab over the model's" "vocab_size 128256" \
         $bin --init-from testdata/tiny_gqa_tied.weights.llmt -T 8 -B 1 --train "$good"
     expect "$bin shard too small for the batch" "$tmp/good_000000.bin" $bin --preset nano -B 8 -T 1024 --train "$good"
+    expect "$bin bad export dtype" "--export-dtype takes fp32 or bf16" $bin --preset nano --export-dtype fp16 --train "$good"
+    expect "$bin samples without a tokenizer" "--sample-every needs the shards' tokenizer" \
+        $bin --preset nano -B 1 -T 64 --sample-every 5 --train "$good" --val ''
+    expect "$bin a tokenizer file that is none" "$tmp/junk_000000.bin' holds" \
+        $bin --preset nano -B 1 -T 64 --tokenizer "$tmp/junk_000000.bin" --train "$good" --val ''
+    expect "$bin negative temperature" "--temperature must be >= 0" $bin --preset nano --temperature -1 --train "$good"
+    expect "$bin export into a full directory" "exists and is not an empty directory" \
+        $bin --preset nano --export testdata --train "$good"
+    expect "$bin --init-from a directory without config.json" "$tmp/config.json" $bin --init-from "$tmp" --train "$good"
+    expect "$bin a zero shape flag" "--n-layer must be positive (got 0)" $bin --preset nano --n-layer 0 --train "$good"
 done
 if [ -x ./train_llama ]; then
     expect "train_llama total batch not a multiple of B*T" "multiple" \

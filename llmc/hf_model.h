@@ -19,7 +19,7 @@
  *
  * Writing (hf_model_write_try): config.json, generation_config.json,
  * model.safetensors in fp32 or bf16, and the tokenizer file the shards were
- * made with, as tokenizer.model, when one is given.
+ * made with, as tokenizer.model with a tokenizer_config.json, when one is given.
  *
  * Memory: every shard's header while reading, one conversion buffer, and for
  * a tied lm_head one tensor more. Plain C (POSIX); compiles as C++ too.
@@ -40,14 +40,15 @@
 #include "llama_config.h"
 #include "safetensors.h"
 #include "tensorfile.h"
+#include "tokenizer.h"
 
 #define HF_INDEX_MAX_BYTES 100000000
 #define HF_MAX_SHARDS 4096
 
 /* What a written model directory carries besides the weights and the config. */
 typedef struct {
-    HfTokenIds ids;        /* BOS and EOS for config.json and generation_config.json */
-    const char *tokenizer; /* a tokenizer file to copy in as tokenizer.model; NULL: none */
+    HfTokenIds ids;             /* BOS and EOS for config.json and generation_config.json */
+    const Tokenizer *tokenizer; /* copied in as tokenizer.model, with tokenizer_config.json; NULL: none */
 } HfExtras;
 
 static inline int path_is_dir(const char *path)
@@ -94,8 +95,10 @@ static inline int hf_weights_open_(HfWeights *w, const char *dir, char *err, siz
     }
     path_format(path, sizeof(path), "%s/model.safetensors.index.json", dir);
     if (!path_exists(path))
-        return set_error(err, errlen, "'%s' holds neither model.safetensors nor model.safetensors.index.json\n"
-                         "  hint: point --init-from at a directory that save_pretrained wrote", dir);
+        return set_error(err, errlen,
+                         "'%s' holds neither model.safetensors nor model.safetensors.index.json\n"
+                         "  hint: point --init-from at a directory that save_pretrained wrote",
+                         dir);
     if (json_parse_file(&w->index, path, HF_INDEX_MAX_BYTES, err, errlen) != 0)
         return -1;
     const JsonNode *map = json_get(&w->index, json_root(&w->index), "weight_map");
@@ -171,8 +174,10 @@ static inline int hf_weights_read_(HfWeights *w, const char *dir, const ParamLay
 {
     const char *unknown = hf_unknown_tensor_(w, layout);
     if (unknown)
-        return set_error(err, errlen, "'%s' holds tensor '%s', which this Llama model has no place for (does "
-                         "config.json describe these weights?)", dir, unknown);
+        return set_error(err, errlen,
+                         "'%s' holds tensor '%s', which this Llama model has no place for (does "
+                         "config.json describe these weights?)",
+                         dir, unknown);
     const SafetensorsTensor **found =
         (const SafetensorsTensor **)malloc_check(sizeof(*found) * layout->n_tensors, "tensor table");
     SafetensorsFile **in = (SafetensorsFile **)malloc_check(sizeof(*in) * layout->n_tensors, "tensor table");
@@ -184,12 +189,14 @@ static inline int hf_weights_read_(HfWeights *w, const char *dir, const ParamLay
         if (!t)
             rc = set_error(err, errlen, "'%s' has no tensor '%s' (or its index names a file without it)", dir, p->name);
         else if (t->ndim != want_ndim || t->shape[0] != p->rows || (want_ndim == 2 && t->shape[1] != p->cols))
-            rc = set_error(err, errlen, "'%s': tensor '%s' has %d dimensions [%lld, %lld], config.json makes it "
-                           "[%lld, %lld]", in[i]->path, p->name, t->ndim, (long long)t->shape[0],
+            rc = set_error(err, errlen,
+                           "'%s': tensor '%s' has %d dimensions [%lld, %lld], config.json makes it "
+                           "[%lld, %lld]",
+                           in[i]->path, p->name, t->ndim, (long long)t->shape[0],
                            (long long)(t->ndim > 1 ? t->shape[1] : 1), (long long)p->rows, (long long)p->cols);
         else if (!safetensors_dtype_readable(t->dtype))
-            rc = set_error(err, errlen, "'%s': tensor '%s' is %s; this trainer reads F32, BF16 and F16",
-                           in[i]->path, p->name, t->dtype);
+            rc = set_error(err, errlen, "'%s': tensor '%s' is %s; this trainer reads F32, BF16 and F16", in[i]->path,
+                           p->name, t->dtype);
     }
     for (int i = 0; i < layout->n_tensors && rc == 0; i++)
         rc = safetensors_read_f32(in[i], found[i], params + layout->tensors[i].offset, err, errlen);
@@ -203,8 +210,10 @@ static inline int hf_weights_read_(HfWeights *w, const char *dir, const ParamLay
                            (long long)lm->numel, (long long)e->numel);
         else if ((rc = safetensors_read_f32(lm_in, lm, copy, err, errlen)) == 0 &&
                  memcmp(copy, params + e->offset, (size_t)e->numel * sizeof(float)) != 0)
-            rc = set_error(err, errlen, "'%s' holds an lm_head.weight unlike the embedding, but config.json says "
-                           "tie_word_embeddings: true\n  hint: set it to false to train the two apart", dir);
+            rc = set_error(err, errlen,
+                           "'%s' holds an lm_head.weight unlike the embedding, but config.json says "
+                           "tie_word_embeddings: true\n  hint: set it to false to train the two apart",
+                           dir);
         free(copy);
     }
     free(found);
@@ -268,6 +277,36 @@ static inline void model_weights_load(const char *path, const ParamLayout *layou
     tensorfile_close(&tf);
 }
 
+/* tokenizer_config.json beside tokenizer.model: the BOS and EOS names and every
+ * special token with its id, with which transformers' AutoTokenizer reads the
+ * tiktoken file (checked with transformers 5: ids equal to tiktoken's). */
+static inline int hf_tokenizer_config_write_try(const char *path, const Tokenizer *t, int max_length, char *err,
+                                                size_t errlen)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return set_error(err, errlen, "cannot create '%s': %s", path, strerror(errno));
+    char *bos = tokenizer_decode(t, &t->bos_id, 1), *eos = tokenizer_decode(t, &t->eos_id, 1);
+    fprintf(f,
+            "{\n  \"bos_token\": \"%s\",\n  \"eos_token\": \"%s\",\n  \"model_max_length\": %d,\n"
+            "  \"clean_up_tokenization_spaces\": false,\n  \"added_tokens_decoder\": {",
+            bos, eos, max_length);
+    for (int id = t->n_ranks; id < t->vocab_size; id++) {
+        char *name = tokenizer_decode(t, &id, 1);
+        fprintf(f,
+                "%s\n    \"%d\": {\"content\": \"%s\", \"special\": true, \"lstrip\": false, \"rstrip\": false, "
+                "\"normalized\": false, \"single_word\": false}",
+                id > t->n_ranks ? "," : "", id, name);
+        free(name);
+    }
+    fprintf(f, "\n  }\n}\n");
+    free(bos);
+    free(eos);
+    int ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok = fclose(f) == 0 && ok;
+    return ok ? 0 : set_error(err, errlen, "cannot write '%s': %s\n  hint: is the disk full?", path, strerror(errno));
+}
+
 /* Copies the file at from to to, fsync'ed. */
 static inline int copy_file_synced(const char *from, const char *to, char *err, size_t errlen)
 {
@@ -301,7 +340,10 @@ static inline int hf_model_write_try(const char *dir, const LlamaConfig *config,
     if (!extras->tokenizer)
         return 0;
     path_format(file, sizeof(file), "%s/tokenizer.model", dir);
-    return copy_file_synced(extras->tokenizer, file, err, errlen);
+    if (copy_file_synced(extras->tokenizer->path, file, err, errlen) != 0)
+        return -1;
+    path_format(file, sizeof(file), "%s/tokenizer_config.json", dir);
+    return hf_tokenizer_config_write_try(file, extras->tokenizer, config->max_seq_len, err, errlen);
 }
 
 #endif /* LLMC_HF_MODEL_H */

@@ -36,14 +36,15 @@
 typedef enum { TOKENIZER_LLAMA3, TOKENIZER_GPT2 } TokenizerKind;
 
 typedef struct {
+    char path[LLMC_PATH_MAX]; /* the file it was read from */
     TokenizerKind kind;
-    int n_ranks;           /* ids below are byte sequences */
-    int vocab_size;        /* n_ranks + the special tokens */
+    int n_ranks;    /* ids below are byte sequences */
+    int vocab_size; /* n_ranks + the special tokens */
     int bos_id, eos_id;
-    unsigned char *bytes;  /* every token's bytes back to back; a special token's are its name */
-    int64_t *offset;       /* [vocab_size + 1] */
-    int *table;            /* open addressing: token bytes -> id, ranks only; -1 empty */
-    int64_t table_size;    /* a power of two */
+    unsigned char *bytes; /* every token's bytes back to back; a special token's are its name */
+    int64_t *offset;      /* [vocab_size + 1] */
+    int *table;           /* open addressing: token bytes -> id, ranks only; -1 empty */
+    int64_t table_size;   /* a power of two */
 } Tokenizer;
 
 static inline uint64_t tokenizer_hash_(const unsigned char *s, int64_t n)
@@ -57,7 +58,8 @@ static inline uint64_t tokenizer_hash_(const unsigned char *s, int64_t n)
 /* The id of the byte string s[0..n) among the ranks, or -1. */
 static inline int tokenizer_rank(const Tokenizer *t, const unsigned char *s, int64_t n)
 {
-    for (uint64_t h = tokenizer_hash_(s, n) & (uint64_t)(t->table_size - 1);; h = (h + 1) & (uint64_t)(t->table_size - 1)) {
+    for (uint64_t h = tokenizer_hash_(s, n) & (uint64_t)(t->table_size - 1);;
+         h = (h + 1) & (uint64_t)(t->table_size - 1)) {
         int id = t->table[h];
         if (id < 0)
             return -1;
@@ -68,8 +70,12 @@ static inline int tokenizer_rank(const Tokenizer *t, const unsigned char *s, int
 
 static inline int base64_value_(unsigned char c)
 {
-    return c >= 'A' && c <= 'Z' ? c - 'A' : c >= 'a' && c <= 'z' ? c - 'a' + 26 : c >= '0' && c <= '9' ? c - '0' + 52
-           : c == '+' ? 62 : c == '/' ? 63 : -1;
+    return c >= 'A' && c <= 'Z'   ? c - 'A'
+           : c >= 'a' && c <= 'z' ? c - 'a' + 26
+           : c >= '0' && c <= '9' ? c - '0' + 52
+           : c == '+'             ? 62
+           : c == '/'             ? 63
+                                  : -1;
 }
 
 /* Decodes base64 s[0..n) into out (room for 3n/4 bytes); -1 on a bad character. */
@@ -135,8 +141,8 @@ static inline int tokenizer_line_(Tokenizer *t, const char *line, int64_t len, i
     char *end;
     long rank = strtol(number, &end, 10);
     if (*end != '\0' || rank != expected)
-        return set_error(err, errlen, "'%s': line %d has rank '%s', expected %d (the ranks must count up from 0)",
-                         path, expected + 1, number, expected);
+        return set_error(err, errlen, "'%s': line %d has rank '%s', expected %d (the ranks must count up from 0)", path,
+                         expected + 1, number, expected);
     int64_t n = base64_decode_(line, space - line, t->bytes + *used);
     if (n <= 0)
         return set_error(err, errlen, "'%s': line %d is not valid base64", path, expected + 1);
@@ -149,6 +155,8 @@ static inline int tokenizer_line_(Tokenizer *t, const char *line, int64_t len, i
 static inline int tokenizer_load_try(Tokenizer *t, const char *path, char *err, size_t errlen)
 {
     memset(t, 0, sizeof(*t));
+    if (path_format(t->path, sizeof(t->path), "%s", path) != 0)
+        return set_error(err, errlen, "the path '%.100s...' is too long", path);
     int64_t size;
     FILE *f = open_regular_file(path, &size, err, errlen);
     if (!f)
@@ -165,8 +173,10 @@ static inline int tokenizer_load_try(Tokenizer *t, const char *path, char *err, 
         lines += text[i] == '\n' || (i == size - 1 && text[i] != '\n');
     int rc = !ok ? set_error(err, errlen, "short read of '%s'", path) : 0;
     if (rc == 0 && lines != TOKENIZER_LLAMA3_RANKS && lines != TOKENIZER_GPT2_RANKS)
-        rc = set_error(err, errlen, "'%s' holds %d tokens: neither Llama 3's %d nor GPT-2's %d (data/prepare.py's "
-                       "tokenizers)", path, lines, TOKENIZER_LLAMA3_RANKS, TOKENIZER_GPT2_RANKS);
+        rc = set_error(err, errlen,
+                       "'%s' holds %d tokens: neither Llama 3's %d nor GPT-2's %d (data/prepare.py's "
+                       "tokenizers)",
+                       path, lines, TOKENIZER_LLAMA3_RANKS, TOKENIZER_GPT2_RANKS);
     if (rc == 0) {
         t->kind = lines == TOKENIZER_LLAMA3_RANKS ? TOKENIZER_LLAMA3 : TOKENIZER_GPT2;
         t->n_ranks = lines;

@@ -80,7 +80,7 @@ static inline void train_outputs_open(TrainOutputs *o, const TrainFlags *t, cons
             FAIL("the tokenizer '%s' has %d tokens, more than the model's vocab_size %d", o->tokenizer_path,
                  o->tok.vocab_size, vocab_size);
         o->have_tok = 1;
-        o->extras.tokenizer = o->tokenizer_path;
+        o->extras.tokenizer = &o->tok;
     }
     if (t->sample.every > 0 && !o->have_tok)
         FAIL("--sample-every needs the shards' tokenizer to show text, and none was found\n"
@@ -127,8 +127,8 @@ static inline void train_sample(TrainOutputs *o, const SampleFlags *f, int step,
     }
     int max_new = f->tokens < max_len - n ? f->tokens : max_len - n;
     Sampler s = {(float)f->temperature, (float)f->top_p, (uint64_t)f->seed ^ ((uint64_t)step << 32)};
-    int end = sample_text(next_logits, ctx, vocab_size, &s, tokens, n, max_new, o->extras.ids.eos_ids,
-                          o->extras.ids.n_eos);
+    int end =
+        sample_text(next_logits, ctx, vocab_size, &s, tokens, n, max_new, o->extras.ids.eos_ids, o->extras.ids.n_eos);
     char *shown_prompt = tokenizer_decode(&o->tok, tokens, n), *text = tokenizer_decode(&o->tok, tokens + n, end - n);
     run_log_sample(log, step, shown_prompt, text, tokens, end);
     free(shown_prompt);
@@ -152,7 +152,8 @@ static inline void train_export_check(const CheckpointFlags *ck)
         closedir(d);
     if (!empty)
         FAIL("--export '%s' exists and is not an empty directory\n  hint: name a new directory; an export "
-             "overwrites nothing", ck->export_dir);
+             "overwrites nothing",
+             ck->export_dir);
 }
 
 /* The model (master weights on the host) as an HF directory at --export:

@@ -10,6 +10,10 @@ eager attention, so the dump does not depend on a GPU or its kernels.
 
   python3 reference/make_reference.py                  # every test config
   python3 reference/make_reference.py --config tiny_gqa_tied --out-dir /tmp/x
+  python3 reference/make_reference.py --from-hf DIR --name NAME --shard S -B 2 -T 64 --out-dir /tmp/x
+      # the model of an HF directory (as from_pretrained loads it, in float32) on the
+      # first B x (T + 1) tokens of shard S: checks train_llama's forward, backward and
+      # steps against that model with ./test_llama /tmp/x/NAME.dump.llmt
 
 Needs torch and transformers (the lent GPU machine has both; CPU mode is fine).
 """
@@ -100,7 +104,7 @@ def meta_common(kind, cfg):
             "rope_scaling", "norm_eps", "tie_embeddings", "init_std"]
     for k in keys:
         meta[f"config.{k}"] = repr(cfg[k]) if not isinstance(cfg[k], str) else cfg[k]
-    meta["config.head_dim"] = repr(cfg["d_model"] // cfg["n_head"])
+    meta["config.head_dim"] = repr(cfg.get("head_dim") or cfg["d_model"] // cfg["n_head"])
     for k in ["rope_factor", "rope_low_freq_factor", "rope_high_freq_factor", "rope_original_max_pos"]:
         meta[f"config.{k}"] = repr(cfg.get(k, 0))
     return meta
@@ -111,15 +115,49 @@ def param_tensors(model):
     return [(name, p) for name, p in model.named_parameters()]
 
 
-def generate(name, cfg, seed, n_steps, out_dir):
+def cfg_from_hf(config, B, T):
+    """The config dict of this file for a transformers LlamaConfig (either rope spelling)."""
+    rope = dict(getattr(config, "rope_parameters", None) or {})
+    if not rope:
+        rope = dict(getattr(config, "rope_scaling", None) or {}, rope_theta=config.rope_theta)
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    cfg = dict(vocab_size=config.vocab_size, d_model=config.hidden_size, n_layer=config.num_hidden_layers,
+               n_head=config.num_attention_heads, n_kv_head=config.num_key_value_heads,
+               head_dim=getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads,
+               ffn_dim=config.intermediate_size, max_seq_len=config.max_position_embeddings,
+               rope_theta=float(rope["rope_theta"]), rope_scaling="llama3" if kind == "llama3" else "none",
+               norm_eps=config.rms_norm_eps, tie_embeddings=int(bool(config.tie_word_embeddings)),
+               init_std=config.initializer_range, B=B, T=T)
+    if kind == "llama3":
+        cfg.update(rope_factor=rope["factor"], rope_low_freq_factor=rope["low_freq_factor"],
+                   rope_high_freq_factor=rope["high_freq_factor"],
+                   rope_original_max_pos=rope["original_max_position_embeddings"])
+    return cfg
+
+
+def shard_batch(path, B, T):
+    """Inputs and targets [B, T] from the first B * T + 1 tokens of a shard (docs/shard_format.md), rows laid
+    out as llmc/dataloader.h lays them out."""
+    with open(path, "rb") as f:
+        header = np.frombuffer(f.read(1024), dtype=np.int32)
+        dtype = np.uint16 if header[2] == 2 else np.uint32
+        tokens = np.frombuffer(f.read((B * T + 1) * header[2]), dtype=dtype).astype(np.int64)
+    inputs = torch.tensor(tokens[:B * T].reshape(B, T))
+    targets = torch.tensor(tokens[1:B * T + 1].reshape(B, T))
+    return inputs, targets
+
+
+def generate(name, cfg, seed, n_steps, out_dir, model=None, batch=None):
+    """The weights and the dump of a model: the one given (an HF directory's), or a new one of cfg from seed."""
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
-    config = hf_config(cfg)
-    config._attn_implementation = "eager"
-    model = LlamaForCausalLM(config).float()
+    if model is None:
+        config = hf_config(cfg)
+        config._attn_implementation = "eager"
+        model = LlamaForCausalLM(config).float()
+        init_weights(model, cfg["init_std"], generator)
     assert model.config._attn_implementation == "eager"
-    init_weights(model, cfg["init_std"], generator)
-    inputs, targets = make_batch(cfg, generator)
+    inputs, targets = batch if batch is not None else make_batch(cfg, generator)
     params = param_tensors(model)
     names = [n for n, _ in params]
     assert ("lm_head.weight" in names) == (not cfg["tie_embeddings"]), names
@@ -189,11 +227,21 @@ def main():
     parser.add_argument("--seed", type=int, default=1337)
     parser.add_argument("--steps", type=int, default=5, help="AdamW steps recorded in the dump")
     parser.add_argument("--out-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testdata"))
+    parser.add_argument("--from-hf", metavar="DIR", help="the model of an HF directory instead of the test configs")
+    parser.add_argument("--name", help="with --from-hf: the files' name")
+    parser.add_argument("--shard", help="with --from-hf: the token shard of the batch")
+    parser.add_argument("-B", type=int, default=2)
+    parser.add_argument("-T", type=int, default=64)
     args = parser.parse_args()
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(max(1, min(8, os.cpu_count() or 1)))
     os.makedirs(args.out_dir, exist_ok=True)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, python {platform.python_version()}")
+    if args.from_hf:
+        model = LlamaForCausalLM.from_pretrained(args.from_hf, dtype=torch.float32, attn_implementation="eager")
+        cfg = cfg_from_hf(model.config, args.B, args.T)
+        generate(args.name, cfg, args.seed, args.steps, args.out_dir, model, shard_batch(args.shard, args.B, args.T))
+        return
     for name in args.config or sorted(CONFIGS):
         generate(name, CONFIGS[name], args.seed, args.steps, args.out_dir)
 

@@ -107,7 +107,9 @@ def compare(out):
                f"{name}: the export's config.json says bfloat16 and tie_word_embeddings {name == 'tied'}")
     tok = AutoTokenizer.from_pretrained(os.path.join(out, "exp_untied"))
     ids = tok.encode("In the beginning God created the heaven and the earth.")
-    want = prepare.load_tokenizer("llama3").encoding.encode("In the beginning God created the heaven and the earth.")
+    tiktoken_file = os.path.join(ROOT, "data", "shards", "corpus_tokenizer.model")  # the llama3 file, sha256-checked
+    want = prepare.load_tokenizer("llama3", tiktoken_file).encoding.encode(
+        "In the beginning God created the heaven and the earth.")
     result(ids == want and tok.bos_token_id == 128000,
            f"AutoTokenizer reads the exported tokenizer: {len(tok)} tokens, ids as tiktoken's")
 

@@ -30,7 +30,7 @@ for s in $steps; do
                 --keep 1 --export "$out/exp_$m" --export-dtype bf16 --log "$out/train_$m.jsonl" \
                 > "$out/train_$m.log" 2>&1 || { tail -5 "$out/train_$m.log"; echo "FAIL train_llama from hf_$m"; status=1; }
             python3 reference/make_reference.py --from-hf "$out/ck_$m/step_00000020" --name "final_$m" \
-                --shard "$out/window_train_000000.bin" -B 2 -T 64 --out-dir "$out" > "$out/dump_$m.log" 2>&1 ||
+                --shard "$out/window_train_000000.bin" -B 2 -T 64 --lr 1e-4 --out-dir "$out" > "$out/dump_$m.log" 2>&1 ||
                 { tail -5 "$out/dump_$m.log"; status=1; }
             ./test_llama "$out/final_$m.dump.llmt" > "$out/test_final_$m.log" 2>&1 || status=1
             echo "test_llama against the trained $m model as transformers computes it:" \
@@ -49,7 +49,7 @@ for s in $steps; do
         rm -rf "$out/hf1b"
         ./train_llama --preset llama3.2-1b --random-data -B 1 -T 128 --steps 1 --log '' --export "$out/hf1b" \
             --export-dtype bf16 > "$out/hf1b.log" 2>&1 || { tail -5 "$out/hf1b.log"; status=1; }
-        for round in 1 2; do
+        for ((round = 1; round <= ${SPEED_ROUNDS:-2}; round++)); do
             for src in preset hf; do
                 model=(--preset llama3.2-1b)
                 [ $src = hf ] && model=(--init-from "$out/hf1b")

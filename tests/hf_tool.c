@@ -7,6 +7,8 @@
  *                                 config as key=value lines and writes the fp32
  *                                 weights in layout order to OUT.f32; on an error
  *                                 prints the message to stderr and exits 1
+ *   hf_tool config FILE           the LlamaConfig of an HF config.json (llmc/hf_config.h),
+ *                                 as key=value lines
  *   hf_tool encode TOKENIZER FILE the ids of FILE's text (llmc/tokenizer.h), one
  *                                 line, space-separated; exits 1 unless they
  *                                 decode to the text again
@@ -22,13 +24,9 @@
 #include "llmc/tokenizer.h"
 #include "llmc/utils.h"
 
-static int load(const char *dir, const char *out_path)
+static void print_config(const LlamaConfig *cp, const HfTokenIds *ids)
 {
-    HfTokenIds ids;
-    LlamaConfig c = model_config_load(dir, &ids);
-    ParamLayout layout = llama_param_layout(&c);
-    float *params = (float *)malloc_check((size_t)layout.total * sizeof(float), "weights");
-    model_weights_load(dir, &layout, params);
+    LlamaConfig c = *cp;
     printf("vocab_size=%d\nd_model=%d\nn_layer=%d\nn_head=%d\nn_kv_head=%d\nhead_dim=%d\nffn_dim=%d\n"
            "max_seq_len=%d\nrope_theta=%.9g\nrope_scaling_llama3=%d\nrope_factor=%.9g\nrope_low_freq_factor=%.9g\n"
            "rope_high_freq_factor=%.9g\nrope_original_max_pos=%d\nnorm_eps=%.9g\ntie_embeddings=%d\ninit_std=%.9g\n"
@@ -36,7 +34,17 @@ static int load(const char *dir, const char *out_path)
            c.vocab_size, c.d_model, c.n_layer, c.n_head, c.n_kv_head, c.head_dim, c.ffn_dim, c.max_seq_len,
            (double)c.rope_theta, c.rope_scaling_llama3, (double)c.rope_factor, (double)c.rope_low_freq_factor,
            (double)c.rope_high_freq_factor, c.rope_original_max_pos, (double)c.norm_eps, c.tie_embeddings,
-           (double)c.init_std, ids.bos_id, ids.n_eos);
+           (double)c.init_std, ids->bos_id, ids->n_eos);
+}
+
+static int load(const char *dir, const char *out_path)
+{
+    HfTokenIds ids;
+    LlamaConfig c = model_config_load(dir, &ids);
+    ParamLayout layout = llama_param_layout(&c);
+    float *params = (float *)malloc_check((size_t)layout.total * sizeof(float), "weights");
+    model_weights_load(dir, &layout, params);
+    print_config(&c, &ids);
     FILE *f = fopen_check(out_path, "wb");
     fwrite_check(params, sizeof(float), (size_t)layout.total, f, "weights");
     fclose(f);
@@ -79,6 +87,15 @@ int main(int argc, char **argv)
         return load(argv[2], argv[3]);
     if (argc == 4 && strcmp(argv[1], "encode") == 0)
         return encode(argv[2], argv[3]);
-    fprintf(stderr, "usage: %s load DIR OUT.f32 | encode TOKENIZER FILE\n", argv[0]);
+    if (argc == 3 && strcmp(argv[1], "config") == 0) {
+        LlamaConfig c;
+        HfTokenIds ids;
+        char err[2048];
+        if (hf_config_read_try(argv[2], &c, &ids, err, sizeof(err)) != 0)
+            FAIL("%s", err);
+        print_config(&c, &ids);
+        return 0;
+    }
+    fprintf(stderr, "usage: %s load DIR OUT.f32 | config FILE | encode TOKENIZER FILE\n", argv[0]);
     return 2;
 }

@@ -180,6 +180,21 @@ def test_config_spellings(tmp_path):
     assert config["n_eos"] == "3" and config["rope_scaling_llama3"] == "0"
 
 
+def test_llama_3_2_1b_config():
+    """The config.json of meta-llama/Llama-3.2-1B as published (tests/fuzz/corpus/hf_config/)."""
+    path = os.path.join(ROOT, "tests", "fuzz", "corpus", "hf_config", "config_llama32_1b.json")
+    r = subprocess.run([TOOL, "config", path], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    got = dict(line.split("=", 1) for line in r.stdout.split())
+    want = {"vocab_size": "128256", "d_model": "2048", "n_layer": "16", "n_head": "32", "n_kv_head": "8",
+            "head_dim": "64", "ffn_dim": "8192", "max_seq_len": "131072", "rope_theta": "500000",
+            "rope_scaling_llama3": "1", "rope_factor": "32", "rope_low_freq_factor": "1",
+            "rope_high_freq_factor": "4", "rope_original_max_pos": "8192", "tie_embeddings": "1",
+            "bos_id": "128000", "n_eos": "3"}
+    assert {k: got[k] for k in want} == want
+    assert float(got["norm_eps"]) == np.float32(1e-5)
+
+
 def corrupt(header_edit=None, data_edit=None):
     def make(d, c, named):
         write_dir(d, c, named)

@@ -106,6 +106,9 @@ def test_header_dtype_and_round_trip(corpus, tmp_path, llama3):
     assert max(tokens) < 128256
     assert decoded_docs(tokens, llama3) == sorted(DOCS.values())
     assert list(out.glob("*.tmp")) == []
+    # the tokenizer beside the shards, for the trainers' samples and exports
+    copy = out / "corpus_tokenizer.model"
+    assert copy.read_bytes() == open(prepare.default_tokenizer_path("llama3"), "rb").read()
 
 
 @needs_llama3

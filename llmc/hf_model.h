@@ -272,6 +272,14 @@ static inline void model_weights_load(const char *path, const ParamLayout *layou
              path, tf.n_tensors, layout->n_tensors);
     for (int i = 0; i < layout->n_tensors; i++) {
         const ParamTensor *t = &layout->tensors[i];
+        const TensorEntry *e = tensorfile_find(&tf, t->name);
+        int want_ndim = t->cols == 1 ? 1 : 2;
+        /* the element count is not enough: a transposed matrix has the same */
+        if (e && (e->ndim != want_ndim || e->shape[0] != t->rows || (want_ndim == 2 && e->shape[1] != t->cols)))
+            FAIL("'%s': tensor '%s' has %d dimensions [%lld, %lld], the model's is [%lld, %lld] (transposed or "
+                 "from another model?)",
+                 path, t->name, e->ndim, (long long)e->shape[0], (long long)(e->ndim > 1 ? e->shape[1] : 1),
+                 (long long)t->rows, (long long)t->cols);
         tensorfile_read(&tf, t->name, TF_FLOAT32, t->numel, params + t->offset);
     }
     tensorfile_close(&tf);

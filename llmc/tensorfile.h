@@ -14,11 +14,13 @@
 #ifndef LLMC_TENSORFILE_H
 #define LLMC_TENSORFILE_H
 
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "fileutil.h"
 #include "utils.h"
 
 #define TENSORFILE_MAGIC "LLMTENS"
@@ -120,45 +122,123 @@ static inline void tensorfile_close(TensorFile *tf)
     memset(tf, 0, sizeof(*tf));
 }
 
-#define TF_BAD(...)                                                                                                    \
-    do {                                                                                                               \
-        snprintf(err, errlen, __VA_ARGS__);                                                                            \
-        tensorfile_close(tf);                                                                                          \
-        return -1;                                                                                                     \
-    } while (0)
+/* Closes tf, formats the message into err, returns -1. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 4, 5)))
+#endif
+static inline int tf_fail_(TensorFile *tf, char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(err, errlen, fmt, args);
+    va_end(args);
+    tensorfile_close(tf);
+    return -1;
+}
+
+static inline int tf_by_offset_(const void *a, const void *b)
+{
+    const TensorEntry *x = *(const TensorEntry *const *)a, *y = *(const TensorEntry *const *)b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* One tensor entry at the cursor into t; its data must lie in [0, data_bytes), 64-aligned. */
+static inline int tf_read_entry_(TfCursor *c, TensorEntry *t, uint64_t data_offset, uint64_t data_bytes,
+                                 const char *path, uint32_t i, char *err, size_t errlen)
+{
+    char *p;
+    if (tf_take_string(c, &t->name) || tf_take(c, 8, &p))
+        return set_error(err, errlen, "'%s': tensor entry %u runs past the index (corrupt file)", path, i);
+    t->dtype = (int)tf_u32(p);
+    uint32_t ndim = tf_u32(p + 4);
+    if (tensorfile_dtype_size(t->dtype) == 0 || ndim > TENSORFILE_MAX_DIMS)
+        return set_error(err, errlen, "'%s': tensor '%s' has unknown dtype %d or %u dimensions", path, t->name,
+                         t->dtype, ndim);
+    t->ndim = (int)ndim;
+    t->numel = 1;
+    for (uint32_t d = 0; d < ndim; d++) {
+        if (tf_take(c, 8, &p))
+            return set_error(err, errlen, "'%s': tensor entry '%s' runs past the index", path, t->name);
+        t->shape[d] = (int64_t)tf_u64(p);
+        if (t->shape[d] < 0 || (t->shape[d] > 0 && t->numel > INT64_MAX / 8 / t->shape[d]))
+            return set_error(err, errlen, "'%s': tensor '%s' has an impossible shape", path, t->name);
+        t->numel *= t->shape[d];
+    }
+    if (tf_take(c, 16, &p))
+        return set_error(err, errlen, "'%s': tensor entry '%s' runs past the index", path, t->name);
+    uint64_t offset = tf_u64(p), nbytes = tf_u64(p + 8);
+    if (nbytes != (uint64_t)t->numel * (uint64_t)tensorfile_dtype_size(t->dtype))
+        return set_error(err, errlen, "'%s': tensor '%s' holds %llu bytes but its shape needs %llu", path, t->name,
+                         (unsigned long long)nbytes, (unsigned long long)t->numel * tensorfile_dtype_size(t->dtype));
+    if (offset > data_bytes || nbytes > data_bytes - offset)
+        return set_error(err, errlen, "'%s': tensor '%s' runs past the end of the data (truncated or corrupt)", path,
+                         t->name);
+    if (offset % 64 != 0)
+        return set_error(err, errlen, "'%s': tensor '%s' starts at data byte %llu, not a multiple of 64 (corrupt)",
+                         path, t->name, (unsigned long long)offset);
+    t->offset = (int64_t)(data_offset + offset);
+    t->nbytes = (int64_t)nbytes;
+    return 0;
+}
+
+/* No two tensors' bytes overlap. */
+static inline int tf_check_overlap_(TensorFile *tf, char *err, size_t errlen)
+{
+    const TensorEntry **sorted =
+        (const TensorEntry **)malloc_check(sizeof(TensorEntry *) * (size_t)(tf->n_tensors + 1), "tensor table");
+    for (int i = 0; i < tf->n_tensors; i++)
+        sorted[i] = &tf->tensors[i];
+    qsort(sorted, (size_t)tf->n_tensors, sizeof(TensorEntry *), tf_by_offset_);
+    int rc = 0;
+    for (int i = 1; i < tf->n_tensors && rc == 0; i++) {
+        if (sorted[i - 1]->offset + sorted[i - 1]->nbytes > sorted[i]->offset)
+            rc = set_error(err, errlen, "'%s': tensors '%s' and '%s' overlap (corrupt)", tf->path, sorted[i - 1]->name,
+                           sorted[i]->name);
+    }
+    free(sorted);
+    return rc;
+}
 
 static inline int tensorfile_open_try(TensorFile *tf, const char *path, char *err, size_t errlen)
 {
     memset(tf, 0, sizeof(*tf));
     snprintf(tf->path, sizeof(tf->path), "%s", path);
-    tf->file = fopen(path, "rb");
+    int64_t size;
+    tf->file = open_regular_file(path, &size, err, errlen);
     if (!tf->file)
-        TF_BAD("cannot open tensor file '%s': %s", path, strerror(errno));
-    fseeko(tf->file, 0, SEEK_END);
-    uint64_t file_size = (uint64_t)ftello(tf->file);
-    fseeko(tf->file, 0, SEEK_SET);
+        return -1;
+    uint64_t file_size = (uint64_t)size;
     char header[64];
+    static const char zeros[16] = {0};
     if (file_size < 64 || fread(header, 1, 64, tf->file) != 64)
-        TF_BAD("'%s' is too short (%llu bytes) to be a .llmt tensor file", path, (unsigned long long)file_size);
+        return tf_fail_(tf, err, errlen, "'%s' is too short (%llu bytes) to be a .llmt tensor file", path,
+                        (unsigned long long)file_size);
     if (memcmp(header, TENSORFILE_MAGIC "\0", 8) != 0)
-        TF_BAD("'%s' is not a .llmt tensor file (bad magic)", path);
+        return tf_fail_(tf, err, errlen, "'%s' is not a .llmt tensor file (bad magic)", path);
     uint32_t version = tf_u32(header + 8);
     if (version != TENSORFILE_VERSION)
-        TF_BAD("'%s' has format version %u, this build reads version %d; regenerate it with "
-               "reference/make_reference.py",
-               path, version, TENSORFILE_VERSION);
+        return tf_fail_(tf, err, errlen,
+                        "'%s' has format version %u, this build reads version %d; regenerate it with "
+                        "reference/make_reference.py",
+                        path, version, TENSORFILE_VERSION);
+    if (tf_u32(header + 20) != 0 || memcmp(header + 48, zeros, 16) != 0)
+        return tf_fail_(tf, err, errlen, "'%s': the reserved bytes of its header are not zero (corrupt?)", path);
     uint32_t n_meta = tf_u32(header + 12), n_tensors = tf_u32(header + 16);
     uint64_t index_bytes = tf_u64(header + 24), data_offset = tf_u64(header + 32), data_bytes = tf_u64(header + 40);
-    if (data_offset < 64 + index_bytes || data_offset + data_bytes < data_offset ||
-        data_offset + data_bytes != file_size)
-        TF_BAD("'%s' is %llu bytes but its header describes %llu (truncated or corrupt)", path,
-               (unsigned long long)file_size, (unsigned long long)(data_offset + data_bytes));
+    /* index_bytes first: 64 + index_bytes must not wrap */
+    if (index_bytes > file_size - 64 || data_offset < 64 + index_bytes || data_offset % 64 != 0 ||
+        data_offset > file_size || data_bytes != file_size - data_offset)
+        return tf_fail_(tf, err, errlen,
+                        "'%s' is %llu bytes but its header describes an index of %llu and data of %llu bytes at "
+                        "%llu (truncated or corrupt)",
+                        path, (unsigned long long)file_size, (unsigned long long)index_bytes,
+                        (unsigned long long)data_bytes, (unsigned long long)data_offset);
     if (n_meta > (1u << 20) || n_tensors > (1u << 20))
-        TF_BAD("'%s' claims %u metadata entries and %u tensors (corrupt header)", path, n_meta, n_tensors);
-
+        return tf_fail_(tf, err, errlen, "'%s' claims %u metadata entries and %u tensors (corrupt header)", path,
+                        n_meta, n_tensors);
     tf->index = (char *)malloc_check(index_bytes + 1, "tensor file index");
     if (fread(tf->index, 1, index_bytes, tf->file) != index_bytes)
-        TF_BAD("'%s': short read of the index", path);
+        return tf_fail_(tf, err, errlen, "'%s': short read of the index", path);
     tf->n_meta = (int)n_meta;
     tf->n_tensors = (int)n_tensors;
     tf->meta_keys = (char **)calloc_check(n_meta + 1, sizeof(char *), "tensor file metadata");
@@ -167,41 +247,23 @@ static inline int tensorfile_open_try(TensorFile *tf, const char *path, char *er
     TfCursor c = {tf->index, 0, index_bytes};
     for (uint32_t i = 0; i < n_meta; i++) {
         if (tf_take_string(&c, &tf->meta_keys[i]) || tf_take_string(&c, &tf->meta_values[i]))
-            TF_BAD("'%s': metadata entry %u runs past the index (corrupt file)", path, i);
+            return tf_fail_(tf, err, errlen, "'%s': metadata entry %u runs past the index (corrupt file)", path, i);
     }
     for (uint32_t i = 0; i < n_tensors; i++) {
-        TensorEntry *t = &tf->tensors[i];
-        char *p;
-        if (tf_take_string(&c, &t->name) || tf_take(&c, 8, &p))
-            TF_BAD("'%s': tensor entry %u runs past the index (corrupt file)", path, i);
-        t->dtype = (int)tf_u32(p);
-        uint32_t ndim = tf_u32(p + 4);
-        if (tensorfile_dtype_size(t->dtype) == 0 || ndim > TENSORFILE_MAX_DIMS)
-            TF_BAD("'%s': tensor '%s' has unknown dtype %d or %u dimensions", path, t->name, t->dtype, ndim);
-        t->ndim = (int)ndim;
-        t->numel = 1;
-        for (uint32_t d = 0; d < ndim; d++) {
-            if (tf_take(&c, 8, &p))
-                TF_BAD("'%s': tensor entry '%s' runs past the index", path, t->name);
-            t->shape[d] = (int64_t)tf_u64(p);
-            if (t->shape[d] < 0 || (t->shape[d] > 0 && t->numel > INT64_MAX / t->shape[d]))
-                TF_BAD("'%s': tensor '%s' has an impossible shape", path, t->name);
-            t->numel *= t->shape[d];
+        if (tf_read_entry_(&c, &tf->tensors[i], data_offset, data_bytes, path, i, err, errlen) != 0) {
+            tensorfile_close(tf);
+            return -1;
         }
-        if (tf_take(&c, 16, &p))
-            TF_BAD("'%s': tensor entry '%s' runs past the index", path, t->name);
-        uint64_t offset = tf_u64(p), nbytes = tf_u64(p + 8);
-        if (nbytes != (uint64_t)t->numel * (uint64_t)tensorfile_dtype_size(t->dtype))
-            TF_BAD("'%s': tensor '%s' holds %llu bytes but its shape needs %llu", path, t->name,
-                   (unsigned long long)nbytes, (unsigned long long)t->numel * tensorfile_dtype_size(t->dtype));
-        if (offset + nbytes > data_bytes || offset + nbytes < offset)
-            TF_BAD("'%s': tensor '%s' runs past the end of the data (truncated or corrupt)", path, t->name);
-        t->offset = (int64_t)(data_offset + offset);
-        t->nbytes = (int64_t)nbytes;
+    }
+    if (c.pos != index_bytes)
+        return tf_fail_(tf, err, errlen, "'%s': %llu bytes of its index follow the last entry (corrupt)", path,
+                        (unsigned long long)(index_bytes - c.pos));
+    if (tf_check_overlap_(tf, err, errlen) != 0) {
+        tensorfile_close(tf);
+        return -1;
     }
     return 0;
 }
-#undef TF_BAD
 
 static inline void tensorfile_open(TensorFile *tf, const char *path)
 {

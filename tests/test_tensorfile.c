@@ -13,9 +13,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "llmc/hf_model.h"
 #include "llmc/llama_config.h"
 #include "llmc/tensorfile.h"
 #include "tests/check.h"
@@ -179,8 +181,59 @@ static void test_corrupt_files(void)
 
     put_u32(b.data + map.tensor_dtype[0], 9);
     expect_open_error("dtype.llmt", &b, b.size, "unknown dtype 9", "unknown dtype");
+    memcpy(b.data, good.data, good.size);
+
+    /* the audit of be39022: 64 + index_bytes wrapped to 0 and the index was read into 0 bytes */
+    put_u64(b.data + 24, UINT64_MAX);
+    expect_open_error("index_wraps.llmt", &b, b.size, "truncated or corrupt", "index size 2^64-1 (no wrap)");
+    memcpy(b.data, good.data, good.size);
+
+    b.data[20] = 1;
+    expect_open_error("reserved20.llmt", &b, b.size, "reserved bytes", "reserved header word at 20 not zero");
+    memcpy(b.data, good.data, good.size);
+    b.data[63] = 7;
+    expect_open_error("reserved48.llmt", &b, b.size, "reserved bytes", "reserved header bytes 48-63 not zero");
+    memcpy(b.data, good.data, good.size);
+
+    put_u64(b.data + map.tensor_offset[1], tf_u64((const char *)good.data + map.tensor_offset[1]) + 4);
+    expect_open_error("misaligned.llmt", &b, b.size, "not a multiple of 64", "tensor offset not 64-aligned");
+    memcpy(b.data, good.data, good.size);
+
+    put_u64(b.data + map.tensor_offset[1], tf_u64((const char *)good.data + map.tensor_offset[0]));
+    expect_open_error("overlap.llmt", &b, b.size, "overlap", "two tensors at the same offset");
+    memcpy(b.data, good.data, good.size);
+
+    put_u64(b.data + 24, tf_u64((const char *)good.data + 24) - 8); /* the last entry's nbytes now past the index */
+    expect_open_error("short_index.llmt", &b, b.size, "runs past the index", "index shorter than its entries");
     free(b.data);
     free(good.data);
+}
+
+/* A FIFO named as a weights file: refused at once, not waited on (the audit: fopen blocked forever). */
+static void test_not_a_regular_file(void)
+{
+    char path[256], err[1536];
+    temp_path(path, sizeof(path), "fifo.llmt");
+    if (mkfifo(path, 0600) != 0) {
+        check(0, "mkfifo: %s", strerror(errno));
+        return;
+    }
+    TensorFile tf;
+    int rc = tensorfile_open_try(&tf, path, err, sizeof(err));
+    check(rc != 0 && strstr(err, "not a regular file") && strstr(err, path), "a FIFO is refused: %s", err);
+    unlink(path);
+}
+
+static const char *child_weights;
+static void load_weights_of_child(void)
+{
+    TensorFile tf;
+    tensorfile_open(&tf, child_weights);
+    LlamaConfig c = llama_config_from_tensorfile(&tf);
+    tensorfile_close(&tf);
+    ParamLayout layout = llama_param_layout(&c);
+    float *p = (float *)malloc_check((size_t)layout.total * sizeof(float), "weights");
+    model_weights_load(child_weights, &layout, p);
 }
 
 static void test_read_errors(void)
@@ -285,6 +338,51 @@ static void test_config_mismatch(void)
     snprintf(line, sizeof(line), "config key missing, loading the config: %s", err);
     expect(ok, line);
     unlink(path);
+
+    /* the audit: metadata numbers were read with atoi ("2abc" = 2) and without bounds (477218589 layers) */
+    temp_path(path, sizeof(path), "junk_number.weights.llmt");
+    write_edited_weights(path, "config.n_layer", NULL, "x");
+    child_path = path;
+    ok = child_fails_with(load_config_of_child_path, path, "config.n_layer = 'x' is not a whole number", err,
+                          sizeof(err));
+    expect(ok, "a metadata size that is no number is refused");
+    unlink(path);
+    temp_path(path, sizeof(path), "huge_layers.weights.llmt");
+    Bytes b = read_bytes(WEIGHTS);
+    IndexMap map = map_index(&b);
+    int i = find_meta(&b, &map, "config.n_layer");
+    /* "2" -> "9": the value keeps its length; then a longer one through the vocab key ("1000" -> "9e99") */
+    b.data[map.meta_value[i] + 4] = '9';
+    int v = find_meta(&b, &map, "config.vocab_size");
+    memcpy(b.data + map.meta_value[v] + 4, "9e99", 4);
+    write_bytes(path, b.data, b.size);
+    free(b.data);
+    ok = child_fails_with(load_config_of_child_path, path, "config.vocab_size = '9e99'", err, sizeof(err));
+    expect(ok, "a metadata size beyond the bounds is refused");
+    unlink(path);
+
+    /* the audit: a transposed matrix of the same element count loaded and trained */
+    temp_path(path, sizeof(path), "transposed.weights.llmt");
+    b = read_bytes(WEIGHTS);
+    map = map_index(&b);
+    const char *q = "model.layers.0.self_attn.o_proj.weight"; /* [64, 64]: make it [32, 128] */
+    int t = -1;
+    for (int k = 0; k < map.n_tensors; k++) {
+        uint32_t len = tf_u32((const char *)b.data + map.tensor_start[k]);
+        if (len == strlen(q) && memcmp(b.data + map.tensor_start[k] + 4, q, len) == 0)
+            t = k;
+    }
+    if (t < 0)
+        FAIL("'%s' has no %s", WEIGHTS, q);
+    put_u64(b.data + map.tensor_dtype[t] + 8, 32);
+    put_u64(b.data + map.tensor_dtype[t] + 16, 128);
+    write_bytes(path, b.data, b.size);
+    free(b.data);
+    child_weights = path;
+    ok = child_fails_with(load_weights_of_child, path, "has 2 dimensions [32, 128], the model's is [64, 64]", err,
+                          sizeof(err));
+    expect(ok, "a matrix of the right size but another shape is refused");
+    unlink(path);
     tensorfile_close(&dump);
 }
 
@@ -380,6 +478,7 @@ int main(void)
         FAIL("cannot make a temporary directory: %s", strerror(errno));
     test_good_files();
     test_corrupt_files();
+    test_not_a_regular_file();
     test_read_errors();
     test_config_mismatch();
     test_rope_inv_freq();

@@ -52,6 +52,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "utils.h"
@@ -167,6 +168,9 @@ static inline uint32_t dataloader_read_u32le_(const unsigned char *p)
 static inline int dataloader_check_shard_(DataLoader *dl, const char *path, DataLoaderShard *shard,
                                           int32_t header[DATALOADER_HEADER_INTS])
 {
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) /* a FIFO would block fopen forever */
+        return dataloader_error_(dl, "shard '%s' is not a regular file\n%s", path, DATALOADER_HINT);
     FILE *f = fopen(path, "rb");
     if (f == NULL) {
         return dataloader_error_(dl, "cannot open shard '%s': %s\n  hint: check the path and the permissions", path,
@@ -221,6 +225,19 @@ static inline int dataloader_check_shard_(DataLoader *dl, const char *path, Data
     if (header[3] <= 0 || (bpt == 2 && header[3] > 65536)) {
         return dataloader_error_(dl, "shard '%s' has vocab_size %d, which does not fit %d-byte tokens\n%s", path,
                                  header[3], bpt, DATALOADER_HINT);
+    }
+    if (header[6] < 0 || header[6] >= header[3] || header[7] < -1 || header[7] >= header[3]) {
+        return dataloader_error_(dl,
+                                 "shard '%s' has BOS %d and EOS %d, outside its vocabulary of %d tokens (EOS may be "
+                                 "-1)\n%s",
+                                 path, header[6], header[7], header[3], DATALOADER_HINT);
+    }
+    for (int i = 8; i < DATALOADER_HEADER_INTS; i++) {
+        if (header[i] != 0)
+            return dataloader_error_(dl,
+                                     "shard '%s': header word %d is %d, but words 8 to 255 are reserved and zero "
+                                     "(corrupt, or a newer format)\n%s",
+                                     path, i, header[i], DATALOADER_HINT);
     }
     uint64_t stride = (uint64_t)dl->world * (uint64_t)dl->B * (uint64_t)dl->T;
     if (count < stride + 1) {

@@ -126,7 +126,8 @@ static inline void tensorfile_close(TensorFile *tf)
 #if defined(__GNUC__)
 __attribute__((format(printf, 4, 5)))
 #endif
-static inline int tf_fail_(TensorFile *tf, char *err, size_t errlen, const char *fmt, ...)
+static inline int
+tf_fail_(TensorFile *tf, char *err, size_t errlen, const char *fmt, ...)
 {
     va_list args;
     va_start(args, fmt);

@@ -10,6 +10,7 @@
 #include "tests/check.h"
 
 #include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char tmpdir[256];
@@ -506,6 +507,9 @@ static void test_bad_inputs(void)
          100,
          0,
          "vocab_size"},
+        /* the audit of be39022 found these accepted */
+        {"bad_bos.bin", "BOS outside the vocabulary", {DATALOADER_MAGIC, 1, 2, 500, 500, -1, 100}, 100, 0, "BOS 500"},
+        {"bad_eos.bin", "EOS outside the vocabulary", {DATALOADER_MAGIC, 1, 2, 500, 0, -7, 100}, 100, 0, "EOS -7"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         write_shard(cases[i].name, cases[i].h, t, cases[i].tokens, cases[i].extra);
@@ -516,8 +520,27 @@ static void test_bad_inputs(void)
               "%s: message says '%s'", cases[i].what, cases[i].needle);
     }
 
+    /* a reserved header word that is not zero: written by hand, write_shard leaves them zero */
+    write_good_shard("bad_reserved.bin", 0, 100, 2, 65536);
+    path_of(path, sizeof(path), "bad_reserved.bin");
+    FILE *f = fopen_check(path, "r+b");
+    fseek_check(f, 4 * 200, SEEK_SET);
+    fputc(1, f);
+    fclose(f);
+    check_init_error("a reserved header word not zero", path, path, 2, 8, 1, 0);
+    DataLoader reserved;
+    check(dataloader_init(&reserved, path, 2, 8, 0, 1, 0, 0, 0) != 0 && strstr(reserved.error, "header word 200"),
+          "reserved header word: message names word 200");
+
+    /* a FIFO matching the glob: refused at once (the audit: fopen blocked forever) */
+    path_of(path, sizeof(path), "fifo_000000.bin");
+    if (mkfifo(path, 0600) != 0)
+        FAIL("mkfifo '%s': %s", path, strerror(errno));
+    check_init_error("a FIFO matching the glob", path, "not a regular file", 2, 8, 1, 0);
+    unlink(path);
+
     path_of(path, sizeof(path), "bad_header.bin");
-    FILE *f = fopen_check(path, "wb");
+    f = fopen_check(path, "wb");
     fwrite_check(t, 1, 100, f, "short header");
     fclose(f);
     check_init_error("header shorter than 1024 bytes", path, path, 2, 8, 1, 0);

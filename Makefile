@@ -5,11 +5,12 @@ CC ?= gcc
 CFLAGS ?= -O3 -march=native
 # The commit the programs are built from, for the first line of their logs (llmc/run_log.h).
 GIT_COMMIT ?= $(shell git describe --always --dirty 2> /dev/null || echo unknown)
-CFLAGS += -std=gnu11 -Wall -Wextra -I. -DGIT_COMMIT='"$(GIT_COMMIT)"'
+# override: what the build needs stays when the command line sets CFLAGS (make CFLAGS=-O0)
+override CFLAGS += -std=gnu11 -Wall -Wextra -I. -DGIT_COMMIT='"$(GIT_COMMIT)"'
 LDLIBS = -lm
 # OpenMP only parallelises the CPU reference's matmuls; build without it if the compiler lacks it.
 OPENMP := $(shell echo 'int main(void){return 0;}' | $(CC) -fopenmp -x c - -o /dev/null 2>/dev/null && echo -fopenmp)
-CFLAGS += $(OPENMP)
+override CFLAGS += $(OPENMP)
 
 FUZZ_SECONDS ?= 20
 
@@ -26,7 +27,7 @@ NVCC ?= nvcc
 HAVE_NVCC := $(shell command -v $(NVCC) 2> /dev/null)
 CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90
 NVCC_FLAGS ?= -O3
-NVCC_FLAGS += -std=c++17 $(CUDA_ARCH) -DGIT_COMMIT='"$(GIT_COMMIT)"' -I. -isystem third_party/cudnn-frontend/include -Xcompiler -Wall $(if $(OPENMP),-Xcompiler -fopenmp)
+override NVCC_FLAGS += -std=c++17 $(CUDA_ARCH) -DGIT_COMMIT='"$(GIT_COMMIT)"' -I. -isystem third_party/cudnn-frontend/include -Xcompiler -Wall $(if $(OPENMP),-Xcompiler -fopenmp)
 NVCC_LDLIBS = -lcublasLt -lcublas -lcudnn -lnvrtc -lnccl $(if $(OPENMP),-lgomp)
 # MPI (optional): with it, ranks started by mpirun share NCCL's id through MPI;
 # without it they use a rendezvous (llmc/rendezvous.h). Found through mpicc;
@@ -34,8 +35,8 @@ NVCC_LDLIBS = -lcublasLt -lcublas -lcudnn -lnvrtc -lnccl $(if $(OPENMP),-lgomp)
 MPICC ?= mpicc
 USE_MPI ?= $(if $(shell command -v $(MPICC) 2> /dev/null),1,0)
 ifeq ($(USE_MPI),1)
-NVCC_FLAGS += -DUSE_MPI $(filter -I%,$(shell $(MPICC) --showme:compile 2> /dev/null))
-NVCC_LDLIBS += $(filter -L% -l%,$(shell $(MPICC) --showme:link 2> /dev/null))
+override NVCC_FLAGS += -DUSE_MPI $(filter -I%,$(shell $(MPICC) --showme:compile 2> /dev/null))
+override NVCC_LDLIBS += $(filter -L% -l%,$(shell $(MPICC) --showme:link 2> /dev/null))
 endif
 CUDNN_FRONTEND = third_party/cudnn-frontend/include/cudnn_frontend.h
 GPU_PROGRAMS = train_llama test_llama

@@ -41,6 +41,9 @@ for bin in ./train_llama_ref ./train_llama; do
     expect "$bin --init-from a directory without config.json" "$tmp/config.json" $bin --init-from "$tmp" --train "$good"
     expect "$bin a zero shape flag" "--n-layer must be positive (got 0)" $bin --preset nano --n-layer 0 --train "$good"
 done
+# make CFLAGS=... used to drop the Makefile's own flags (-I., -std=gnu11) and fail to build
+check "make CFLAGS=-O0 keeps the Makefile's flags" \
+    bash -c "make -n -B CFLAGS=-O0 train_llama_ref | grep -q -- '-O0 -std=gnu11 -Wall -Wextra -I\.'"
 if [ -x ./train_llama ]; then
     expect "train_llama total batch not a multiple of B*T" "multiple" \
         ./train_llama --preset nano -B 2 -T 64 --total-batch 100 --train "$good"

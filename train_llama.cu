@@ -195,7 +195,10 @@ static int model_start(Llama *m, BatchSource *src, const TrainFlags *t, char *re
     if (resumed_from[0]) {
         CheckpointState st;
         llama_load_checkpoint(m, resumed_from, &st);
-        batch_source_set_state(src, st.rng_state, &st.data);
+        if (st.step >= (uint64_t)t->run.steps)
+            FAIL("'%s' is at step %llu, at or past --steps %d: nothing to train\n  hint: raise --steps to go on",
+                 resumed_from, (unsigned long long)st.step, t->run.steps);
+        batch_source_set_state(src, st.rng_state, &st.data, resumed_from);
         printf("resumed from '%s' at step %llu\n", resumed_from, (unsigned long long)st.step);
         return (int)st.step;
     }

@@ -831,7 +831,7 @@ static float evaluate(Llama *m, DataLoader *val, int eval_batches)
 /* Resumes from the newest complete checkpoint (weights, AdamW state, step, data
  * position: the schedule follows the global step, so the run continues as if
  * never stopped). The step to start at; resumed_from gets the checkpoint or "". */
-static int resume(Llama *m, BatchSource *src, const CheckpointFlags *ck, char *resumed_from, size_t len)
+static int resume(Llama *m, BatchSource *src, const CheckpointFlags *ck, int steps, char *resumed_from, size_t len)
 {
     resumed_from[0] = '\0';
     if (!ck->resume)
@@ -847,8 +847,11 @@ static int resume(Llama *m, BatchSource *src, const CheckpointFlags *ck, char *r
     checkpoint_load(resumed_from, &m->config, &m->layout, m->params, m->adam_m, m->adam_v, &st);
     if (st.step > (uint64_t)INT_MAX || st.adam_step > (uint64_t)INT_MAX)
         FAIL("'%s': step %llu is out of range", resumed_from, (unsigned long long)st.step);
+    if (st.step >= (uint64_t)steps)
+        FAIL("'%s' is at step %llu, at or past --steps %d: nothing to train\n  hint: raise --steps to go on",
+             resumed_from, (unsigned long long)st.step, steps);
     m->adam_step = (int)st.adam_step;
-    batch_source_set_state(src, st.rng_state, &st.data);
+    batch_source_set_state(src, st.rng_state, &st.data, resumed_from);
     printf("resumed from '%s' at step %d\n", resumed_from, (int)st.step);
     return (int)st.step;
 }
@@ -926,7 +929,7 @@ int main(int argc, char **argv)
            (long long)t->batch.B * t->batch.T * accum, t->batch.B, t->batch.T, accum,
            t->data.random ? "random tokens" : t->data.train);
     char resumed_from[LLMC_PATH_MAX];
-    int start_step = resume(&model, &src, &t->ckpt, resumed_from, sizeof(resumed_from));
+    int start_step = resume(&model, &src, &t->ckpt, t->run.steps, resumed_from, sizeof(resumed_from));
     RunLog log;
     run_log_open(&log, t->run.log, t->ckpt.resume, resumed_from, argc, argv, &config, FLAGS, N_FLAGS, &a);
 

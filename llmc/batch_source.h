@@ -80,11 +80,13 @@ static inline void batch_source_get_state(const BatchSource *src, uint64_t *rng,
         dataloader_get_state(&src->loader, data);
 }
 
-static inline void batch_source_set_state(BatchSource *src, uint64_t rng, const DataLoaderState *data)
+/* Continues from a checkpoint's position; a position that does not fit these
+ * shards ends the run with the checkpoint's name (from) and the loader's reason. */
+static inline void batch_source_set_state(BatchSource *src, uint64_t rng, const DataLoaderState *data, const char *from)
 {
     src->rng = rng;
-    if (!src->random)
-        dataloader_set_state_or_die(&src->loader, data);
+    if (!src->random && dataloader_set_state(&src->loader, data) != 0)
+        FAIL("resuming from '%s': its data position does not fit: %s", from, src->loader.error);
 }
 
 static inline void batch_source_close(BatchSource *src)

@@ -152,10 +152,11 @@ static inline int checkpoint_stage_try(const char *dir, uint64_t step, char *sta
 /* The model's files into the staging directory: an HF model directory
  * (hf_model.h) with the fp32 weights, params (layout->total floats), so that
  * resuming is exact. */
-static inline int checkpoint_write_model_try(const char *staging, const LlamaConfig *config, const ParamLayout *layout,
-                                             const float *params, const HfExtras *extras, char *err, size_t errlen)
+static inline int checkpoint_write_model_try(const char *staging, uint64_t step, const LlamaConfig *config,
+                                             const ParamLayout *layout, const float *params, const HfExtras *extras,
+                                             char *err, size_t errlen)
 {
-    return hf_model_write_try(staging, config, layout, params, 0, extras, err, errlen);
+    return hf_model_write_try(staging, config, layout, params, 0, (int64_t)step, extras, err, errlen);
 }
 
 /* This process's train_state file into the staging directory: the moments of
@@ -238,12 +239,15 @@ static inline int checkpoint_save_try(const char *dir, const LlamaConfig *config
     char staging[LLMC_PATH_MAX];
     if (checkpoint_stage_try(dir, state->step, staging, sizeof(staging), err, errlen) != 0)
         return -1;
-    if (checkpoint_write_model_try(staging, config, layout, params, extras, err, errlen) != 0)
-        return -1;
     CkptRange all = {0, layout->total};
-    if (checkpoint_write_state_try(staging, state, layout->total, &all, 1, adam_m, adam_v, err, errlen) != 0)
+    if (checkpoint_write_model_try(staging, state->step, config, layout, params, extras, err, errlen) != 0 ||
+        checkpoint_write_state_try(staging, state, layout->total, &all, 1, adam_m, adam_v, err, errlen) != 0 ||
+        checkpoint_commit_try(dir, state->step, keep, out_path, out_len, err, errlen) != 0) {
+        if (path_exists(staging)) /* a failed save leaves no staging directory behind */
+            remove_flat_dir(staging);
         return -1;
-    return checkpoint_commit_try(dir, state->step, keep, out_path, out_len, err, errlen);
+    }
+    return 0;
 }
 
 static inline void checkpoint_save(const char *dir, const LlamaConfig *config, const ParamLayout *layout,
@@ -279,10 +283,68 @@ static inline int checkpoint_find_latest(const char *dir, char *out_path, size_t
     return 0;
 }
 
+/* The files of one checkpoint belong together: the step of the directory's
+ * name, of its COMPLETE marker, of the train state and (where it names one) of
+ * the weights' metadata are the same. Checkpoints mixed by hand, or renamed, are
+ * refused: a resume would take up another point of the run, and --keep could
+ * then delete newer checkpoints. */
+static inline int checkpoint_check_step_try(const char *ckpt_dir, uint64_t state_step, int64_t weights_step,
+                                            char *err, size_t errlen)
+{
+    const char *slash = strrchr(ckpt_dir, '/');
+    int64_t named = ckpt_parse_step_name(slash ? slash + 1 : ckpt_dir);
+    char path[LLMC_PATH_MAX + 64], marker[64] = "";
+    path_format(path, sizeof(path), "%s/COMPLETE", ckpt_dir);
+    FILE *f = fopen(path, "rb");
+    size_t got = f ? fread(marker, 1, sizeof(marker) - 1, f) : 0;
+    if (f)
+        fclose(f);
+    marker[got] = '\0';
+    unsigned long long complete = 0;
+    int has_marker_step = sscanf(marker, "step %llu", &complete) == 1;
+    if ((named >= 0 && (uint64_t)named != state_step) || (has_marker_step && complete != state_step) ||
+        (weights_step >= 0 && (uint64_t)weights_step != state_step))
+        return set_error(err, errlen,
+                         "'%s' mixes steps: its name says %lld, COMPLETE %s, the train state %llu and the weights %lld "
+                         "(a checkpoint put together from several, or renamed)\n  hint: resume from an untouched "
+                         "checkpoint directory",
+                         ckpt_dir, (long long)named, has_marker_step ? marker : "nothing", (unsigned long long)state_step,
+                         (long long)weights_step);
+    return 0;
+}
+
+/* Before any work, for --checkpoint-dir dir: a name that fits the paths built
+ * from it, a directory (made if missing) where a file can be created, and
+ * unless resume, no complete checkpoint of another run in it, whose
+ * --keep pruning and --resume would otherwise mix with this run's. */
+static inline int checkpoint_dir_check_try(const char *dir, int resume, char *err, size_t errlen)
+{
+    char probe[LLMC_PATH_MAX + 64], latest[LLMC_PATH_MAX];
+    if (!dir[0])
+        return set_error(err, errlen, "--checkpoint-dir is empty: name a directory");
+    if (strlen(dir) + 40 > LLMC_PATH_MAX)
+        return set_error(err, errlen, "--checkpoint-dir '%.60s...' is %zu characters; at most %d fit the paths in it",
+                         dir, strlen(dir), LLMC_PATH_MAX - 40);
+    if (make_dirs(dir) != 0)
+        return set_error(err, errlen, "cannot create --checkpoint-dir '%s': %s", dir, strerror(errno));
+    path_format(probe, sizeof(probe), "%s/.write_test.%ld", dir, (long)getpid());
+    FILE *f = fopen(probe, "wb");
+    if (!f)
+        return set_error(err, errlen, "cannot write into --checkpoint-dir '%s': %s\n  hint: check its permissions, "
+                         "or choose another directory", dir, strerror(errno));
+    fclose(f);
+    unlink(probe);
+    if (!resume && checkpoint_find_latest(dir, latest, sizeof(latest)) == 0)
+        return set_error(err, errlen, "--checkpoint-dir '%s' holds the checkpoints of an earlier run (newest: '%s')\n"
+                         "  hint: add --resume to continue that run, or choose another directory (nothing is "
+                         "deleted)", dir, latest);
+    return 0;
+}
+
 /* The weights of a complete checkpoint directory into params (layout->total
  * floats), after checking its COMPLETE marker and that config.json is `config`. */
 static inline int checkpoint_load_model_try(const char *ckpt_dir, const LlamaConfig *config, const ParamLayout *layout,
-                                            float *params, char *err, size_t errlen)
+                                            float *params, int64_t *weights_step, char *err, size_t errlen)
 {
     char path[LLMC_PATH_MAX + 64];
     path_format(path, sizeof(path), "%s/COMPLETE", ckpt_dir);
@@ -293,7 +355,7 @@ static inline int checkpoint_load_model_try(const char *ckpt_dir, const LlamaCon
     if (hf_config_check_try(path, config, err, errlen) != 0)
         return -1;
     path_format(path, sizeof(path), "%s/model.safetensors", ckpt_dir);
-    return safetensors_load_params_try(path, layout, params, err, errlen);
+    return safetensors_load_params_try(path, layout, params, weights_step, err, errlen);
 }
 
 /* Load a whole checkpoint directory (written by checkpoint_save) into a model
@@ -303,10 +365,13 @@ static inline int checkpoint_load_try(const char *ckpt_dir, const LlamaConfig *c
                                       float *params, float *adam_m, float *adam_v, CheckpointState *state, char *err,
                                       size_t errlen)
 {
-    if (checkpoint_load_model_try(ckpt_dir, config, layout, params, err, errlen) != 0)
+    int64_t weights_step = -1;
+    if (checkpoint_load_model_try(ckpt_dir, config, layout, params, &weights_step, err, errlen) != 0)
         return -1;
     CkptRange all = {0, layout->total};
     if (checkpoint_load_moments_try(ckpt_dir, layout->total, &all, 1, adam_m, adam_v, state, err, errlen) != 0)
+        return -1;
+    if (checkpoint_check_step_try(ckpt_dir, state->step, weights_step, err, errlen) != 0)
         return -1;
     if (state->world != 1) {
         path_format(err, errlen,

@@ -331,13 +331,15 @@ static inline int copy_file_synced(const char *from, const char *to, char *err, 
     return rc;
 }
 
-/* Writes an HF model directory's files into dir (which exists): see the top. */
+/* Writes an HF model directory's files into dir (which exists): see the top;
+ * step >= 0 goes into the weights' metadata (checkpoints). */
 static inline int hf_model_write_try(const char *dir, const LlamaConfig *config, const ParamLayout *layout,
-                                     const float *params, int bf16, const HfExtras *extras, char *err, size_t errlen)
+                                     const float *params, int bf16, int64_t step, const HfExtras *extras, char *err,
+                                     size_t errlen)
 {
     char file[LLMC_PATH_MAX + 64];
     path_format(file, sizeof(file), "%s/model.safetensors", dir);
-    if (safetensors_write_params_try(file, layout, params, bf16, err, errlen) != 0)
+    if (safetensors_write_params_try(file, layout, params, bf16, step, err, errlen) != 0)
         return -1;
     path_format(file, sizeof(file), "%s/config.json", dir);
     if (hf_config_write_try(file, config, &extras->ids, bf16 ? "bfloat16" : "float32", err, errlen) != 0)

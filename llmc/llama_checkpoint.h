@@ -21,10 +21,15 @@
 #include "checkpoint.h"
 #include "llama_model.h"
 
-static inline void llama_fail_if_error(int rc, int rank, const char *what, const char *err)
+/* On an error: removes the staging directory (if any, so that a failed save
+ * leaves nothing behind), then ends naming the rank. */
+static inline void llama_fail_if_error(int rc, int rank, const char *what, const char *err, const char *staging)
 {
-    if (rc != 0)
-        FAIL("rank %d: %s: %s", rank, what, err);
+    if (rc == 0)
+        return;
+    if (staging && path_exists(staging))
+        remove_flat_dir(staging);
+    FAIL("rank %d: %s: %s", rank, what, err);
 }
 
 /* The model elements whose optimizer state this rank keeps: one range per bucket,
@@ -78,7 +83,7 @@ static inline void llama_write_state(Llama *m, const char *staging, CheckpointSt
     llama_moments_transfer(m, ranges, count, adam, 0);
     llama_fail_if_error(checkpoint_write_state_try(staging, &state, m->layout.total, ranges,
                                                    m->params.zero.plan.n_buckets, adam, adam + count, err, sizeof(err)),
-                        d->rank, "saving a checkpoint", err);
+                        d->rank, "saving a checkpoint", err, staging);
     free(adam);
     free(ranges);
 }
@@ -94,13 +99,13 @@ static inline void llama_save_checkpoint(Llama *m, const char *dir, int keep, co
     float *master = params_download_master(&m->params, &m->layout, s);
     if (d->rank == 0)
         llama_fail_if_error(checkpoint_stage_try(dir, state.step, staging, sizeof(staging), err, sizeof(err)), d->rank,
-                            "saving a checkpoint", err);
+                            "saving a checkpoint", err, NULL);
     dist_sum_host(d, 0.0, s); /* the staging directory exists for everyone */
     checkpoint_staging_path(staging, sizeof(staging), dir, state.step);
     if (d->rank == 0) {
         llama_fail_if_error(
-            checkpoint_write_model_try(staging, &m->config, &m->layout, master, extras, err, sizeof(err)), d->rank,
-            "saving a checkpoint", err);
+            checkpoint_write_model_try(staging, state.step, &m->config, &m->layout, master, extras, err, sizeof(err)),
+            d->rank, "saving a checkpoint", err, staging);
         free(master);
     }
     if (m->params.zero_stage >= 1 || d->rank == 0)
@@ -108,7 +113,7 @@ static inline void llama_save_checkpoint(Llama *m, const char *dir, int keep, co
     dist_sum_host(d, 0.0, s); /* every file is written */
     if (d->rank == 0) {
         llama_fail_if_error(checkpoint_commit_try(dir, state.step, keep, saved, sizeof(saved), err, sizeof(err)),
-                            d->rank, "saving a checkpoint", err);
+                            d->rank, "saving a checkpoint", err, staging);
         printf("saved checkpoint '%s'\n", saved);
     }
     dist_sum_host(d, 0.0, s); /* nobody reads the directory before it is complete */
@@ -122,8 +127,9 @@ static inline void llama_load_checkpoint(Llama *m, const char *path, CheckpointS
     int64_t P = m->layout.total;
     int rank = m->params.dist->rank;
     float *master = (float *)malloc_check((size_t)P * sizeof(float), "checkpoint weights");
-    llama_fail_if_error(checkpoint_load_model_try(path, &m->config, &m->layout, master, err, sizeof(err)), rank,
-                        "resuming", err);
+    int64_t weights_step = -1;
+    llama_fail_if_error(checkpoint_load_model_try(path, &m->config, &m->layout, master, &weights_step, err, sizeof(err)),
+                        rank, "resuming", err, NULL);
     params_upload_master(&m->params, &m->layout, master);
     free(master);
     int64_t count;
@@ -131,7 +137,9 @@ static inline void llama_load_checkpoint(Llama *m, const char *path, CheckpointS
     float *adam = (float *)malloc_check((size_t)2 * (count > 0 ? count : 1) * sizeof(float), "checkpoint moments");
     llama_fail_if_error(checkpoint_load_moments_try(path, P, ranges, m->params.zero.plan.n_buckets, adam, adam + count,
                                                     state, err, sizeof(err)),
-                        rank, "resuming", err);
+                        rank, "resuming", err, NULL);
+    llama_fail_if_error(checkpoint_check_step_try(path, state->step, weights_step, err, sizeof(err)), rank, "resuming",
+                        err, NULL);
     llama_moments_transfer(m, ranges, count, adam, 1);
     free(adam);
     free(ranges);

@@ -55,6 +55,7 @@ typedef struct {
     int64_t file_size, data_start;
     int n_tensors;
     SafetensorsTensor *tensors;
+    int64_t step; /* __metadata__'s "step" (this project's checkpoints write it), -1 if none */
 } SafetensorsFile;
 
 /* Bytes per element of a dtype, 0 for a dtype this file does not know. */
@@ -145,8 +146,15 @@ static inline int safetensors_parse_header_(SafetensorsFile *sf, const char *tex
             (SafetensorsTensor *)calloc_check((size_t)root->count + 1, sizeof(SafetensorsTensor), "safetensors header");
     for (const JsonNode *m = json_first(&doc, root); m && rc == 0; m = json_next(&doc, m)) {
         const char *name = json_key(&doc, m);
-        if (strcmp(name, "__metadata__") == 0)
+        if (strcmp(name, "__metadata__") == 0) {
+            const char *step = json_string(&doc, json_get(&doc, m, "step"));
+            char *end;
+            if (step && step[0] >= '0' && step[0] <= '9') {
+                long long v = strtoll(step, &end, 10);
+                sf->step = *end == '\0' && v >= 0 ? v : -1;
+            }
             continue;
+        }
         SafetensorsTensor *t = &sf->tensors[sf->n_tensors];
         if (strlen(name) >= sizeof(t->name))
             rc = set_error(err, errlen, "'%s': a tensor name of %zu bytes is too long", sf->path, strlen(name));
@@ -164,6 +172,7 @@ static inline int safetensors_parse_header_(SafetensorsFile *sf, const char *tex
 static inline int safetensors_open(SafetensorsFile *sf, const char *path, char *err, size_t errlen)
 {
     memset(sf, 0, sizeof(*sf));
+    sf->step = -1;
     if (path_format(sf->path, sizeof(sf->path), "%s", path) != 0)
         return set_error(err, errlen, "the path '%.100s...' is too long", path);
     sf->f = open_regular_file(path, &sf->file_size, err, errlen);
@@ -299,13 +308,16 @@ static inline int safetensors_read_f32(SafetensorsFile *sf, const SafetensorsTen
 }
 
 /* Every tensor of layout from the safetensors file at path into params
- * (layout->total floats), by HF name, with its shape checked. */
-static inline int safetensors_load_params_try(const char *path, const ParamLayout *layout, float *params, char *err,
-                                              size_t errlen)
+ * (layout->total floats), by HF name, with its shape checked; *step (may be
+ * NULL): the step its metadata names, -1 if none. */
+static inline int safetensors_load_params_try(const char *path, const ParamLayout *layout, float *params,
+                                              int64_t *step, char *err, size_t errlen)
 {
     SafetensorsFile sf;
     if (safetensors_open(&sf, path, err, errlen) != 0)
         return -1;
+    if (step)
+        *step = sf.step;
     int rc = 0;
     for (int i = 0; i < layout->n_tensors && rc == 0; i++) {
         const ParamTensor *p = &layout->tensors[i];
@@ -332,14 +344,18 @@ static inline int safetensors_load_params_try(const char *path, const ParamLayou
 }
 
 /* Writes the flat fp32 parameters of layout (layout->total floats) to path as
- * F32, or as BF16 (rounded to nearest even) when bf16; fsync'ed. */
+ * F32, or as BF16 (rounded to nearest even) when bf16; step >= 0 goes into the
+ * metadata (checkpoints); fsync'ed. */
 static inline int safetensors_write_params_try(const char *path, const ParamLayout *layout, const float *params,
-                                               int bf16, char *err, size_t errlen)
+                                               int bf16, int64_t step, char *err, size_t errlen)
 {
     int size = bf16 ? 2 : 4;
     size_t cap = 256 + (size_t)layout->n_tensors * 256, len = 0;
     char *hdr = (char *)malloc_check(cap, "safetensors header");
-    len += (size_t)snprintf(hdr + len, cap - len, "{\"__metadata__\":{\"format\":\"pt\"}");
+    char step_json[48] = "";
+    if (step >= 0)
+        snprintf(step_json, sizeof(step_json), ",\"step\":\"%lld\"", (long long)step);
+    len += (size_t)snprintf(hdr + len, cap - len, "{\"__metadata__\":{\"format\":\"pt\"%s}", step_json);
     for (int i = 0; i < layout->n_tensors; i++) {
         const ParamTensor *t = &layout->tensors[i];
         char shape[64];

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "checkpoint.h"
 #include "flags.h"
 #include "hf_model.h"
 #include "llama_config.h"
@@ -232,6 +233,9 @@ static inline void train_flags_check(const TrainFlags *f)
         FAIL("--save-every and --keep must be >= 0 (got %d, %d)", f->ckpt.save_every, f->ckpt.keep);
     if ((f->ckpt.resume || f->ckpt.save_every > 0) && !f->ckpt.dir)
         FAIL("--resume and --save-every need --checkpoint-dir DIR");
+    char err[2048];
+    if (f->ckpt.dir && checkpoint_dir_check_try(f->ckpt.dir, f->ckpt.resume, err, sizeof(err)) != 0)
+        FAIL("%s", err); /* now, not at the first save after hours of training */
     if (strcmp(f->ckpt.export_dtype, "fp32") != 0 && strcmp(f->ckpt.export_dtype, "bf16") != 0)
         FAIL("--export-dtype takes fp32 or bf16 (got '%s')", f->ckpt.export_dtype);
     if (f->ckpt.export_dir && !f->ckpt.export_dir[0])

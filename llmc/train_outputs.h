@@ -170,7 +170,7 @@ static inline void train_export(const TrainOutputs *o, const CheckpointFlags *ck
     if (make_dirs(staging) != 0)
         FAIL("--export: cannot create '%s': %s", staging, strerror(errno));
     int bf16 = strcmp(ck->export_dtype, "bf16") == 0;
-    if (hf_model_write_try(staging, c, layout, master, bf16, &o->extras, err, sizeof(err)) != 0)
+    if (hf_model_write_try(staging, c, layout, master, bf16, -1, &o->extras, err, sizeof(err)) != 0)
         FAIL("--export: %s", err);
     fsync_path(staging);
     train_export_check(ck); /* still absent or empty */

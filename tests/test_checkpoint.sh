@@ -81,6 +81,27 @@ expect "resume into another model shape" "config.json' has num_hidden_layers = 2
     train --steps 8 --checkpoint-dir "$tmp/a" --resume --n-layer 3
 expect "--resume needs --checkpoint-dir" "--checkpoint-dir" train --steps 1 --resume
 
+# (d') what the audit of be39022 found accepted
+expect "a fresh run into another run's checkpoints is refused" "holds the checkpoints of an earlier run" \
+    train --steps 8 --checkpoint-dir "$tmp/a" --save-every 1 --keep 2
+check "... and deletes none of them" [ "$(complete_steps "$tmp/a" | wc -l)" -eq 3 ]
+mkdir -p "$tmp/m1" && cp -r "$tmp/a/step_00000006" "$tmp/m1/" && cp "$tmp/a/step_00000004/train_state.bin" "$tmp/m1/step_00000006/"
+expect "weights and state of different steps are refused" "mixes steps" train --steps 8 --checkpoint-dir "$tmp/m1" --resume
+mkdir -p "$tmp/m2" && cp -r "$tmp/a/step_00000004" "$tmp/m2/step_00000009"
+expect "a renamed checkpoint is refused" "mixes steps" train --steps 12 --checkpoint-dir "$tmp/m2" --resume
+mkdir -p "$tmp/m3" && cp -r "$tmp/a/step_00000006" "$tmp/m3/"
+expect "resuming at or past --steps is an error, not a silent success" "at or past --steps 6" \
+    train --steps 6 --checkpoint-dir "$tmp/m3" --resume
+expect "an uncreatable --checkpoint-dir fails before training" "cannot create --checkpoint-dir" \
+    train --steps 2 --checkpoint-dir /dev/null/ckpt
+expect "an empty --checkpoint-dir is refused" "--checkpoint-dir is empty" train --steps 2 --checkpoint-dir ''
+expect "a --checkpoint-dir too long for its paths is refused" "at most" \
+    train --steps 2 --checkpoint-dir "$tmp/$(printf 'd%.0s' $(seq 1000))"
+mkdir -p "$tmp/m4" && cp -r "$tmp/a/step_00000006" "$tmp/m4/"
+printf '\x01' | dd of="$tmp/m4/step_00000006/train_state.bin" bs=1 seek=104 conv=notrunc status=none
+expect "a data position that does not fit names the checkpoint" "resuming from '$tmp/m4/step_00000006': its data position" \
+    train --steps 8 --checkpoint-dir "$tmp/m4" --resume
+
 # (e) the format, read by Python: config.json (its BOS and EOS the shard's) always, safetensors where installed
 ck=$tmp/a/step_00000006
 check "config.json and the safetensors header are what HF expects" "$PYTHON" - "$ck" <<'PY'
@@ -98,7 +119,7 @@ raw = open(f"{d}/model.safetensors", "rb").read()
 n = struct.unpack("<Q", raw[:8])[0]
 assert n % 8 == 0
 hdr = json.loads(raw[8:8 + n])
-assert hdr.pop("__metadata__") == {"format": "pt"}
+assert hdr.pop("__metadata__") == {"format": "pt", "step": "6"}
 assert "lm_head.weight" not in hdr and len(hdr) == 2 + 2 * 9, sorted(hdr)
 assert hdr["model.embed_tokens.weight"]["shape"] == [512, 64]
 assert hdr["model.layers.1.self_attn.k_proj.weight"]["shape"] == [32, 64]

@@ -264,12 +264,59 @@ static void test_greedy_sample(const char *dump_path)
     llama_free(&m);
 }
 
+/* --on-nan skip: a step whose gradient holds a NaN leaves the weights, the
+ * moments and the step count untouched, and the next finite step trains. */
+static void test_nan_step_skipped(void)
+{
+    LlamaConfig config;
+    llama_preset("tiny", &config);
+    config.vocab_size = 1000;
+    Llama m;
+    llama_build(&m, &config);
+    llama_init_random(&m, 1);
+    TrainFlags t = train_flags_defaults();
+    t.batch.B = 2;
+    t.batch.T = 16;
+    t.run.steps = 10;
+    llama_alloc_activations(&m, t.batch.B, t.batch.T);
+    BatchSource src;
+    batch_source_open(&src, NULL, 1, t.batch.B, t.batch.T, 0, 1, 7, config.vocab_size);
+    int inputs[32], targets[32];
+    StepLog r;
+    train_step(&m, &src, &t, 0, 1, inputs, targets, &r); /* a finite step first: moments not zero */
+    size_t bytes = (size_t)m.layout.total * sizeof(float);
+    float *params = (float *)malloc_check(bytes, "params"), *mom = (float *)malloc_check(bytes, "m"),
+          *var = (float *)malloc_check(bytes, "v");
+    int64_t at = m.layout.tensors[3].offset + 5; /* a weight of layer 0 */
+    float saved = m.params[at];
+    m.params[at] = NAN;
+    memcpy(params, m.params, bytes);
+    memcpy(mom, m.adam_m, bytes);
+    memcpy(var, m.adam_v, bytes);
+    int adam_step = m.adam_step;
+    train_step(&m, &src, &t, 1, 1, inputs, targets, &r);
+    check(r.skipped && isnan(r.loss) && memcmp(params, m.params, bytes) == 0 && memcmp(mom, m.adam_m, bytes) == 0 &&
+              memcmp(var, m.adam_v, bytes) == 0 && m.adam_step == adam_step,
+          "a NaN weight: the step is skipped (loss %g), weights, moments and step count (%d) bit-identical", r.loss,
+          m.adam_step);
+    m.params[at] = saved;
+    train_step(&m, &src, &t, 2, 1, inputs, targets, &r);
+    check(!r.skipped && isfinite(r.loss) && isfinite(r.grad_norm) && m.adam_step == adam_step + 1,
+          "the next finite step trains (loss %.4f, norm %.4f, step count %d)", r.loss, r.grad_norm, m.adam_step);
+    free(params);
+    free(mom);
+    free(var);
+    batch_source_close(&src);
+    llama_free(&m);
+}
+
 int main(int argc, char **argv)
 {
     for (int i = 1; i < (argc > 1 ? argc : N_DEFAULT_DUMPS + 1); i++)
         test_dump(argc > 1 ? argv[i] : DEFAULT_DUMPS[i - 1]);
     test_schedule_and_init();
     test_greedy_sample(DEFAULT_DUMPS[0]);
+    test_nan_step_skipped();
     printf("max relative error per category:\n");
     for (int k = 0; k < N_CATS; k++)
         printf("  %-44s %.2e\n", cat_names[k], cat_max[k]);

@@ -225,7 +225,7 @@ static void train_step(Llama *m, BatchSource *src, const Args *a, int step, int 
     double count = dist_sum_host(m->params.dist, (double)count_targets(targets, N * accum), s);
     float inv_count = count > 0 ? (float)(1.0 / count) : 0.0f;
     LrSchedule schedule = train_schedule(&a->t.optim, a->t.run.steps);
-    float lr = schedule_lr(&schedule, step), norm_sq;
+    float lr = schedule_lr(&schedule, step), norm_sq, clip_coef;
     int profiling = step + 1 == a->profile_step;
     if (profiling)
         profile_begin_step(s);
@@ -237,6 +237,7 @@ static void train_step(Llama *m, BatchSource *src, const Args *a, int step, int 
     llama_update(m, &a->t.optim.adamw, lr, s);
     CUDA_CHECK(cudaMemcpyAsync(h_parts, m->loss_parts, (size_t)accum * sizeof(float), cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaMemcpyAsync(&norm_sq, m->optimizer.grad_norm_sq, sizeof(float), cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaMemcpyAsync(&clip_coef, m->optimizer.clip_coef, sizeof(float), cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaStreamSynchronize(s));
     double ms = (now_seconds() - t0) * 1e3;
     if (profiling)
@@ -248,6 +249,10 @@ static void train_step(Llama *m, BatchSource *src, const Args *a, int step, int 
     out->loss = dist_sum_host(m->params.dist, loss, s) * inv_count;
     out->lr = lr;
     out->grad_norm = sqrt(norm_sq);
+    /* the device skipped the update when the norm was not finite (adamw.h): undo the step count */
+    out->skipped = !isfinite(clip_coef);
+    if (out->skipped)
+        m->optimizer.step--;
     out->ms = ms;
 }
 
@@ -343,6 +348,7 @@ int main(int argc, char **argv)
     CUDA_CHECK(cudaMallocHost(&tokens, (size_t)2 * llama_tokens(&model) * accum * sizeof(int)));
     CUDA_CHECK(cudaMallocHost(&h_parts, (size_t)accum * sizeof(float)));
     double flops_per_token = llama_flops_per_token(&config, t->batch.T), tokens_per_s_sum = 0.0;
+    NanGuard nan_guard = {0, 0};
     for (int step = start_step; step < t->run.steps; step++) {
         if (have_val && step % t->run.eval_every == 0) {
             run_log_eval(&log, step, evaluate(&model, &val, t->run.eval_batches, s));
@@ -356,8 +362,7 @@ int main(int argc, char **argv)
         run_log_step(&log, &r);
         if (step + 1 == a.profile_step)
             profile_report(log.json, step + 1, r.ms, profile_ms, profile_busy);
-        if (!isfinite(r.loss))
-            FAIL("loss is %f at step %d\n  hint: lower --lr or check the data", r.loss, step + 1);
+        nan_guard_step(&nan_guard, &t->run, step + 1, r.loss, r.grad_norm, r.skipped);
         watchdog_progress(&gpus.watchdog, "step %d", step + 1);
         if (t->ckpt.dir && checkpoint_due(step + 1, t->ckpt.save_every, t->run.steps)) {
             CheckpointState st = checkpoint_state((uint64_t)(step + 1), (uint64_t)model.optimizer.step, 0);

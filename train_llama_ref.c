@@ -772,6 +772,46 @@ static void llama_last_logits(void *ctx, const int *tokens, int n, float *logits
            sizeof(float) * (size_t)m->config.vocab_size);
 }
 
+/* One optimizer step of accum micro-batches, all loaded first, so that the loss is
+ * the mean over the counted targets of the whole step, as one big batch would give. */
+static void train_step(Llama *m, BatchSource *src, const TrainFlags *t, int step, int accum, int *inputs, int *targets,
+                       StepLog *out)
+{
+    int64_t bt = (int64_t)t->batch.B * t->batch.T;
+    double t0 = now_seconds();
+    for (int k = 0; k < accum; k++) {
+        const int *in, *tg;
+        batch_source_next(src, &in, &tg);
+        memcpy(inputs + k * bt, in, (size_t)bt * sizeof(int));
+        memcpy(targets + k * bt, tg, (size_t)bt * sizeof(int));
+    }
+    int64_t counted = count_targets(targets, bt * accum);
+    if (counted == 0)
+        FAIL("step %d has no target to learn from (all are the ignore index)", step + 1);
+    llama_zero_grad(m);
+    double loss_sum = 0.0;
+    for (int k = 0; k < accum; k++) {
+        llama_forward(m, inputs + k * bt, targets + k * bt, t->batch.B, t->batch.T);
+        llama_backward(m, 1.0f / (float)counted);
+        loss_sum += m->loss_sum;
+    }
+    const AdamWConfig *cfg = &t->optim.adamw;
+    float norm = clip_grad_norm(m->grads, m->layout.total, cfg->grad_clip > 0.0 ? (float)cfg->grad_clip : INFINITY);
+    LrSchedule schedule = train_schedule(&t->optim, t->run.steps);
+    AdamWConfig opt = *cfg;
+    opt.lr = schedule_lr(&schedule, step);
+    out->loss = (float)(loss_sum / (double)counted);
+    out->skipped = !isfinite(out->loss) || !isfinite(norm); /* --on-nan: a NaN never reaches the weights */
+    if (!out->skipped)
+        llama_adamw_step(m, &opt);
+    out->step = step + 1;
+    out->steps = t->run.steps;
+    out->lr = opt.lr;
+    out->grad_norm = norm;
+    out->ms = 1e3 * (now_seconds() - t0);
+    out->tokens_per_s = (double)(bt * accum) / (out->ms * 1e-3);
+}
+
 #ifndef TESTING
 /* ------------------------------------------------------------------------- */
 /* the command-line trainer: the flags, the data and the log are the GPU      */
@@ -856,44 +896,6 @@ static int resume(Llama *m, BatchSource *src, const CheckpointFlags *ck, int ste
     return (int)st.step;
 }
 
-/* One optimizer step of accum micro-batches, all loaded first, so that the loss is
- * the mean over the counted targets of the whole step, as one big batch would give. */
-static void train_step(Llama *m, BatchSource *src, const TrainFlags *t, int step, int accum, int *inputs, int *targets,
-                       StepLog *out)
-{
-    int64_t bt = (int64_t)t->batch.B * t->batch.T;
-    double t0 = now_seconds();
-    for (int k = 0; k < accum; k++) {
-        const int *in, *tg;
-        batch_source_next(src, &in, &tg);
-        memcpy(inputs + k * bt, in, (size_t)bt * sizeof(int));
-        memcpy(targets + k * bt, tg, (size_t)bt * sizeof(int));
-    }
-    int64_t counted = count_targets(targets, bt * accum);
-    if (counted == 0)
-        FAIL("step %d has no target to learn from (all are the ignore index)", step + 1);
-    llama_zero_grad(m);
-    double loss_sum = 0.0;
-    for (int k = 0; k < accum; k++) {
-        llama_forward(m, inputs + k * bt, targets + k * bt, t->batch.B, t->batch.T);
-        llama_backward(m, 1.0f / (float)counted);
-        loss_sum += m->loss_sum;
-    }
-    const AdamWConfig *cfg = &t->optim.adamw;
-    float norm = clip_grad_norm(m->grads, m->layout.total, cfg->grad_clip > 0.0 ? (float)cfg->grad_clip : INFINITY);
-    LrSchedule schedule = train_schedule(&t->optim, t->run.steps);
-    AdamWConfig opt = *cfg;
-    opt.lr = schedule_lr(&schedule, step);
-    llama_adamw_step(m, &opt);
-    out->step = step + 1;
-    out->steps = t->run.steps;
-    out->loss = (float)(loss_sum / (double)counted);
-    out->lr = opt.lr;
-    out->grad_norm = norm;
-    out->ms = 1e3 * (now_seconds() - t0);
-    out->tokens_per_s = (double)(bt * accum) / (out->ms * 1e-3);
-}
-
 int main(int argc, char **argv)
 {
     Args a;
@@ -936,6 +938,7 @@ int main(int argc, char **argv)
     int64_t step_tokens = (int64_t)t->batch.B * t->batch.T * accum;
     int *inputs = (int *)malloc_check((size_t)step_tokens * sizeof(int), "step inputs");
     int *targets = (int *)malloc_check((size_t)step_tokens * sizeof(int), "step targets");
+    NanGuard nan_guard = {0, 0};
     for (int step = start_step; step < t->run.steps; step++) {
         if (have_val && step % t->run.eval_every == 0)
             run_log_eval(&log, step, evaluate(&model, &val, t->run.eval_batches));
@@ -943,6 +946,7 @@ int main(int argc, char **argv)
         memset(&r, 0, sizeof(r));
         train_step(&model, &src, t, step, accum, inputs, targets, &r);
         run_log_step(&log, &r);
+        nan_guard_step(&nan_guard, &t->run, step + 1, r.loss, r.grad_norm, r.skipped);
         if (t->ckpt.dir && checkpoint_due(step + 1, t->ckpt.save_every, t->run.steps)) {
             CheckpointState st = checkpoint_state((uint64_t)(step + 1), (uint64_t)model.adam_step, 0);
             batch_source_get_state(&src, &st.rng_state, &st.data);

@@ -8,7 +8,8 @@
  *     double (fp64 costs nothing next to the memory stream on an H100), block partials
  *     are stored as floats. Scratch: NORM_BLOCKS floats. norm_squared_combine adds
  *     several such sums (one per ZeRO bucket) in a fixed order.
- *   clip_coefficient: coef = max_norm > 0 ? min(1, max_norm / (sqrt(ns) + 1e-6)) : 1.
+ *   clip_coefficient: coef = max_norm > 0 ? min(1, max_norm / (sqrt(ns) + 1e-6)) : 1, and
+ *     NaN when ns is not finite (a NaN or infinite gradient somewhere).
  *   adamw_update, as torch.optim.AdamW (non-fused) does it, with g = grad * grad_scale,
  *   on the fp32 master w = master_join(param, master_lo) (llmc/master_weights.h):
  *     w *= 1 - lr * wd                          (wd only on the runs marked for decay)
@@ -17,7 +18,9 @@
  *     w -= (lr / (1 - b1^step)) * m / (sqrt(v) / sqrt(1 - b2^step) + eps)
  *     (param, master_lo) = master_split(w)      param is the bf16 weight the GEMMs read
  *   The scalars derived from lr, betas and step are computed on the host in double,
- *   as PyTorch does in Python, then passed as floats.
+ *   as PyTorch does in Python, then passed as floats. A grad_scale that is not
+ *   finite (the clip coefficient of a non-finite norm) skips the update: nothing
+ *   is read or written, so a NaN never reaches the weights or the moments.
  *
  * One launch covers any range [first, first + n) of the flat parameter buffers
  * (all tensors at once, or one rank's ZeRO shard); which elements get weight decay
@@ -101,7 +104,9 @@ __global__ void norm_squared_final_kernel(float *__restrict__ out, const float *
 __global__ void clip_coefficient_kernel(float *__restrict__ coef, const float *__restrict__ norm_squared,
                                         float max_norm)
 {
-    coef[0] = max_norm > 0.0f ? fminf(1.0f, max_norm / (sqrtf(norm_squared[0]) + 1e-6f)) : 1.0f;
+    float ns = norm_squared[0];
+    /* a gradient that is not finite gives a coefficient that is not either: AdamW then skips the step */
+    coef[0] = !isfinite(ns) ? NAN : max_norm > 0.0f ? fminf(1.0f, max_norm / (sqrtf(ns) + 1e-6f)) : 1.0f;
 }
 
 typedef struct {
@@ -170,6 +175,8 @@ __global__ void __launch_bounds__(ADAMW_THREADS)
     }
     __syncthreads();
     float scale = grad_scale[0];
+    if (!isfinite(scale))
+        return; /* a non-finite gradient norm: the step is skipped, nothing written */
     int64_t n4 = n / 4;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t at = i * 4;

@@ -288,8 +288,8 @@ static inline int checkpoint_find_latest(const char *dir, char *out_path, size_t
  * the weights' metadata are the same. Checkpoints mixed by hand, or renamed, are
  * refused: a resume would take up another point of the run, and --keep could
  * then delete newer checkpoints. */
-static inline int checkpoint_check_step_try(const char *ckpt_dir, uint64_t state_step, int64_t weights_step,
-                                            char *err, size_t errlen)
+static inline int checkpoint_check_step_try(const char *ckpt_dir, uint64_t state_step, int64_t weights_step, char *err,
+                                            size_t errlen)
 {
     const char *slash = strrchr(ckpt_dir, '/');
     int64_t named = ckpt_parse_step_name(slash ? slash + 1 : ckpt_dir);
@@ -308,8 +308,8 @@ static inline int checkpoint_check_step_try(const char *ckpt_dir, uint64_t state
                          "'%s' mixes steps: its name says %lld, COMPLETE %s, the train state %llu and the weights %lld "
                          "(a checkpoint put together from several, or renamed)\n  hint: resume from an untouched "
                          "checkpoint directory",
-                         ckpt_dir, (long long)named, has_marker_step ? marker : "nothing", (unsigned long long)state_step,
-                         (long long)weights_step);
+                         ckpt_dir, (long long)named, has_marker_step ? marker : "nothing",
+                         (unsigned long long)state_step, (long long)weights_step);
     return 0;
 }
 
@@ -330,14 +330,18 @@ static inline int checkpoint_dir_check_try(const char *dir, int resume, char *er
     path_format(probe, sizeof(probe), "%s/.write_test.%ld", dir, (long)getpid());
     FILE *f = fopen(probe, "wb");
     if (!f)
-        return set_error(err, errlen, "cannot write into --checkpoint-dir '%s': %s\n  hint: check its permissions, "
-                         "or choose another directory", dir, strerror(errno));
+        return set_error(err, errlen,
+                         "cannot write into --checkpoint-dir '%s': %s\n  hint: check its permissions, "
+                         "or choose another directory",
+                         dir, strerror(errno));
     fclose(f);
     unlink(probe);
     if (!resume && checkpoint_find_latest(dir, latest, sizeof(latest)) == 0)
-        return set_error(err, errlen, "--checkpoint-dir '%s' holds the checkpoints of an earlier run (newest: '%s')\n"
+        return set_error(err, errlen,
+                         "--checkpoint-dir '%s' holds the checkpoints of an earlier run (newest: '%s')\n"
                          "  hint: add --resume to continue that run, or choose another directory (nothing is "
-                         "deleted)", dir, latest);
+                         "deleted)",
+                         dir, latest);
     return 0;
 }
 

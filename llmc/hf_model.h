@@ -28,6 +28,7 @@
 #define LLMC_HF_MODEL_H
 
 #include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -338,6 +339,16 @@ static inline int hf_model_write_try(const char *dir, const LlamaConfig *config,
                                      size_t errlen)
 {
     char file[LLMC_PATH_MAX + 64];
+    for (int i = 0; i < layout->n_tensors; i++) { /* a NaN is never saved */
+        const ParamTensor *t = &layout->tensors[i];
+        for (int64_t k = 0; k < t->numel; k++) {
+            if (!isfinite(params[t->offset + k]))
+                return set_error(err, errlen,
+                                 "'%s' not written: tensor '%s' holds a value that is not finite (%g at "
+                                 "%lld)",
+                                 dir, t->name, (double)params[t->offset + k], (long long)k);
+        }
+    }
     path_format(file, sizeof(file), "%s/model.safetensors", dir);
     if (safetensors_write_params_try(file, layout, params, bf16, step, err, errlen) != 0)
         return -1;

@@ -525,4 +525,13 @@ static inline void json_write_string(FILE *f, const char *s)
     json_write_string_n(f, s, strlen(s));
 }
 
+/* x with printf's fmt, or null when it is not finite (JSON has no NaN or infinity). */
+static inline void json_write_number(FILE *f, const char *fmt, double x)
+{
+    if (isfinite(x))
+        fprintf(f, fmt, x);
+    else
+        fputs("null", f);
+}
+
 #endif /* LLMC_JSON_H */

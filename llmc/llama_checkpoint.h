@@ -128,8 +128,9 @@ static inline void llama_load_checkpoint(Llama *m, const char *path, CheckpointS
     int rank = m->params.dist->rank;
     float *master = (float *)malloc_check((size_t)P * sizeof(float), "checkpoint weights");
     int64_t weights_step = -1;
-    llama_fail_if_error(checkpoint_load_model_try(path, &m->config, &m->layout, master, &weights_step, err, sizeof(err)),
-                        rank, "resuming", err, NULL);
+    llama_fail_if_error(
+        checkpoint_load_model_try(path, &m->config, &m->layout, master, &weights_step, err, sizeof(err)), rank,
+        "resuming", err, NULL);
     params_upload_master(&m->params, &m->layout, master);
     free(master);
     int64_t count;

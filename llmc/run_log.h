@@ -50,7 +50,8 @@ typedef struct {
 typedef struct {
     int step, steps; /* steps done, of steps */
     double loss, lr, grad_norm, ms, tokens_per_s;
-    int gpus; /* 0 on the CPU; then the fields below are not reported */
+    int skipped; /* the update was skipped: the loss or the gradient was not finite (--on-nan) */
+    int gpus;    /* 0 on the CPU; then the fields below are not reported */
     int zero_stage;
     double mfu, peak_mem_gib, device_mem_gib;
 } StepLog;
@@ -150,20 +151,22 @@ static inline void run_log_step(RunLog *log, const StepLog *r)
            r->grad_norm, r->ms, r->tokens_per_s);
     if (r->gpus > 0)
         printf(" | MFU %.1f%% | mem %.2f GiB (device %.2f)", 100 * r->mfu, r->peak_mem_gib, r->device_mem_gib);
-    printf("\n");
+    printf("%s\n", r->skipped ? " | skipped: not finite" : "");
     if (r->gpus > 1)
         printf("           %d GPUs: %.0f tok/s per GPU\n", r->gpus, r->tokens_per_s / r->gpus);
     if (!log->json)
         return;
-    fprintf(log->json,
-            "{\"step\": %d, \"loss\": %.9g, \"lr\": %.6e, \"grad_norm\": %.6f, \"ms\": %.3f, \"tokens_per_s\": %.1f",
-            r->step, r->loss, r->lr, r->grad_norm, r->ms, r->tokens_per_s);
+    fprintf(log->json, "{\"step\": %d, \"loss\": ", r->step);
+    json_write_number(log->json, "%.9g", r->loss); /* null when not finite */
+    fprintf(log->json, ", \"lr\": %.6e, \"grad_norm\": ", r->lr);
+    json_write_number(log->json, "%.6f", r->grad_norm);
+    fprintf(log->json, ", \"ms\": %.3f, \"tokens_per_s\": %.1f", r->ms, r->tokens_per_s);
     if (r->gpus > 0)
         fprintf(log->json,
                 ", \"tokens_per_s_per_gpu\": %.1f, \"gpus\": %d, \"zero_stage\": %d, \"mfu\": %.5f, "
                 "\"peak_mem_gib\": %.4f, \"device_mem_gib\": %.4f",
                 r->tokens_per_s / r->gpus, r->gpus, r->zero_stage, r->mfu, r->peak_mem_gib, r->device_mem_gib);
-    fprintf(log->json, "}\n");
+    fprintf(log->json, "%s}\n", r->skipped ? ", \"skipped\": true" : "");
     fflush(log->json);
 }
 
@@ -172,7 +175,9 @@ static inline void run_log_eval(RunLog *log, int step, double val_loss)
 {
     printf("step %5d | val loss %.4f\n", step, val_loss);
     if (log->json) {
-        fprintf(log->json, "{\"step\": %d, \"val_loss\": %.6f}\n", step, val_loss);
+        fprintf(log->json, "{\"step\": %d, \"val_loss\": ", step);
+        json_write_number(log->json, "%.6f", val_loss);
+        fprintf(log->json, "}\n");
         fflush(log->json);
     }
 }

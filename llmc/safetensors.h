@@ -310,8 +310,8 @@ static inline int safetensors_read_f32(SafetensorsFile *sf, const SafetensorsTen
 /* Every tensor of layout from the safetensors file at path into params
  * (layout->total floats), by HF name, with its shape checked; *step (may be
  * NULL): the step its metadata names, -1 if none. */
-static inline int safetensors_load_params_try(const char *path, const ParamLayout *layout, float *params,
-                                              int64_t *step, char *err, size_t errlen)
+static inline int safetensors_load_params_try(const char *path, const ParamLayout *layout, float *params, int64_t *step,
+                                              char *err, size_t errlen)
 {
     SafetensorsFile sf;
     if (safetensors_open(&sf, path, err, errlen) != 0)

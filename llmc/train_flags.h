@@ -59,7 +59,9 @@ typedef struct {
 
 typedef struct {
     int steps, eval_every, eval_batches, seed;
-    const char *log; /* JSON lines; '' = none */
+    const char *log;    /* JSON lines; '' = none */
+    const char *on_nan; /* "skip" or "stop" */
+    int max_skips;      /* skip: stop after this many skipped steps in a row */
 } RunFlags;
 
 typedef struct {
@@ -131,6 +133,9 @@ typedef struct {
         FLAG("--seed", FLAG_INT, O, m.run.seed, "init and data-order seed"),                                           \
         FLAG("--log", FLAG_STRING, O, m.run.log,                                                                       \
              "JSON lines log: the run's settings, then every step ('' = none; --resume appends)"),                     \
+        FLAG("--on-nan", FLAG_STRING, O, m.run.on_nan,                                                                 \
+             "a step whose loss or gradient is not finite: skip (its update, counted) or stop"),                       \
+        FLAG("--max-skips", FLAG_INT, O, m.run.max_skips, "with --on-nan skip: stop after this many in a row"),        \
         FLAG_SECTION("checkpoints"),                                                                                   \
         FLAG("--checkpoint-dir", FLAG_STRING, O, m.ckpt.dir,                                                           \
              "save DIR/step_<08d>/: model.safetensors (fp32, HF names), config.json, optimizer state; at the end "     \
@@ -176,6 +181,8 @@ static inline TrainFlags train_flags_defaults(void)
     f.run.eval_batches = 8;
     f.run.seed = 1337;
     f.run.log = "log/train.jsonl";
+    f.run.on_nan = "skip";
+    f.run.max_skips = 10;
     f.ckpt.keep = 3;
     f.ckpt.export_dtype = "fp32";
     f.sample.tokens = 64;
@@ -236,6 +243,9 @@ static inline void train_flags_check(const TrainFlags *f)
     char err[2048];
     if (f->ckpt.dir && checkpoint_dir_check_try(f->ckpt.dir, f->ckpt.resume, err, sizeof(err)) != 0)
         FAIL("%s", err); /* now, not at the first save after hours of training */
+    if ((strcmp(f->run.on_nan, "skip") != 0 && strcmp(f->run.on_nan, "stop") != 0) || f->run.max_skips < 1)
+        FAIL("--on-nan takes skip or stop (got '%s') and --max-skips must be at least 1 (got %d)", f->run.on_nan,
+             f->run.max_skips);
     if (strcmp(f->ckpt.export_dtype, "fp32") != 0 && strcmp(f->ckpt.export_dtype, "bf16") != 0)
         FAIL("--export-dtype takes fp32 or bf16 (got '%s')", f->ckpt.export_dtype);
     if (f->ckpt.export_dir && !f->ckpt.export_dir[0])
@@ -320,6 +330,35 @@ static inline const char *train_val_shards(const TrainFlags *f)
                       : strcmp(f->data.train, DEFAULT_TRAIN_SHARDS) == 0 ? DEFAULT_VAL_SHARDS
                                                                          : "";
     return f->data.random || !val[0] || f->run.eval_every == 0 ? NULL : val;
+}
+
+/* Steps whose loss or gradient norm is not finite, for --on-nan. */
+typedef struct {
+    int in_a_row, total;
+} NanGuard;
+
+/* After a step: a finite one resets the count; one whose loss or gradient norm
+ * is not finite ends the run with --on-nan stop (or when its update could not
+ * be skipped, or at the --max-skips-th in a row), else counts as skipped. The
+ * caller has skipped its update when skipped_update; returns whether it did. */
+static inline int nan_guard_step(NanGuard *g, const RunFlags *r, int step, double loss, double grad_norm,
+                                 int skipped_update)
+{
+    if (isfinite(loss) && isfinite(grad_norm)) {
+        g->in_a_row = 0;
+        return 0;
+    }
+    g->in_a_row++;
+    g->total++;
+    if (strcmp(r->on_nan, "stop") == 0 || !skipped_update)
+        FAIL("step %d: loss %g, gradient norm %g: not finite%s; the run stops (no checkpoint is written with "
+             "non-finite weights)\n  hint: lower --lr, check the data, or resume from the last checkpoint",
+             step, loss, grad_norm, skipped_update ? "" : " (and the update was applied)");
+    if (g->in_a_row >= r->max_skips)
+        FAIL("step %d: %d steps in a row with a loss or gradient that is not finite (--max-skips %d); the run stops\n"
+             "  hint: lower --lr, check the data, or resume from the last checkpoint",
+             step, g->in_a_row, r->max_skips);
+    return 1;
 }
 
 /* Micro-steps per optimizer step for `processes` processes of B*T tokens each. */

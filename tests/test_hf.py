@@ -325,10 +325,10 @@ def test_init_from_export_and_checkpoint_round_trip(tmp_path):
                     str(tmp_path / "d_train_000000.bin"), "300", "4000", "4", "1", "2"], check=True)
     common = ["-B", 2, "-T", 16, "--steps", 3, "--val", "", "--train", tmp_path / "d_train_*.bin", "--log", ""]
     for dtype in ("fp32", "bf16"):
-        r = run_ref("--init-from", src, *common, "--checkpoint-dir", tmp_path / "ck", "--export",
+        r = run_ref("--init-from", src, *common, "--checkpoint-dir", tmp_path / f"ck_{dtype}", "--export",
                     tmp_path / f"out_{dtype}", "--export-dtype", dtype)
         assert r.returncode == 0, r.stderr
-    ck_config, ck, err = load(tmp_path / "ck" / "step_00000003", tmp_path)
+    ck_config, ck, err = load(tmp_path / "ck_fp32" / "step_00000003", tmp_path)
     assert ck is not None, err
     for dtype in ("fp32", "bf16"):
         config, w, err = load(tmp_path / f"out_{dtype}", tmp_path)
@@ -340,7 +340,7 @@ def test_init_from_export_and_checkpoint_round_trip(tmp_path):
         assert (cfg["bos_token_id"], cfg["eos_token_id"]) == (1, 2)  # the shard's
         gen = json.load(open(tmp_path / f"out_{dtype}" / "generation_config.json"))
         assert (gen["bos_token_id"], gen["eos_token_id"]) == (1, 2)
-    r = run_ref("--init-from", tmp_path / "ck" / "step_00000003", *common)
+    r = run_ref("--init-from", tmp_path / "ck_fp32" / "step_00000003", *common)
     assert r.returncode == 0, r.stderr
     r = run_ref("--init-from", src, *common, "--export", tmp_path / "out_fp32")
     assert r.returncode != 0 and "exists and is not an empty directory" in r.stderr

@@ -180,6 +180,18 @@ static void check_clip(void)
         snprintf(what, sizeof(what), "clip_coefficient ns=%g max_norm=%g", ns, max_norm);
         check_close(what, &got, &want, 1, 1e-6, 0.0);
     }
+    /* a non-finite gradient norm: the coefficient is NaN, whatever max_norm */
+    float bad[] = {NAN, INFINITY};
+    for (int i = 0; i < 2; i++) {
+        for (int k = 0; k < 2; k++) {
+            float max_norm = k ? 1.0f : 0.0f, got;
+            CUDA_CHECK(cudaMemcpy(d_ns, &bad[i], 4, cudaMemcpyHostToDevice));
+            clip_coefficient(d_coef, d_ns, max_norm, 0);
+            download(&got, d_coef, 4);
+            check(isnan(got), "clip_coefficient of ns=%g, max_norm=%g is NaN (the update is skipped)", bad[i],
+                  max_norm);
+        }
+    }
     cuda_free(d_ns);
     cuda_free(d_coef);
 }
@@ -283,6 +295,24 @@ static void check_adamw(const Layout *L, const int64_t (*ranges)[2], int n_range
             check_close(what, param_f, ref_w, n, 4e-3, 1e-2);
         }
     }
+
+    /* a NaN gradient scale (the clip coefficient of a non-finite gradient norm): nothing written anywhere */
+    float nan_scale = NAN;
+    CUDA_CHECK(cudaMemcpy(d_scale, &nan_scale, 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d_hi, hi0, hb, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d_lo, lo0, hb, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d_m, m0, fb, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d_v, v0, fb, cudaMemcpyHostToDevice));
+    adamw_update(d_hi, d_lo, d_grad, d_m, d_v, 0, total, &runs, LR, BETA1, BETA2, ADAM_EPS, WEIGHT_DECAY, d_scale, 1,
+                 0);
+    download(got_hi, d_hi, hb);
+    download(got_lo, d_lo, hb);
+    download(got_m, d_m, fb);
+    download(got_v, d_v, fb);
+    check(memcmp(got_hi, hi0, hb) == 0 && memcmp(got_lo, lo0, hb) == 0 && memcmp(got_m, m0, fb) == 0 &&
+              memcmp(got_v, v0, fb) == 0,
+          "%-46s weights, residuals and moments bit-identical", "adamw with a NaN grad scale skips the step");
+    CUDA_CHECK(cudaMemcpy(d_scale, &scale, 4, cudaMemcpyHostToDevice));
 
     if (bench) {
         Bench b;

@@ -255,6 +255,32 @@ static inline LlamaConfig model_config_load(const char *path, HfTokenIds *ids)
     return c;
 }
 
+/* The weights of an open .llmt weights file into params (layout->total floats),
+ * each tensor checked by name and shape, or an error naming the file. */
+static inline int llmt_weights_try(TensorFile *tf, const ParamLayout *layout, float *params, char *err, size_t errlen)
+{
+    if (tf->n_tensors != layout->n_tensors)
+        return set_error(err, errlen,
+                         "'%s' holds %d tensors but its config's model has %d parameter tensors\n"
+                         "  hint: is it a weights file (not a dump)? regenerate it with reference/make_reference.py",
+                         tf->path, tf->n_tensors, layout->n_tensors);
+    for (int i = 0; i < layout->n_tensors; i++) {
+        const ParamTensor *t = &layout->tensors[i];
+        const TensorEntry *e = tensorfile_find(tf, t->name);
+        int want_ndim = t->cols == 1 ? 1 : 2;
+        /* the element count is not enough: a transposed matrix has the same */
+        if (e && (e->ndim != want_ndim || e->shape[0] != t->rows || (want_ndim == 2 && e->shape[1] != t->cols)))
+            return set_error(err, errlen,
+                             "'%s': tensor '%s' has %d dimensions [%lld, %lld], the model's is [%lld, %lld] "
+                             "(transposed or from another model?)",
+                             tf->path, t->name, e->ndim, (long long)e->shape[0],
+                             (long long)(e->ndim > 1 ? e->shape[1] : 1), (long long)t->rows, (long long)t->cols);
+        if (tensorfile_read_try(tf, t->name, TF_FLOAT32, t->numel, params + t->offset, err, errlen) != 0)
+            return -1;
+    }
+    return 0;
+}
+
 /* The weights of what --init-from names (an HF directory or a .llmt weights
  * file) into params (layout->total floats); exits naming the file on an error. */
 static inline void model_weights_load(const char *path, const ParamLayout *layout, float *params)
@@ -267,23 +293,10 @@ static inline void model_weights_load(const char *path, const ParamLayout *layou
     }
     TensorFile tf;
     tensorfile_open(&tf, path);
-    if (tf.n_tensors != layout->n_tensors)
-        FAIL("'%s' holds %d tensors but its config's model has %d parameter tensors\n"
-             "  hint: is it a weights file (not a dump)? regenerate it with reference/make_reference.py",
-             path, tf.n_tensors, layout->n_tensors);
-    for (int i = 0; i < layout->n_tensors; i++) {
-        const ParamTensor *t = &layout->tensors[i];
-        const TensorEntry *e = tensorfile_find(&tf, t->name);
-        int want_ndim = t->cols == 1 ? 1 : 2;
-        /* the element count is not enough: a transposed matrix has the same */
-        if (e && (e->ndim != want_ndim || e->shape[0] != t->rows || (want_ndim == 2 && e->shape[1] != t->cols)))
-            FAIL("'%s': tensor '%s' has %d dimensions [%lld, %lld], the model's is [%lld, %lld] (transposed or "
-                 "from another model?)",
-                 path, t->name, e->ndim, (long long)e->shape[0], (long long)(e->ndim > 1 ? e->shape[1] : 1),
-                 (long long)t->rows, (long long)t->cols);
-        tensorfile_read(&tf, t->name, TF_FLOAT32, t->numel, params + t->offset);
-    }
+    int rc = llmt_weights_try(&tf, layout, params, err, sizeof(err));
     tensorfile_close(&tf);
+    if (rc != 0)
+        FAIL("%s", err);
 }
 
 /* tokenizer_config.json beside tokenizer.model: the BOS and EOS names and every

@@ -317,65 +317,84 @@ static const char *const LLAMA_CONFIG_META_KEYS[] = {"config.vocab_size",
                                                      "config.init_std"};
 #define LLAMA_CONFIG_META_N ((int)(sizeof(LLAMA_CONFIG_META_KEYS) / sizeof(LLAMA_CONFIG_META_KEYS[0])))
 
-/* Config from a .llmt file's metadata (weights or dump); exits naming the file on a missing key. */
 /* A metadata value of key as a whole number in [lo, hi] (as Python's repr writes
- * it; "8.0" too), or exit naming the file, the key and the value. */
-static inline int llama_meta_int_(const TensorFile *tf, const char *key, const char *v, long lo, long hi)
+ * it; "8.0" too) into *out, or an error naming the file, the key and the value. */
+static inline int llama_meta_int_(const TensorFile *tf, const char *key, const char *v, long lo, long hi, int *out,
+                                  char *err, size_t errlen)
 {
     char *end;
     errno = 0;
     double x = strtod(v, &end);
     if (!*v || *end || errno || !(x >= lo && x <= hi) || x != floor(x))
-        FAIL("'%s': metadata %s = '%s' is not a whole number in [%ld, %ld] (corrupt?)", tf->path, key, v, lo, hi);
-    return (int)x;
+        return set_error(err, errlen, "'%s': metadata %s = '%s' is not a whole number in [%ld, %ld] (corrupt?)",
+                         tf->path, key, v, lo, hi);
+    *out = (int)x;
+    return 0;
 }
 
-/* A metadata value of key as a finite float (positive unless zero_ok), or exit naming the file. */
-static inline float llama_meta_float_(const TensorFile *tf, const char *key, const char *v, int zero_ok)
+/* A metadata value of key as a finite float (positive unless zero_ok) into *out, or an error naming the file. */
+static inline int llama_meta_float_(const TensorFile *tf, const char *key, const char *v, int zero_ok, float *out,
+                                    char *err, size_t errlen)
 {
     char *end;
     errno = 0;
     double x = strtod(v, &end);
     if (!*v || *end || errno || !isfinite((float)x) || !(x > 0 || (zero_ok && x == 0)))
-        FAIL("'%s': metadata %s = '%s' is not a %s finite number (corrupt?)", tf->path, key, v,
-             zero_ok ? "non-negative" : "positive");
-    return (float)x;
+        return set_error(err, errlen, "'%s': metadata %s = '%s' is not a %s finite number (corrupt?)", tf->path, key, v,
+                         zero_ok ? "non-negative" : "positive");
+    *out = (float)x;
+    return 0;
 }
 
-static inline LlamaConfig llama_config_from_tensorfile(const TensorFile *tf)
+/* The config in a .llmt file's metadata (weights or dump) into *c, or an error
+ * naming the file and the key that is missing or out of range. */
+static inline int llama_config_from_tensorfile_try(const TensorFile *tf, LlamaConfig *c, char *err, size_t errlen)
 {
-    LlamaConfig c;
-    memset(&c, 0, sizeof(c));
+    memset(c, 0, sizeof(*c));
     const char *const *keys = LLAMA_CONFIG_META_KEYS;
     const char *v[LLAMA_CONFIG_META_N];
     for (int i = 0; i < LLAMA_CONFIG_META_N; i++) {
         v[i] = tensorfile_meta(tf, keys[i]);
         if (!v[i])
-            FAIL("'%s' has no metadata key '%s'; regenerate it with reference/make_reference.py", tf->path, keys[i]);
+            return set_error(err, errlen,
+                             "'%s' has no metadata key '%s'; regenerate it with reference/make_reference.py", tf->path,
+                             keys[i]);
     }
-    c.vocab_size = llama_meta_int_(tf, keys[0], v[0], 1, LLAMA_MAX_VOCAB);
-    c.d_model = llama_meta_int_(tf, keys[1], v[1], 1, LLAMA_MAX_D_MODEL);
-    c.n_layer = llama_meta_int_(tf, keys[2], v[2], 1, LLAMA_MAX_LAYERS);
-    c.n_head = llama_meta_int_(tf, keys[3], v[3], 1, LLAMA_MAX_HEADS);
-    c.n_kv_head = llama_meta_int_(tf, keys[4], v[4], 1, LLAMA_MAX_HEADS);
-    c.head_dim = llama_meta_int_(tf, keys[5], v[5], 1, LLAMA_MAX_HEAD_DIM);
-    c.ffn_dim = llama_meta_int_(tf, keys[6], v[6], 1, LLAMA_MAX_FFN);
-    c.max_seq_len = llama_meta_int_(tf, keys[7], v[7], 1, LLAMA_MAX_SEQ_LEN);
-    c.rope_theta = llama_meta_float_(tf, keys[8], v[8], 0);
+    if (llama_meta_int_(tf, keys[0], v[0], 1, LLAMA_MAX_VOCAB, &c->vocab_size, err, errlen) ||
+        llama_meta_int_(tf, keys[1], v[1], 1, LLAMA_MAX_D_MODEL, &c->d_model, err, errlen) ||
+        llama_meta_int_(tf, keys[2], v[2], 1, LLAMA_MAX_LAYERS, &c->n_layer, err, errlen) ||
+        llama_meta_int_(tf, keys[3], v[3], 1, LLAMA_MAX_HEADS, &c->n_head, err, errlen) ||
+        llama_meta_int_(tf, keys[4], v[4], 1, LLAMA_MAX_HEADS, &c->n_kv_head, err, errlen) ||
+        llama_meta_int_(tf, keys[5], v[5], 1, LLAMA_MAX_HEAD_DIM, &c->head_dim, err, errlen) ||
+        llama_meta_int_(tf, keys[6], v[6], 1, LLAMA_MAX_FFN, &c->ffn_dim, err, errlen) ||
+        llama_meta_int_(tf, keys[7], v[7], 1, LLAMA_MAX_SEQ_LEN, &c->max_seq_len, err, errlen) ||
+        llama_meta_float_(tf, keys[8], v[8], 0, &c->rope_theta, err, errlen))
+        return -1;
     if (strcmp(v[9], "llama3") == 0)
-        c.rope_scaling_llama3 = 1;
+        c->rope_scaling_llama3 = 1;
     else if (strcmp(v[9], "none") != 0)
-        FAIL("'%s': unknown rope scaling '%s' (known: none, llama3)", tf->path, v[9]);
-    c.rope_factor = llama_meta_float_(tf, keys[10], v[10], 1);
-    c.rope_low_freq_factor = llama_meta_float_(tf, keys[11], v[11], 1);
-    c.rope_high_freq_factor = llama_meta_float_(tf, keys[12], v[12], 1);
-    c.rope_original_max_pos = llama_meta_int_(tf, keys[13], v[13], 0, LLAMA_MAX_SEQ_LEN);
-    c.norm_eps = llama_meta_float_(tf, keys[14], v[14], 0);
-    c.tie_embeddings = llama_meta_int_(tf, keys[15], v[15], 0, 1);
-    c.init_std = llama_meta_float_(tf, keys[16], v[16], 0);
-    char err[512];
-    if (llama_config_check(&c, err, sizeof(err)) != 0)
-        FAIL("'%s': bad model config: %s", tf->path, err);
+        return set_error(err, errlen, "'%s': unknown rope scaling '%s' (known: none, llama3)", tf->path, v[9]);
+    if (llama_meta_float_(tf, keys[10], v[10], 1, &c->rope_factor, err, errlen) ||
+        llama_meta_float_(tf, keys[11], v[11], 1, &c->rope_low_freq_factor, err, errlen) ||
+        llama_meta_float_(tf, keys[12], v[12], 1, &c->rope_high_freq_factor, err, errlen) ||
+        llama_meta_int_(tf, keys[13], v[13], 0, LLAMA_MAX_SEQ_LEN, &c->rope_original_max_pos, err, errlen) ||
+        llama_meta_float_(tf, keys[14], v[14], 0, &c->norm_eps, err, errlen) ||
+        llama_meta_int_(tf, keys[15], v[15], 0, 1, &c->tie_embeddings, err, errlen) ||
+        llama_meta_float_(tf, keys[16], v[16], 0, &c->init_std, err, errlen))
+        return -1;
+    char why[512];
+    if (llama_config_check(c, why, sizeof(why)) != 0)
+        return set_error(err, errlen, "'%s': bad model config: %s", tf->path, why);
+    return 0;
+}
+
+/* The same, exiting with the error. */
+static inline LlamaConfig llama_config_from_tensorfile(const TensorFile *tf)
+{
+    LlamaConfig c;
+    char err[2048];
+    if (llama_config_from_tensorfile_try(tf, &c, err, sizeof(err)) != 0)
+        FAIL("%s", err);
     return c;
 }
 

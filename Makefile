@@ -41,7 +41,7 @@ endif
 CUDNN_FRONTEND = third_party/cudnn-frontend/include/cudnn_frontend.h
 GPU_PROGRAMS = train_llama test_llama
 
-.PHONY: all cpu gpu test test-c test-python test-cli test-checkpoint test-fuzz test-format format clean
+.PHONY: all cpu gpu test test-c test-python test-cli test-checkpoint test-fuzz test-sanitize test-kill test-format format clean
 all: cpu $(if $(HAVE_NVCC),gpu)
 cpu: train_llama_ref $(CPU_TESTS) tests/hf_tool
 gpu: $(GPU_PROGRAMS)
@@ -69,7 +69,7 @@ tests/test_%: tests/test_%.c $(LLMC_HEADERS) tests/check.h
 
 # Where nvcc exists the GPU programs are built too, so CUDA code that no longer
 # compiles fails the tests even on a machine without a GPU.
-test: test-format test-c test-python test-cli test-checkpoint test-fuzz
+test: test-format test-c test-python test-cli test-checkpoint test-kill test-fuzz test-sanitize
 test-c: $(CPU_TESTS)
 	./test_llama_ref
 	./tests/test_tensorfile
@@ -86,6 +86,9 @@ test-cli: train_llama_ref $(if $(HAVE_NVCC),gpu)
 	bash tests/test_cli.sh
 test-checkpoint: train_llama_ref
 	PYTHON=$(PYTHON) bash tests/test_checkpoint.sh
+# 50 SIGKILLs of a checkpointed CPU training run, each resumed: nothing lost, bit-identical to an uninterrupted run
+test-kill: train_llama_ref
+	$(PYTHON) tests/kill_loop.py --kills 50
 # C, C++ and CUDA sources as .clang-format says, with Debian's clang-format 14 (whose output
 # other versions do not reproduce exactly); `make format` rewrites them so
 FORMAT_FILES = $(shell git ls-files '*.c' '*.h' '*.cu' 2> /dev/null || find . \( -path ./third_party -o -path ./.venv \
@@ -99,6 +102,16 @@ format:
 # libFuzzer with ASan and UBSan on every reader of outside files, FUZZ_SECONDS each
 test-fuzz:
 	FUZZ_SECONDS=$(FUZZ_SECONDS) bash tests/fuzz/run.sh
+# The CPU tests and a short train, save and resume of the CPU trainer under
+# AddressSanitizer (with its leak check) and UndefinedBehaviorSanitizer, built
+# apart in build/sanitize/: any report fails the test
+SANITIZE_FLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+SANITIZED = $(addprefix build/sanitize/,train_llama_ref $(CPU_TESTS))
+build/sanitize/%: %.c train_llama_ref.c $(LLMC_HEADERS) tests/check.h tests/dump_check.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(SANITIZE_FLAGS) $< -o $@ $(LDLIBS) -pthread
+test-sanitize: $(SANITIZED)
+	SANITIZE_DIR=build/sanitize PYTHON=$(PYTHON) bash tests/test_sanitize.sh $(CPU_TESTS)
 
 clean:
 	rm -rf train_llama_ref $(CPU_TESTS) tests/hf_tool $(GPU_PROGRAMS) build

@@ -2,7 +2,7 @@
 # On the GPU machine: build the CUDA programs, run test_llama against the
 # reference dumps, run every dev/cuda kernel check, and time a few training
 # steps of the Llama 3.2 1B shape. Logs go to $OUT (or /tmp/gpu_check).
-# Usage: scripts/gpu_check.sh [build] [test] [train] [kernels] [bench] [settings] [longest] [profile]
+# Usage: scripts/gpu_check.sh [build] [test] [train] [kernels] [bench] [settings] [longest] [profile] [robust]
 #   (default: build test train kernels bench; train needs data/shards carried along)
 set -u
 cd "$(dirname "$0")/.."
@@ -28,6 +28,19 @@ for s in $steps; do
     train)
         QUICKSTART_SKIP_SETUP=1 timeout 300 bash scripts/quickstart.sh --log "$out/quickstart.jsonl" > "$out/quickstart.log" 2>&1 || status=1
         grep -E "val loss|^step +(1|50|100|150|200)/|error" "$out/quickstart.log" | head -20;;
+    robust)
+        # the kill loop on train_llama (startup takes seconds here, so fewer kills), --on-nan, and
+        # compute-sanitizer on test_llama (memcheck with the leak check, racecheck)
+        timeout 400 python3 tests/kill_loop.py --bin ./train_llama --kills 10 --steps 300 -- --preset tiny \
+            --vocab 512 -B 4 -T 128 2>&1 | tee "$out/kill_loop.log" | tail -3
+        grep -q "^PASS kill loop" "$out/kill_loop.log" || status=1
+        timeout 120 python3 -m pytest -q tests/test_on_nan.py > "$out/on_nan.log" 2>&1 || status=1
+        tail -1 "$out/on_nan.log"
+        for tool in "memcheck --leak-check full" racecheck; do
+            timeout 600 compute-sanitizer --tool $tool --error-exitcode 9 ./test_llama testdata/tiny_gqa_tied.dump.llmt \
+                > "$out/sanitizer_${tool%% *}.log" 2>&1 || status=1
+            grep -E "ERROR SUMMARY|LEAK SUMMARY|passed" "$out/sanitizer_${tool%% *}.log" | tail -3
+        done;;
     settings)
         OUT="$out" bash dev/bench/train_llama_settings.sh throughput || status=1;;
     longest)

@@ -1,0 +1,143 @@
+"""Kill loop: a checkpointed training run killed with SIGKILL at random moments (while it starts, resumes, trains
+or saves), each time resumed, until it reaches the end. It passes when nothing was lost:
+  - after every kill the newest complete checkpoint is at least as new as before (no lost checkpoint);
+  - every restarted run either got killed or finished (no failed resume);
+  - every step that was logged, by any of the runs, has exactly the loss and gradient norm of an uninterrupted run
+    with the same flags, and the final checkpoint's files are byte-identical to that run's.
+Prints the counts. The CPU trainer by default (make test-kill); scripts/gpu_check.sh runs a shorter one on train_llama.
+
+    python3 tests/kill_loop.py [--bin ./train_llama_ref] [--kills 50] [--steps 800] [--max-delay S] [--seed 1]
+                               [-- extra trainer flags]"""
+import argparse
+import glob
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def newest_complete(ck):
+    steps = [int(os.path.basename(d)[5:]) for d in glob.glob(os.path.join(ck, "step_*"))
+             if not d.endswith(".tmp") and os.path.exists(os.path.join(d, "COMPLETE"))]
+    return max(steps, default=0)
+
+
+def logged_steps(log):
+    """{step: [(loss, grad_norm), ...]} of every complete step line (a run killed mid-line leaves a torn one)."""
+    out = {}
+    with open(log) as f:
+        for line in f:
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if "loss" in r and "grad_norm" in r:
+                out.setdefault(r["step"], []).append((r["loss"], r["grad_norm"]))
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--bin", default=os.path.join(ROOT, "train_llama_ref"))
+    p.add_argument("--kills", type=int, default=50)
+    p.add_argument("--steps", type=int, default=800)
+    p.add_argument("--max-delay", type=float, default=0.0,
+                   help="seconds: each kill comes after 0 to this (default: the uninterrupted run's time to its first "
+                        "step, plus its time for the rest over --kills, so that the kills come before half the steps "
+                        "are done, on any machine)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--keep", type=int, default=2)
+    p.add_argument("extra", nargs="*", help="trainer flags (default: a nano model on a random shard)")
+    a = p.parse_args()
+    rng = random.Random(a.seed)
+    tmp = tempfile.mkdtemp(prefix="kill_loop.")
+    try:
+        train = os.path.join(tmp, "d_train_000000.bin")
+        subprocess.run([sys.executable, os.path.join(ROOT, "tests", "make_random_shard.py"), train, "512", "200000",
+                        "1", "0", "1"], check=True)
+        model = a.extra or ["--preset", "nano", "--vocab", "512", "-B", "2", "-T", "32"]
+        flags = [a.bin, *model, "--steps", str(a.steps), "--train", os.path.join(tmp, "d_train_*.bin"), "--val", "",
+                 "--save-every", "1", "--keep", str(a.keep)]
+
+        ref_ck, ref_log = os.path.join(tmp, "ref"), os.path.join(tmp, "ref.jsonl")
+
+        def timed_run(*more):
+            t0 = time.time()
+            r = subprocess.run(flags + list(more), capture_output=True, text=True)
+            if r.returncode != 0:
+                sys.exit(f"FAIL kill loop: the uninterrupted run failed:\n{r.stderr}")
+            return time.time() - t0
+
+        # the time to start and do one step (stdout is buffered in a pipe, so a separate run measures it)
+        startup = timed_run("--checkpoint-dir", os.path.join(tmp, "probe"), "--log", "", "--steps", "1")
+        start = time.time()
+        timed_run("--checkpoint-dir", ref_ck, "--log", ref_log)
+        ref_seconds = time.time() - start
+        max_delay = a.max_delay or startup + (ref_seconds - startup) / a.kills
+
+        ck, log = os.path.join(tmp, "ck"), os.path.join(tmp, "killed.jsonl")
+        run = flags + ["--checkpoint-dir", ck, "--log", log, "--resume"]
+        kills = lost = failed = finished_early = restarts = mid_save = 0
+        newest = last_kill_step = 0
+        while True:
+            restarts += 1
+            proc = subprocess.Popen(run, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            if kills < a.kills:
+                try:
+                    proc.wait(timeout=rng.uniform(0.0, max_delay))
+                except subprocess.TimeoutExpired:
+                    proc.send_signal(signal.SIGKILL)
+                    proc.wait()
+                    kills += 1
+                    mid_save += bool(glob.glob(os.path.join(ck, "step_*.tmp*")))  # a staging dir left behind
+            else:
+                proc.wait()
+            if proc.returncode not in (0, -signal.SIGKILL):
+                failed += 1
+                print(f"FAIL a restart exited {proc.returncode}:\n{proc.stderr.read()}")
+            now = newest_complete(ck)
+            if now < newest:
+                lost += 1
+                print(f"FAIL the newest complete checkpoint went from step {newest} to {now}")
+            newest = max(newest, now)
+            if kills == a.kills and not last_kill_step:
+                last_kill_step = newest
+            if proc.returncode == 0:
+                if kills < a.kills:
+                    finished_early += 1
+                break
+            if failed > 3:
+                break
+
+        ref = logged_steps(ref_log)
+        got = logged_steps(log)
+        wrong = sum(1 for s, runs in got.items() for x in runs if ref.get(s, [None])[0] != x)
+        repeated = sum(len(runs) - 1 for runs in got.values())
+        final = os.path.join(ck, f"step_{a.steps:08d}")
+        ref_final = os.path.join(ref_ck, f"step_{a.steps:08d}")
+        files = sorted(os.listdir(ref_final))
+        same = os.path.isdir(final) and sorted(os.listdir(final)) == files and all(
+            open(os.path.join(final, f), "rb").read() == open(os.path.join(ref_final, f), "rb").read() for f in files)
+        ok = kills == a.kills and lost == 0 and failed == 0 and wrong == 0 and same and sorted(got) == sorted(ref)
+        print(f"{'PASS' if ok else 'FAIL'} kill loop ({os.path.basename(a.bin)}, {a.steps} steps, --save-every 1 "
+              f"--keep {a.keep}): {kills} kills ({mid_save} during a save, the last at step {last_kill_step}), {restarts} starts, {lost} lost checkpoints, {failed} failed "
+              f"resumes, {len(got)} of {len(ref)} steps logged ({repeated} again after a kill), {wrong} with a loss "
+              f"or norm unlike the uninterrupted run's, final checkpoint {'byte-identical' if same else 'DIFFERS'} "
+              f"({', '.join(files)}); kills after 0 to {max_delay * 1e3:.0f} ms; {time.time() - start:.0f} s (the "
+              f"uninterrupted run {ref_seconds:.1f} s, {startup:.2f} s to its first step)")
+        if finished_early:
+            print(f"FAIL the run finished after {kills} of {a.kills} kills: raise --steps")
+        sys.exit(0 if ok else 1)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

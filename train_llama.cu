@@ -55,24 +55,29 @@ typedef struct {
 static const Flag FLAGS[] = {
     TRAIN_FLAGS(Args, t),
     FLAG_SECTION("GPU memory and speed"),
-    FLAG("--recompute", FLAG_INT, Args, recompute,
-         "0: store every activation; 1: recompute norms and SwiGLU; 2: also the gate/up GEMM (least memory)"),
-    FLAG("--logits-budget-mb", FLAG_FLOAT, Args, logits_budget_mb, "memory for one chunk of logits"),
-    FLAG("--profile-step", FLAG_INT, Args, profile_step, "print where step N's GPU time goes, by kernel class"),
+    FLAG_NUM("--recompute", FLAG_INT, Args, recompute, 0, 2, FLAG_CLOSED,
+             "0: store every activation; 1: recompute norms and SwiGLU; 2: also the gate/up GEMM (least memory)"),
+    FLAG_NUM("--logits-budget-mb", FLAG_FLOAT, Args, logits_budget_mb, 0, 1 << 20, FLAG_LO_OPEN,
+             "memory for one chunk of logits"),
+    FLAG_NUM("--profile-step", FLAG_INT, Args, profile_step, 0, INT_MAX, FLAG_CLOSED,
+             "print where step N's GPU time goes, by kernel class"),
     FLAG_SECTION("several GPUs (one process per GPU: mpirun, a scheduler, or scripts/launch_multi_gpu.sh)"),
-    FLAG("--zero-stage", FLAG_INT, Args, zero_stage,
-         "0: all-reduce, every GPU keeps all optimizer state; 1: AdamW state sharded over the GPUs; 2: gradients "
-         "too, reduce-scattered per layer during backward; 3: weights too, gathered per layer just ahead of use"),
-    FLAG("--rank", FLAG_INT, Args, launch.rank,
-         "this process's rank, when no launcher variable says it (mpirun, RANK/WORLD_SIZE, Slurm and PMI are read)"),
-    FLAG("--world-size", FLAG_INT, Args, launch.world, "number of processes, with --rank"),
-    FLAG("--local-rank", FLAG_INT, Args, launch.local_rank, "GPU on this host (default rank % GPUs)"),
+    FLAG_NUM("--zero-stage", FLAG_INT, Args, zero_stage, 0, 3, FLAG_CLOSED,
+             "0: all-reduce, every GPU keeps all optimizer state; 1: AdamW state sharded over the GPUs; 2: gradients "
+             "too, reduce-scattered per layer during backward; 3: weights too, gathered per layer just ahead of use"),
+    FLAG_NUM(
+        "--rank", FLAG_INT, Args, launch.rank, 0, INT_MAX - 1, FLAG_CLOSED,
+        "this process's rank, when no launcher variable says it (mpirun, RANK/WORLD_SIZE, Slurm and PMI are read)"),
+    FLAG_NUM("--world-size", FLAG_INT, Args, launch.world, 1, INT_MAX, FLAG_CLOSED, "number of processes, with --rank"),
+    FLAG_NUM("--local-rank", FLAG_INT, Args, launch.local_rank, 0, INT_MAX - 1, FLAG_CLOSED,
+             "GPU on this host (default rank % GPUs)"),
     FLAG("--rendezvous", FLAG_STRING, Args, rendezvous,
          "without MPI: tcp://HOST:PORT of rank 0 or file:PATH on a shared file system (default "
          "tcp://$MASTER_ADDR:$MASTER_PORT)"),
-    FLAG("--rendezvous-timeout", FLAG_FLOAT, Args, rendezvous_timeout, "seconds to wait for all ranks"),
-    FLAG("--comm-timeout", FLAG_FLOAT, Args, comm_timeout,
-         "seconds a rank waits without progress (a peer died) before it exits with an error, 0 = forever"),
+    FLAG_NUM("--rendezvous-timeout", FLAG_FLOAT, Args, rendezvous_timeout, 0, 1e6, FLAG_LO_OPEN,
+             "seconds to wait for all ranks"),
+    FLAG_NUM("--comm-timeout", FLAG_FLOAT, Args, comm_timeout, 0, 1e6, FLAG_CLOSED,
+             "seconds a rank waits without progress (a peer died) before it exits with an error, 0 = forever"),
 };
 #define N_FLAGS ((int)(sizeof(FLAGS) / sizeof(FLAGS[0])))
 
@@ -107,15 +112,6 @@ static LlamaConfig parse_args(Args *a, int argc, char **argv, HfTokenIds *init_i
     *a = default_args();
     flags_parse(FLAGS, N_FLAGS, argc, argv, a, usage);
     train_flags_check(&a->t);
-    if (a->recompute < 0 || a->recompute > 2)
-        FAIL("--recompute takes 0, 1 or 2 (got %d)", a->recompute);
-    if (a->zero_stage < 0 || a->zero_stage > 3)
-        FAIL("--zero-stage takes 0, 1, 2 or 3 (got %d)", a->zero_stage);
-    if (!(a->logits_budget_mb > 0) || !(a->rendezvous_timeout > 0))
-        FAIL("--logits-budget-mb and --rendezvous-timeout must be positive (got %g, %g)", a->logits_budget_mb,
-             a->rendezvous_timeout);
-    if (!(a->comm_timeout >= 0))
-        FAIL("--comm-timeout must be >= 0 seconds (0 = wait forever; got %g)", a->comm_timeout);
     char err[2048];
     if (a->rendezvous && rendezvous_check_spec(a->rendezvous, err, sizeof(err)) != 0)
         FAIL("--rendezvous: %s", err);

@@ -29,6 +29,8 @@
 
 /* A shape flag that was not given: the preset's value stands. */
 #define SHAPE_UNSET FLAG_INT_UNSET
+/* -B's bound; B*T*GPUs must also stay below 2^31 (train_micro_steps) */
+#define TRAIN_MAX_B (1 << 20)
 
 #define DEFAULT_TRAIN_SHARDS "data/shards/corpus_train_*.bin"
 #define DEFAULT_VAL_SHARDS "data/shards/corpus_val_*.bin"
@@ -101,47 +103,64 @@ typedef struct {
         FLAG("--init-from", FLAG_STRING, O, m.model.init_from,                                                         \
              "start from an HF model directory (config.json + safetensors, as save_pretrained writes; a checkpoint "   \
              "is one) or a .llmt weights file: its shape and weights, no preset needed"),                              \
-        FLAG("--vocab", FLAG_INT, O, m.model.vocab_size, "vocabulary size (overrides the preset)"),                    \
-        FLAG("--d-model", FLAG_INT, O, m.model.d_model, "hidden size (overrides the preset)"),                         \
-        FLAG("--n-layer", FLAG_INT, O, m.model.n_layer, "decoder layers (overrides the preset)"),                      \
-        FLAG("--n-head", FLAG_INT, O, m.model.n_head, "query heads (overrides the preset)"),                           \
-        FLAG("--n-kv-head", FLAG_INT, O, m.model.n_kv_head,                                                            \
-             "key/value heads, dividing n_head (overrides the preset)"),                                               \
-        FLAG("--head-dim", FLAG_INT, O, m.model.head_dim, "head size (default d_model / n_head)"),                     \
-        FLAG("--ffn-dim", FLAG_INT, O, m.model.ffn_dim, "SwiGLU hidden size (overrides the preset)"),                  \
+        FLAG_NUM("--vocab", FLAG_INT, O, m.model.vocab_size, 1, LLAMA_MAX_VOCAB, FLAG_CLOSED,                          \
+                 "vocabulary size (overrides the preset)"),                                                            \
+        FLAG_NUM("--d-model", FLAG_INT, O, m.model.d_model, 1, LLAMA_MAX_D_MODEL, FLAG_CLOSED,                         \
+                 "hidden size (overrides the preset)"),                                                                \
+        FLAG_NUM("--n-layer", FLAG_INT, O, m.model.n_layer, 1, LLAMA_MAX_LAYERS, FLAG_CLOSED,                          \
+                 "decoder layers (overrides the preset)"),                                                             \
+        FLAG_NUM("--n-head", FLAG_INT, O, m.model.n_head, 1, LLAMA_MAX_HEADS, FLAG_CLOSED,                             \
+                 "query heads (overrides the preset)"),                                                                \
+        FLAG_NUM("--n-kv-head", FLAG_INT, O, m.model.n_kv_head, 1, LLAMA_MAX_HEADS, FLAG_CLOSED,                       \
+                 "key/value heads, dividing n_head (overrides the preset)"),                                           \
+        FLAG_NUM("--head-dim", FLAG_INT, O, m.model.head_dim, 1, LLAMA_MAX_HEAD_DIM, FLAG_CLOSED,                      \
+                 "head size (default d_model / n_head)"),                                                              \
+        FLAG_NUM("--ffn-dim", FLAG_INT, O, m.model.ffn_dim, 1, LLAMA_MAX_FFN, FLAG_CLOSED,                             \
+                 "SwiGLU hidden size (overrides the preset)"),                                                         \
         FLAG("--untied", FLAG_SWITCH, O, m.model.untied, "untie lm_head from the embedding"), FLAG_SECTION("batch"),   \
-        FLAG("-B", FLAG_INT, O, m.batch.B, "sequences per micro-batch (and GPU)"),                                     \
-        FLAG("-T", FLAG_INT, O, m.batch.T, "sequence length, at most the model's max_seq_len"),                        \
-        FLAG("--total-batch", FLAG_INT, O, m.batch.total_batch,                                                        \
-             "tokens per optimizer step over all GPUs, a multiple of B*T*GPUs (default B*T*GPUs; more: gradient "      \
-             "accumulation)"),                                                                                         \
-        FLAG_SECTION("optimizer"), FLAG("--lr", FLAG_DOUBLE, O, m.optim.adamw.lr, "peak learning rate"),               \
+        FLAG_NUM("-B", FLAG_INT, O, m.batch.B, 1, TRAIN_MAX_B, FLAG_CLOSED, "sequences per micro-batch (and GPU)"),    \
+        FLAG_NUM("-T", FLAG_INT, O, m.batch.T, 1, LLAMA_MAX_SEQ_LEN, FLAG_CLOSED,                                      \
+                 "sequence length, at most the model's max_seq_len"),                                                  \
+        FLAG_NUM("--total-batch", FLAG_INT, O, m.batch.total_batch, 0, INT_MAX, FLAG_CLOSED,                           \
+                 "tokens per optimizer step over all GPUs, a multiple of B*T*GPUs (default B*T*GPUs; more: gradient "  \
+                 "accumulation)"),                                                                                     \
+        FLAG_SECTION("optimizer"),                                                                                     \
+        FLAG_NUM("--lr", FLAG_DOUBLE, O, m.optim.adamw.lr, 0, 10, FLAG_LO_OPEN, "peak learning rate"),                 \
         FLAG("--schedule", FLAG_STRING, O, m.optim.schedule,                                                           \
              "after warmup: cosine or linear to --min-lr-frac, constant, or wsd (llmc/schedule.h)"),                   \
-        FLAG("--warmup", FLAG_INT, O, m.optim.warmup, "linear warmup steps"),                                          \
-        FLAG("--min-lr-frac", FLAG_DOUBLE, O, m.optim.min_lr_frac, "final lr as a fraction of --lr"),                  \
-        FLAG("--decay-frac", FLAG_DOUBLE, O, m.optim.decay_frac, "wsd: fraction of the steps spent decaying"),         \
-        FLAG("--weight-decay", FLAG_DOUBLE, O, m.optim.adamw.weight_decay, "AdamW weight decay, on matrices only"),    \
-        FLAG("--beta1", FLAG_DOUBLE, O, m.optim.adamw.beta1, "AdamW beta1"),                                           \
-        FLAG("--beta2", FLAG_DOUBLE, O, m.optim.adamw.beta2, "AdamW beta2"),                                           \
-        FLAG("--eps", FLAG_DOUBLE, O, m.optim.adamw.eps, "AdamW epsilon"),                                             \
-        FLAG("--grad-clip", FLAG_DOUBLE, O, m.optim.adamw.grad_clip, "max global gradient norm, 0 = off"),             \
-        FLAG_SECTION("run"), FLAG("--steps", FLAG_INT, O, m.run.steps, "optimizer steps"),                             \
-        FLAG("--eval-every", FLAG_INT, O, m.run.eval_every,                                                            \
-             "evaluate on the val shards every N steps and at the end, 0 = never"),                                    \
-        FLAG("--eval-batches", FLAG_INT, O, m.run.eval_batches, "val batches per evaluation"),                         \
-        FLAG("--seed", FLAG_INT, O, m.run.seed, "init and data-order seed"),                                           \
+        FLAG_NUM("--warmup", FLAG_INT, O, m.optim.warmup, 0, INT_MAX, FLAG_CLOSED, "linear warmup steps"),             \
+        FLAG_NUM("--min-lr-frac", FLAG_DOUBLE, O, m.optim.min_lr_frac, 0, 1, FLAG_CLOSED,                              \
+                 "final lr as a fraction of --lr"),                                                                    \
+        FLAG_NUM("--decay-frac", FLAG_DOUBLE, O, m.optim.decay_frac, 0, 1, FLAG_LO_OPEN,                               \
+                 "wsd: fraction of the steps spent decaying"),                                                         \
+        FLAG_NUM("--weight-decay", FLAG_DOUBLE, O, m.optim.adamw.weight_decay, 0, 10, FLAG_CLOSED,                     \
+                 "AdamW weight decay, on matrices only"),                                                              \
+        FLAG_NUM("--beta1", FLAG_DOUBLE, O, m.optim.adamw.beta1, 0, 1, FLAG_HI_OPEN, "AdamW beta1"),                   \
+        FLAG_NUM("--beta2", FLAG_DOUBLE, O, m.optim.adamw.beta2, 0, 1, FLAG_HI_OPEN, "AdamW beta2"),                   \
+        FLAG_NUM("--eps", FLAG_DOUBLE, O, m.optim.adamw.eps, 0, 1, FLAG_LO_OPEN, "AdamW epsilon"),                     \
+        FLAG_NUM("--grad-clip", FLAG_DOUBLE, O, m.optim.adamw.grad_clip, 0, 1e9, FLAG_CLOSED,                          \
+                 "max global gradient norm, 0 = off"),                                                                 \
+        FLAG_SECTION("run"),                                                                                           \
+        FLAG_NUM("--steps", FLAG_INT, O, m.run.steps, 1, INT_MAX, FLAG_CLOSED, "optimizer steps"),                     \
+        FLAG_NUM("--eval-every", FLAG_INT, O, m.run.eval_every, 0, INT_MAX, FLAG_CLOSED,                               \
+                 "evaluate on the val shards every N steps and at the end, 0 = never"),                                \
+        FLAG_NUM("--eval-batches", FLAG_INT, O, m.run.eval_batches, 1, 1000000, FLAG_CLOSED,                           \
+                 "val batches per evaluation"),                                                                        \
+        FLAG_NUM("--seed", FLAG_INT, O, m.run.seed, 0, INT_MAX, FLAG_CLOSED, "init and data-order seed"),              \
         FLAG("--log", FLAG_STRING, O, m.run.log,                                                                       \
              "JSON lines log: the run's settings, then every step ('' = none; --resume appends)"),                     \
         FLAG("--on-nan", FLAG_STRING, O, m.run.on_nan,                                                                 \
              "a step whose loss or gradient is not finite: skip (its update, counted) or stop"),                       \
-        FLAG("--max-skips", FLAG_INT, O, m.run.max_skips, "with --on-nan skip: stop after this many in a row"),        \
+        FLAG_NUM("--max-skips", FLAG_INT, O, m.run.max_skips, 1, INT_MAX, FLAG_CLOSED,                                 \
+                 "with --on-nan skip: stop after this many in a row"),                                                 \
         FLAG_SECTION("checkpoints"),                                                                                   \
         FLAG("--checkpoint-dir", FLAG_STRING, O, m.ckpt.dir,                                                           \
              "save DIR/step_<08d>/: model.safetensors (fp32, HF names), config.json, optimizer state; at the end "     \
              "and"),                                                                                                   \
-        FLAG("--save-every", FLAG_INT, O, m.ckpt.save_every, "every N steps (0 = only at the end)"),                   \
-        FLAG("--keep", FLAG_INT, O, m.ckpt.keep, "keep the newest K complete checkpoints (0 = all)"),                  \
+        FLAG_NUM("--save-every", FLAG_INT, O, m.ckpt.save_every, 0, INT_MAX, FLAG_CLOSED,                              \
+                 "every N steps (0 = only at the end)"),                                                               \
+        FLAG_NUM("--keep", FLAG_INT, O, m.ckpt.keep, 0, INT_MAX, FLAG_CLOSED,                                          \
+                 "keep the newest K complete checkpoints (0 = all)"),                                                  \
         FLAG("--resume", FLAG_SWITCH, O, m.ckpt.resume,                                                                \
              "continue from the newest complete checkpoint in --checkpoint-dir"),                                      \
         FLAG("--export", FLAG_STRING, O, m.ckpt.export_dir,                                                            \
@@ -149,13 +168,15 @@ typedef struct {
              "model.safetensors, tokenizer.model); DIR must be new or empty"),                                         \
         FLAG("--export-dtype", FLAG_STRING, O, m.ckpt.export_dtype, "fp32, or bf16 (half the size)"),                  \
         FLAG_SECTION("samples"),                                                                                       \
-        FLAG("--sample-every", FLAG_INT, O, m.sample.every,                                                            \
-             "print a sample of text every N steps and at the end (0 = never)"),                                       \
-        FLAG("--sample-tokens", FLAG_INT, O, m.sample.tokens, "tokens per sample"),                                    \
+        FLAG_NUM("--sample-every", FLAG_INT, O, m.sample.every, 0, INT_MAX, FLAG_CLOSED,                               \
+                 "print a sample of text every N steps and at the end (0 = never)"),                                   \
+        FLAG_NUM("--sample-tokens", FLAG_INT, O, m.sample.tokens, 1, LLAMA_MAX_SEQ_LEN, FLAG_CLOSED,                   \
+                 "tokens per sample"),                                                                                 \
         FLAG("--prompt", FLAG_STRING, O, m.sample.prompt, "text the samples continue (default: the BOS token alone)"), \
-        FLAG("--temperature", FLAG_DOUBLE, O, m.sample.temperature, "0 = greedy"),                                     \
-        FLAG("--top-p", FLAG_DOUBLE, O, m.sample.top_p, "draw from the most likely tokens that make up this much"),    \
-        FLAG("--sample-seed", FLAG_INT, O, m.sample.seed, "the samples' random seed")
+        FLAG_NUM("--temperature", FLAG_DOUBLE, O, m.sample.temperature, 0, 100, FLAG_CLOSED, "0 = greedy"),            \
+        FLAG_NUM("--top-p", FLAG_DOUBLE, O, m.sample.top_p, 0, 1, FLAG_LO_OPEN,                                        \
+                 "draw from the most likely tokens that make up this much"),                                           \
+        FLAG_NUM("--sample-seed", FLAG_INT, O, m.sample.seed, 0, INT_MAX, FLAG_CLOSED, "the samples' random seed")
 
 static inline TrainFlags train_flags_defaults(void)
 {
@@ -205,55 +226,23 @@ static inline int model_flags_shape_given(const ModelFlags *m)
 /* Every check that needs neither the model nor the GPUs; exits naming the flag. */
 static inline void train_flags_check(const TrainFlags *f)
 {
-    const ModelFlags *m = &f->model;
-    const AdamWConfig *a = &f->optim.adamw;
-    const char *shape_names[] = {"--vocab",     "--d-model",  "--n-layer", "--n-head",
-                                 "--n-kv-head", "--head-dim", "--ffn-dim"};
-    const int shape[] = {m->vocab_size, m->d_model, m->n_layer, m->n_head, m->n_kv_head, m->head_dim, m->ffn_dim};
-    for (int i = 0; i < 7; i++) {
-        if (shape[i] != SHAPE_UNSET && shape[i] <= 0)
-            FAIL("%s must be positive (got %d)", shape_names[i], shape[i]);
-    }
+    const ModelFlags *m = &f->model; /* the numbers' ranges were checked by flags_parse (the FLAG_NUM table) */
     if (m->init_from && (m->preset || model_flags_shape_given(m)))
         FAIL("--init-from takes the model shape from '%s'; drop --preset and the shape flags", m->init_from);
-    if (f->batch.B <= 0 || f->batch.T <= 0)
-        FAIL("-B and -T must be positive (got %d, %d)", f->batch.B, f->batch.T);
-    if (f->batch.total_batch < 0)
-        FAIL("--total-batch must be positive, or 0 for B*T*GPUs (got %d)", f->batch.total_batch);
-    if (f->run.steps <= 0)
-        FAIL("--steps must be positive (got %d)", f->run.steps);
-    if (f->optim.warmup < 0 || f->run.eval_every < 0 || f->run.eval_batches <= 0)
-        FAIL("--warmup and --eval-every must be >= 0 and --eval-batches > 0 (got %d, %d, %d)", f->optim.warmup,
-             f->run.eval_every, f->run.eval_batches);
-    if (!(a->lr > 0) || !(f->optim.min_lr_frac >= 0 && f->optim.min_lr_frac <= 1) || !(a->weight_decay >= 0))
-        FAIL("need --lr > 0 (got %g), 0 <= --min-lr-frac <= 1 (got %g), --weight-decay >= 0 (got %g)", a->lr,
-             f->optim.min_lr_frac, a->weight_decay);
-    if (!(f->optim.decay_frac > 0 && f->optim.decay_frac <= 1))
-        FAIL("--decay-frac must be in (0, 1] (got %g)", f->optim.decay_frac);
-    if (!(a->beta1 >= 0 && a->beta1 < 1 && a->beta2 >= 0 && a->beta2 < 1 && a->eps > 0 && a->grad_clip >= 0))
-        FAIL("need 0 <= --beta1, --beta2 < 1 (got %g, %g), --eps > 0 (got %g), --grad-clip >= 0 (got %g)", a->beta1,
-             a->beta2, a->eps, a->grad_clip);
     ScheduleKind kind;
     if (schedule_kind_from_name(f->optim.schedule, &kind) != 0)
         FAIL("unknown --schedule '%s'; use cosine, linear, constant or wsd", f->optim.schedule);
-    if (f->ckpt.save_every < 0 || f->ckpt.keep < 0)
-        FAIL("--save-every and --keep must be >= 0 (got %d, %d)", f->ckpt.save_every, f->ckpt.keep);
     if ((f->ckpt.resume || f->ckpt.save_every > 0) && !f->ckpt.dir)
         FAIL("--resume and --save-every need --checkpoint-dir DIR");
     char err[2048];
     if (f->ckpt.dir && checkpoint_dir_check_try(f->ckpt.dir, f->ckpt.resume, err, sizeof(err)) != 0)
         FAIL("%s", err); /* now, not at the first save after hours of training */
-    if ((strcmp(f->run.on_nan, "skip") != 0 && strcmp(f->run.on_nan, "stop") != 0) || f->run.max_skips < 1)
-        FAIL("--on-nan takes skip or stop (got '%s') and --max-skips must be at least 1 (got %d)", f->run.on_nan,
-             f->run.max_skips);
+    if (strcmp(f->run.on_nan, "skip") != 0 && strcmp(f->run.on_nan, "stop") != 0)
+        FAIL("--on-nan takes skip or stop (got '%s')", f->run.on_nan);
     if (strcmp(f->ckpt.export_dtype, "fp32") != 0 && strcmp(f->ckpt.export_dtype, "bf16") != 0)
         FAIL("--export-dtype takes fp32 or bf16 (got '%s')", f->ckpt.export_dtype);
     if (f->ckpt.export_dir && !f->ckpt.export_dir[0])
         FAIL("--export needs a directory");
-    if (f->sample.every < 0 || f->sample.tokens <= 0)
-        FAIL("--sample-every must be >= 0 and --sample-tokens > 0 (got %d, %d)", f->sample.every, f->sample.tokens);
-    if (!(f->sample.temperature >= 0) || !(f->sample.top_p > 0 && f->sample.top_p <= 1))
-        FAIL("--temperature must be >= 0 and --top-p in (0, 1] (got %g, %g)", f->sample.temperature, f->sample.top_p);
 }
 
 static inline void train_print_presets(FILE *out)

@@ -76,6 +76,7 @@ def test_a_nan_weight_is_never_saved(tmp_path, nan_model, bin):
 
 @pytest.mark.parametrize("bin", BINS)
 def test_bad_on_nan_flags(nan_model, bin):
-    for flags in (["--on-nan", "ignore"], ["--max-skips", 0]):
+    for flags, message in ((["--on-nan", "ignore"], "--on-nan takes skip or stop (got 'ignore')"),
+                           (["--max-skips", 0], "--max-skips 0 is out of range")):
         r = run(bin, *nan_model, "--steps", 1, "--log", "", *flags)
-        assert r.returncode != 0 and "--on-nan takes skip or stop" in r.stderr, r.stderr
+        assert r.returncode != 0 and message in r.stderr, r.stderr

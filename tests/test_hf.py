@@ -297,6 +297,28 @@ def duplicate_name(d, c, named):
 REFUSED["a tensor name twice"] = (hf_config(), duplicate_name, "names tensor 'model.norm.weight' twice")
 
 
+def huge_offset(number):
+    """The audit's 1e9999: a number past double's range where an offset belongs (it was cast to int64), or one
+    that a double holds but an int64 does not."""
+    return lambda d, c, named: huge_offset_(d, c, named, number)
+
+
+def huge_offset_(d, c, named, number):
+    write_dir(d, c, named)
+    p = os.path.join(d, "model.safetensors")
+    raw = open(p, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    h = json.loads(raw[8:8 + n])
+    end = h["model.norm.weight"]["data_offsets"][1]
+    text = raw[8:8 + n].decode().replace(f"{end}]", f"{number}]", 1)
+    text = text.encode() + b" " * (-len(text) % 8)
+    open(p, "wb").write(struct.pack("<Q", len(text)) + text + raw[8 + n:])
+
+
+REFUSED["an offset of 1e9999"] = (hf_config(), huge_offset("1e9999"), "number too large for a double")
+REFUSED["an offset of 1e300"] = (hf_config(), huge_offset("1e300"), "data_offsets")
+
+
 @pytest.mark.parametrize("case", sorted(REFUSED))
 def test_refused_with_a_message(tmp_path, case):
     c, make, message = REFUSED[case]

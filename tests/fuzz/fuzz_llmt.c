@@ -14,13 +14,9 @@
 #include <unistd.h>
 
 #include "llmc/hf_model.h"
+#include "tests/fuzz/fuzz_file.h"
 
-static char path[64];
-
-static void remove_file(void)
-{
-    unlink(path);
-}
+static const char *path;
 
 static void expect_named(const char *err)
 {
@@ -30,14 +26,8 @@ static void expect_named(const char *err)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (!path[0]) {
-        snprintf(path, sizeof(path), "/tmp/fuzz_llmt_%ld.llmt", (long)getpid());
-        atexit(remove_file);
-    }
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(data, 1, size, f) != size)
-        abort();
-    fclose(f);
+    path = fuzz_file_path("weights.llmt");
+    fuzz_write_file(path, data, size);
     TensorFile tf;
     char err[2048];
     if (tensorfile_open_try(&tf, path, err, sizeof(err)) != 0) {

@@ -12,24 +12,12 @@
 #include <unistd.h>
 
 #include "llmc/safetensors.h"
-
-static char path[64];
-
-static void remove_file(void)
-{
-    unlink(path);
-}
+#include "tests/fuzz/fuzz_file.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (!path[0]) {
-        snprintf(path, sizeof(path), "/tmp/fuzz_safetensors_%ld.safetensors", (long)getpid());
-        atexit(remove_file);
-    }
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(data, 1, size, f) != size)
-        abort();
-    fclose(f);
+    const char *path = fuzz_file_path("model.safetensors");
+    fuzz_write_file(path, data, size);
     SafetensorsFile sf;
     char err[1024];
     if (safetensors_open(&sf, path, err, sizeof(err)) != 0) {

@@ -16,16 +16,12 @@
 #include <unistd.h>
 
 #include "llmc/dataloader.h"
+#include "tests/fuzz/fuzz_file.h"
 
 #define SETTINGS_BYTES 3
 #define STATE_BYTES 40
 
-static char path[64];
-
-static void remove_file(void)
-{
-    unlink(path);
-}
+static const char *path;
 
 static uint64_t u64le(const uint8_t *p)
 {
@@ -54,18 +50,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < SETTINGS_BYTES + STATE_BYTES)
         return 0;
-    if (!path[0]) {
-        snprintf(path, sizeof(path), "/tmp/fuzz_shard_%ld_000000.bin", (long)getpid());
-        atexit(remove_file);
-    }
+    path = fuzz_file_path("shard_000000.bin");
     int B = 1 + data[0] % 4, T = 1 + data[1] % 32, shuffle = data[2] & 1, own_layout = data[2] & 2;
     int vocab = data[2] & 4 ? 300 : 0; /* a model's vocabulary, or none to check against */
     DataLoaderState state = {u64le(data + 3), u64le(data + 11), u64le(data + 19), u64le(data + 27), u64le(data + 35)};
-    FILE *f = fopen(path, "wb");
-    size_t n = size - SETTINGS_BYTES - STATE_BYTES;
-    if (!f || fwrite(data + SETTINGS_BYTES + STATE_BYTES, 1, n, f) != n)
-        abort();
-    fclose(f);
+    fuzz_write_file(path, data + SETTINGS_BYTES + STATE_BYTES, size - SETTINGS_BYTES - STATE_BYTES);
     DataLoader dl;
     if (dataloader_init(&dl, path, B, T, 0, 1, shuffle, 1234, vocab) != 0) {
         expect_named(&dl);

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "llmc/train_state.h"
+#include "tests/fuzz/fuzz_file.h"
 
 #define SEPARATOR "=NEXTFILE="
 #define MAX_TOTAL (1 << 16)
@@ -29,14 +30,6 @@ static void remove_files(void)
     for (int i = 0; i < 3; i++)
         unlink(files[i]);
     rmdir(dir);
-}
-
-static void write_file(const char *path, const uint8_t *data, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(data, 1, n, f) != n)
-        abort();
-    fclose(f);
 }
 
 static void expect_named(const char *err)
@@ -59,11 +52,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         unlink(files[i]);
     const uint8_t *split = (const uint8_t *)memmem(data, size, SEPARATOR, strlen(SEPARATOR));
     if (split) {
-        write_file(files[1], data, (size_t)(split - data));
+        fuzz_write_file(files[1], data, (size_t)(split - data));
         size_t rest = size - (size_t)(split - data) - strlen(SEPARATOR);
-        write_file(files[2], split + strlen(SEPARATOR), rest);
+        fuzz_write_file(files[2], split + strlen(SEPARATOR), rest);
     } else {
-        write_file(files[0], data, size);
+        fuzz_write_file(files[0], data, size);
     }
     int64_t total = 1000;
     if (size >= 56) {

@@ -40,6 +40,11 @@ for s in $steps; do
             timeout 600 compute-sanitizer --tool $tool --error-exitcode 9 ./test_llama testdata/tiny_gqa_tied.dump.llmt \
                 > "$out/sanitizer_${tool%% *}.log" 2>&1 || status=1
             grep -E "ERROR SUMMARY|LEAK SUMMARY|passed" "$out/sanitizer_${tool%% *}.log" | tail -3
+            # and a short training run: data loading, optimizer, checkpoint save on the device
+            timeout 600 compute-sanitizer --tool $tool --error-exitcode 9 ./train_llama --preset tiny --vocab 512 \
+                -B 2 -T 64 --steps 3 --warmup 1 --random-data --checkpoint-dir "$out/sanitizer_ckpt_${tool%% *}" \
+                --save-every 3 > "$out/sanitizer_train_${tool%% *}.log" 2>&1 || status=1
+            grep -E "ERROR SUMMARY|LEAK SUMMARY|error" "$out/sanitizer_train_${tool%% *}.log" | tail -3
         done;;
     settings)
         OUT="$out" bash dev/bench/train_llama_settings.sh throughput || status=1;;

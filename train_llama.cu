@@ -180,10 +180,13 @@ static void gpus_stop(Gpus *g)
 /* Resumes from the newest complete checkpoint (weights, AdamW state, step, data
  * position and RNG: the run continues as if never stopped), or starts from
  * --init-from or random weights. The step to start at; *resumed_from: the
- * checkpoint, or "". */
-static int model_start(Llama *m, BatchSource *src, const TrainFlags *t, char *resumed_from, size_t len)
+ * checkpoint, or ""; *run_id: the run's id, rank 0's new one for a fresh run
+ * (or one resumed without). */
+static int model_start(Llama *m, BatchSource *src, const TrainFlags *t, char *resumed_from, size_t len,
+                       uint64_t *run_id, cudaStream_t s)
 {
     resumed_from[0] = '\0';
+    *run_id = dist_broadcast_u64(m->params.dist, run_id_new(), s);
     if (t->ckpt.resume && checkpoint_find_latest(t->ckpt.dir, resumed_from, len) != 0) {
         printf("resume: no complete checkpoint in '%s'; starting fresh\n", t->ckpt.dir);
         resumed_from[0] = '\0';
@@ -195,7 +198,10 @@ static int model_start(Llama *m, BatchSource *src, const TrainFlags *t, char *re
             FAIL("'%s' is at step %llu, at or past --steps %d: nothing to train\n  hint: raise --steps to go on",
                  resumed_from, (unsigned long long)st.step, t->run.steps);
         batch_source_set_state(src, st.rng_state, &st.data, resumed_from);
-        printf("resumed from '%s' at step %llu\n", resumed_from, (unsigned long long)st.step);
+        if (st.run_id != 0)
+            *run_id = st.run_id;
+        printf("resumed run %016llx from '%s' at step %llu\n", (unsigned long long)*run_id, resumed_from,
+               (unsigned long long)st.step);
         return (int)st.step;
     }
     if (t->model.init_from)
@@ -329,10 +335,11 @@ int main(int argc, char **argv)
     Llama model;
     llama_build(&model, &config, &options);
     char resumed_from[LLMC_PATH_MAX];
-    int start_step = model_start(&model, &src, t, resumed_from, sizeof(resumed_from));
+    uint64_t run_id;
+    int start_step = model_start(&model, &src, t, resumed_from, sizeof(resumed_from), &run_id, s);
     RunLog log;
-    run_log_open(&log, rank == 0 ? t->run.log : NULL, t->ckpt.resume, resumed_from, argc, argv, &config, FLAGS, N_FLAGS,
-                 &a);
+    run_log_open(&log, rank == 0 ? t->run.log : NULL, t->ckpt.resume, run_id, resumed_from, argc, argv, &config, FLAGS,
+                 N_FLAGS, &a);
     printf("parameters: %.3f M; batch %d x %d x %d accum x %d GPUs = %d tokens/step; recompute %d; logits chunk %d "
            "rows\ndata: %s\n",
            model.layout.total / 1e6, t->batch.B, t->batch.T, accum, world, total_batch, a.recompute, model.logits_chunk,
@@ -361,7 +368,7 @@ int main(int argc, char **argv)
         nan_guard_step(&nan_guard, &t->run, step + 1, r.loss, r.grad_norm, r.skipped);
         watchdog_progress(&gpus.watchdog, "step %d", step + 1);
         if (t->ckpt.dir && checkpoint_due(step + 1, t->ckpt.save_every, t->run.steps)) {
-            CheckpointState st = checkpoint_state((uint64_t)(step + 1), (uint64_t)model.optimizer.step, 0);
+            CheckpointState st = checkpoint_state(run_id, (uint64_t)(step + 1), (uint64_t)model.optimizer.step, 0);
             batch_source_get_state(&src, &st.rng_state, &st.data);
             llama_save_checkpoint(&model, t->ckpt.dir, t->ckpt.keep, &outputs.extras, st, s);
             watchdog_progress(&gpus.watchdog, "checkpoint of step %d", step + 1);

@@ -870,10 +870,13 @@ static float evaluate(Llama *m, DataLoader *val, int eval_batches)
 
 /* Resumes from the newest complete checkpoint (weights, AdamW state, step, data
  * position: the schedule follows the global step, so the run continues as if
- * never stopped). The step to start at; resumed_from gets the checkpoint or "". */
-static int resume(Llama *m, BatchSource *src, const CheckpointFlags *ck, int steps, char *resumed_from, size_t len)
+ * never stopped). The step to start at; resumed_from gets the checkpoint or "",
+ * run_id the run's id (a new one for a fresh run, or one resumed without). */
+static int resume(Llama *m, BatchSource *src, const CheckpointFlags *ck, int steps, char *resumed_from, size_t len,
+                  uint64_t *run_id)
 {
     resumed_from[0] = '\0';
+    *run_id = run_id_new();
     if (!ck->resume)
         return 0;
     if (checkpoint_find_latest(ck->dir, resumed_from, len) != 0) {
@@ -892,7 +895,9 @@ static int resume(Llama *m, BatchSource *src, const CheckpointFlags *ck, int ste
              resumed_from, (unsigned long long)st.step, steps);
     m->adam_step = (int)st.adam_step;
     batch_source_set_state(src, st.rng_state, &st.data, resumed_from);
-    printf("resumed from '%s' at step %d\n", resumed_from, (int)st.step);
+    if (st.run_id != 0)
+        *run_id = st.run_id;
+    printf("resumed run %016llx from '%s' at step %d\n", (unsigned long long)*run_id, resumed_from, (int)st.step);
     return (int)st.step;
 }
 
@@ -931,9 +936,10 @@ int main(int argc, char **argv)
            (long long)t->batch.B * t->batch.T * accum, t->batch.B, t->batch.T, accum,
            t->data.random ? "random tokens" : t->data.train);
     char resumed_from[LLMC_PATH_MAX];
-    int start_step = resume(&model, &src, &t->ckpt, t->run.steps, resumed_from, sizeof(resumed_from));
+    uint64_t run_id;
+    int start_step = resume(&model, &src, &t->ckpt, t->run.steps, resumed_from, sizeof(resumed_from), &run_id);
     RunLog log;
-    run_log_open(&log, t->run.log, t->ckpt.resume, resumed_from, argc, argv, &config, FLAGS, N_FLAGS, &a);
+    run_log_open(&log, t->run.log, t->ckpt.resume, run_id, resumed_from, argc, argv, &config, FLAGS, N_FLAGS, &a);
 
     int64_t step_tokens = (int64_t)t->batch.B * t->batch.T * accum;
     int *inputs = (int *)malloc_check((size_t)step_tokens * sizeof(int), "step inputs");
@@ -948,7 +954,7 @@ int main(int argc, char **argv)
         run_log_step(&log, &r);
         nan_guard_step(&nan_guard, &t->run, step + 1, r.loss, r.grad_norm, r.skipped);
         if (t->ckpt.dir && checkpoint_due(step + 1, t->ckpt.save_every, t->run.steps)) {
-            CheckpointState st = checkpoint_state((uint64_t)(step + 1), (uint64_t)model.adam_step, 0);
+            CheckpointState st = checkpoint_state(run_id, (uint64_t)(step + 1), (uint64_t)model.adam_step, 0);
             batch_source_get_state(&src, &st.rng_state, &st.data);
             char saved[LLMC_PATH_MAX];
             checkpoint_save(t->ckpt.dir, &model.config, &model.layout, model.params, model.adam_m, model.adam_v,

@@ -19,7 +19,8 @@
  * and renamed into place, and the directory fsync'ed. A checkpoint without
  * COMPLETE (a write killed midway) is ignored by checkpoint_find_latest; the
  * next save removes it and every leftover *.tmp* directory (never a complete
- * checkpoint), then keeps only the newest K complete checkpoints (K = 0: all).
+ * checkpoint), then keeps only the newest K complete checkpoints (K = 0: all)
+ * of the run that saves (its run id, train_state.h): another run's are left.
  *
  * Loading validates everything against the model built from the run's flags:
  * config.json's shape fields, the weights (safetensors.h) and the optimizer
@@ -78,8 +79,10 @@ static inline int ckpt_is_complete(const char *dir, const char *name)
 }
 
 /* Removes leftover *.tmp* directories and step dirs without COMPLETE, then all
- * but the newest keep complete checkpoints (keep <= 0: all). */
-static inline void ckpt_cleanup(const char *dir, int keep)
+ * but the newest keep complete checkpoints of run run_id (keep <= 0: all). A
+ * checkpoint whose state names another run is neither counted nor removed; one
+ * without a run id (an older build's) counts as this run's. */
+static inline void ckpt_cleanup(const char *dir, int keep, uint64_t run_id)
 {
     DIR *d = opendir(dir);
     if (!d)
@@ -102,6 +105,9 @@ static inline void ckpt_cleanup(const char *dir, int keep)
             remove_flat_dir(buf);
             continue;
         }
+        uint64_t owner = checkpoint_run_id(buf);
+        if (owner != 0 && run_id != 0 && owner != run_id)
+            continue;
         steps = (int64_t *)grow_array(steps, n, &cap, sizeof(int64_t), dir);
         steps[n++] = step;
     }
@@ -191,9 +197,10 @@ static inline int checkpoint_write_state_try(const char *staging, const Checkpoi
 
 /* Last step of a save, once every file is in the staging directory: fsync, rename
  * to <dir>/step_<08d>/, mark COMPLETE, then keep the newest `keep` complete
- * checkpoints (0: all). out_path (may be NULL) receives the directory. */
-static inline int checkpoint_commit_try(const char *dir, uint64_t step, int keep, char *out_path, size_t out_len,
-                                        char *err, size_t errlen)
+ * checkpoints of run run_id (0: all). out_path (may be NULL) receives the
+ * directory. */
+static inline int checkpoint_commit_try(const char *dir, uint64_t step, uint64_t run_id, int keep, char *out_path,
+                                        size_t out_len, char *err, size_t errlen)
 {
     char staging[LLMC_PATH_MAX], final_dir[LLMC_PATH_MAX], file[LLMC_PATH_MAX + 64], aside[LLMC_PATH_MAX + 64];
     char marker_tmp[LLMC_PATH_MAX + 64];
@@ -222,7 +229,7 @@ static inline int checkpoint_commit_try(const char *dir, uint64_t step, int keep
         return set_error(err, errlen, "cannot rename '%s' to '%s': %s", marker_tmp, file, strerror(errno));
     }
     fsync_path(final_dir);
-    ckpt_cleanup(dir, keep);
+    ckpt_cleanup(dir, keep, run_id);
     if (out_path)
         path_format(out_path, out_len, "%s", final_dir);
     return 0;
@@ -242,7 +249,7 @@ static inline int checkpoint_save_try(const char *dir, const LlamaConfig *config
     CkptRange all = {0, layout->total};
     if (checkpoint_write_model_try(staging, state->step, config, layout, params, extras, err, errlen) != 0 ||
         checkpoint_write_state_try(staging, state, layout->total, &all, 1, adam_m, adam_v, err, errlen) != 0 ||
-        checkpoint_commit_try(dir, state->step, keep, out_path, out_len, err, errlen) != 0) {
+        checkpoint_commit_try(dir, state->step, state->run_id, keep, out_path, out_len, err, errlen) != 0) {
         if (path_exists(staging)) /* a failed save leaves no staging directory behind */
             remove_flat_dir(staging);
         return -1;

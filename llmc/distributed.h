@@ -38,7 +38,7 @@ typedef struct {
     const char *source;  /* where rank and world came from (launch.h) */
     int mpi;             /* MPI initialised by dist_init */
     ncclComm_t comm;     /* NULL with one rank */
-    double *sum_scratch; /* device double for dist_sum_host */
+    double *sum_scratch; /* 8 device bytes for dist_sum_host and dist_broadcast_u64 */
 } Dist;
 
 static int dist_rank_for_errors = 0;
@@ -241,6 +241,18 @@ static inline double dist_sum_host(const Dist *d, double x, cudaStream_t stream)
     CUDA_CHECK(cudaMemcpyAsync(d->sum_scratch, &x, sizeof(double), cudaMemcpyHostToDevice, stream));
     NCCL_CHECK(ncclAllReduce(d->sum_scratch, d->sum_scratch, 1, ncclFloat64, ncclSum, d->comm, stream));
     CUDA_CHECK(cudaMemcpyAsync(&x, d->sum_scratch, sizeof(double), cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    return x;
+}
+
+/* Rank 0's x on every rank; blocks until every rank has called it. */
+static inline uint64_t dist_broadcast_u64(const Dist *d, uint64_t x, cudaStream_t stream)
+{
+    if (d->world == 1)
+        return x;
+    CUDA_CHECK(cudaMemcpyAsync(d->sum_scratch, &x, sizeof(x), cudaMemcpyHostToDevice, stream));
+    NCCL_CHECK(ncclBroadcast(d->sum_scratch, d->sum_scratch, 1, ncclUint64, 0, d->comm, stream));
+    CUDA_CHECK(cudaMemcpyAsync(&x, d->sum_scratch, sizeof(x), cudaMemcpyDeviceToHost, stream));
     CUDA_CHECK(cudaStreamSynchronize(stream));
     return x;
 }

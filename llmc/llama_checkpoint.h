@@ -112,8 +112,9 @@ static inline void llama_save_checkpoint(Llama *m, const char *dir, int keep, co
         llama_write_state(m, staging, state);
     dist_sum_host(d, 0.0, s); /* every file is written */
     if (d->rank == 0) {
-        llama_fail_if_error(checkpoint_commit_try(dir, state.step, keep, saved, sizeof(saved), err, sizeof(err)),
-                            d->rank, "saving a checkpoint", err, staging);
+        llama_fail_if_error(
+            checkpoint_commit_try(dir, state.step, state.run_id, keep, saved, sizeof(saved), err, sizeof(err)), d->rank,
+            "saving a checkpoint", err, staging);
         printf("saved checkpoint '%s'\n", saved);
     }
     dist_sum_host(d, 0.0, s); /* nobody reads the directory before it is complete */

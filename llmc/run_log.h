@@ -102,11 +102,11 @@ static inline void run_log_flags_json_(FILE *f, const Flag *flags, int n_flags, 
 }
 
 /* Opens the log at path ('' or NULL: none), appending when append (--resume),
- * and writes the run line: the program, the commit, the command line, the
- * checkpoint it resumed from (NULL or "": none), the model and the value of
- * every flag of the table (options holds them). */
-static inline void run_log_open(RunLog *log, const char *path, int append, const char *resumed_from, int argc,
-                                char **argv, const LlamaConfig *config, const Flag *flags, int n_flags,
+ * and writes the run line: the program, the commit, the command line, the run
+ * id (train_state.h), the checkpoint it resumed from (NULL or "": none), the
+ * model and the value of every flag of the table (options holds them). */
+static inline void run_log_open(RunLog *log, const char *path, int append, uint64_t run_id, const char *resumed_from,
+                                int argc, char **argv, const LlamaConfig *config, const Flag *flags, int n_flags,
                                 const void *options)
 {
     log->json = NULL;
@@ -132,7 +132,7 @@ static inline void run_log_open(RunLog *log, const char *path, int append, const
         fprintf(f, i ? ", " : "");
         json_write_string(f, argv[i]);
     }
-    fprintf(f, "], \"resumed_from\": ");
+    fprintf(f, "], \"run_id\": \"%016llx\", \"resumed_from\": ", (unsigned long long)run_id);
     if (resumed_from && resumed_from[0])
         json_write_string(f, resumed_from);
     else

@@ -8,7 +8,8 @@
  *    40  i32 rank   44 i32 world     48 i64 total (layout.total)
  *    56  i64 number of ranges n      64 i64 moments count
  *    72  DataLoaderState: u64 epoch, shard, window, seed, layout
- *   112  zeros to 128
+ *   112  u64 run id (0 in files written before run ids)
+ *   120  zeros to 128
  * then the range table, n x (i64 offset, i64 count): ascending, not
  * overlapping, adjacent ones merged; then AdamW m[count] and v[count], fp32,
  * each the ranges' elements of the flat buffers concatenated in table order
@@ -24,7 +25,12 @@
  *
  * Loading checks the magic, version and sizes, the range table, and that the
  * ranges of all ranks' files tile [0, total); every size is checked against
- * the file's before anything is allocated from it. The *_try functions return
+ * the file's before anything is allocated from it; every rank's file must
+ * carry rank 0's step and run id.
+ *
+ * The run id is drawn at random when a run starts fresh and carried through
+ * every resume: it tells one run's checkpoints from another's in the same
+ * directory, so --keep never deletes a checkpoint of another run. The *_try functions return
  * 0, or -1 with a message naming the file in err. Plain C (POSIX); compiles as
  * C++ too.
  */
@@ -37,6 +43,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "dataloader.h"
 #include "fileutil.h"
@@ -56,14 +64,16 @@ typedef struct {
     uint64_t rng_state;
     int32_t rank, world; /* which file of how many (the ranges travel beside the state) */
     DataLoaderState data;
+    uint64_t run_id; /* which run wrote it; 0: unknown (written before run ids) */
 } CheckpointState;
 
-/* The state of a single-process run after `step` optimizer steps (rank 0 of 1);
- * a sharded optimizer sets rank and world per file. */
-static inline CheckpointState checkpoint_state(uint64_t step, uint64_t adam_step, uint64_t rng_state)
+/* The state of a single-process run `run_id` after `step` optimizer steps (rank
+ * 0 of 1); a sharded optimizer sets rank and world per file. */
+static inline CheckpointState checkpoint_state(uint64_t run_id, uint64_t step, uint64_t adam_step, uint64_t rng_state)
 {
     CheckpointState st;
     memset(&st, 0, sizeof(st));
+    st.run_id = run_id;
     st.step = step;
     st.adam_step = adam_step;
     st.rng_state = rng_state;
@@ -132,6 +142,7 @@ static inline int ckpt_write_state(const char *path, const CheckpointState *st, 
     put_u64le(h + 88, st->data.window);
     put_u64le(h + 96, st->data.seed);
     put_u64le(h + 104, st->data.layout);
+    put_u64le(h + 112, st->run_id);
     FILE *f = fopen(path, "wb");
     if (!f)
         return set_error(err, errlen, "cannot create '%s': %s", path, strerror(errno));
@@ -168,6 +179,43 @@ static inline void checkpoint_state_file(char *out, size_t n, const char *ckpt_d
         path_format(out, n, "%s/train_state.bin", ckpt_dir);
     else
         path_format(out, n, "%s/train_state.%05d.bin", ckpt_dir, rank);
+}
+
+/* A fresh run's id: 64 bits from /dev/urandom (from the clock and the process
+ * id where it cannot be read), never 0. */
+static inline uint64_t run_id_new(void)
+{
+    uint64_t id = 0;
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (!f || fread(&id, sizeof(id), 1, f) != 1) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        id = ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^ ((uint64_t)getpid() << 40);
+        id = splitmix64(&id);
+    }
+    if (f)
+        fclose(f);
+    return id ? id : 1;
+}
+
+/* The run id in rank 0's train state file of checkpoint directory ckpt_dir; 0
+ * where there is none, or it is unreadable or written before run ids. */
+static inline uint64_t checkpoint_run_id(const char *ckpt_dir)
+{
+    char path[LLMC_PATH_MAX + 64];
+    unsigned char h[CKPT_STATE_HEADER_BYTES];
+    checkpoint_state_file(path, sizeof(path), ckpt_dir, 0, 1);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        checkpoint_state_file(path, sizeof(path), ckpt_dir, 0, 2);
+        f = fopen(path, "rb");
+    }
+    if (!f)
+        return 0;
+    int ok =
+        fread(h, 1, sizeof(h), f) == sizeof(h) && memcmp(h, CKPT_STATE_MAGIC "\0", 8) == 0 && get_u32le(h + 8) >= 2;
+    fclose(f);
+    return ok ? get_u64le(h + 112) : 0;
 }
 
 /* One train_state file as the loader sees it. */
@@ -209,6 +257,7 @@ static inline int ckpt_read_header_(FILE *f, const char *path, int64_t size, int
     st->data.window = get_u64le(h + 88);
     st->data.seed = get_u64le(h + 96);
     st->data.layout = get_u64le(h + 104);
+    st->run_id = version >= 2 ? get_u64le(h + 112) : 0;
     if (file_total != total)
         return set_error(err, errlen, "'%s' holds optimizer state of %lld parameters, this model has %lld", path,
                          (long long)file_total, (long long)total);
@@ -375,11 +424,13 @@ static inline int ckpt_moments_files_(CkptMomentsSource *src, char *err, size_t 
                              "'%s' is rank %d of %d; expected rank %d of %d (a checkpoint mixed from "
                              "several runs?)",
                              path, h->rank, h->world, r, src->world);
-        if (h->step != src->files[0].state.step)
+        if (h->step != src->files[0].state.step || h->run_id != src->files[0].state.run_id)
             return set_error(err, errlen,
-                             "'%s' is of step %llu, rank 0's file of step %llu (a checkpoint mixed from "
-                             "several runs?)",
-                             path, (unsigned long long)h->step, (unsigned long long)src->files[0].state.step);
+                             "'%s' is of step %llu of run %016llx, rank 0's file of step %llu of run %016llx (a "
+                             "checkpoint mixed from several runs?)",
+                             path, (unsigned long long)h->step, (unsigned long long)h->run_id,
+                             (unsigned long long)src->files[0].state.step,
+                             (unsigned long long)src->files[0].state.run_id);
         src->n_pieces += src->files[r].n_ranges;
     }
     return 0;

@@ -3,7 +3,9 @@ or saves), each time resumed, until it reaches the end. It passes when nothing w
   - after every kill the newest complete checkpoint is at least as new as before (no lost checkpoint);
   - every restarted run either got killed or finished (no failed resume);
   - every step that was logged, by any of the runs, has exactly the loss and gradient norm of an uninterrupted run
-    with the same flags, and the final checkpoint's files are byte-identical to that run's.
+    with the same flags, and the final checkpoint's files are byte-identical to that run's but for the run id
+    (bytes 112-119 of train_state.bin, llmc/train_state.h), which every start since the last fresh one (one killed
+    before its first save starts afresh) logged the same, and the uninterrupted run's differs.
 Prints the counts. The CPU trainer by default (make test-kill); scripts/gpu_check.sh runs a shorter one on train_llama.
 
     python3 tests/kill_loop.py [--bin ./train_llama_ref] [--kills 50] [--steps 800] [--max-delay S] [--seed 1]
@@ -27,6 +29,31 @@ def newest_complete(ck):
     steps = [int(os.path.basename(d)[5:]) for d in glob.glob(os.path.join(ck, "step_*"))
              if not d.endswith(".tmp") and os.path.exists(os.path.join(d, "COMPLETE"))]
     return max(steps, default=0)
+
+
+RUN_ID_BYTES = slice(112, 120)  # of a train_state file
+
+
+def run_ids(log):
+    """The run ids of the log's run lines (each start appends one) from the last fresh start on."""
+    ids = []
+    with open(log) as f:
+        for line in f:
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if "run" in r:
+                ids = (ids if r["run"]["resumed_from"] else []) + [r["run"]["run_id"]]
+    return ids
+
+
+def checkpoint_bytes(path, name):
+    """A checkpoint file's bytes, a train state's run id set apart: (bytes without it, run id as hex or None)."""
+    data = open(os.path.join(path, name), "rb").read()
+    if not name.startswith("train_state"):
+        return data, None
+    return data[:RUN_ID_BYTES.start] + data[RUN_ID_BYTES.stop:], data[RUN_ID_BYTES][::-1].hex()
 
 
 def logged_steps(log):
@@ -124,12 +151,20 @@ def main():
         ref_final = os.path.join(ref_ck, f"step_{a.steps:08d}")
         files = sorted(os.listdir(ref_final))
         same = os.path.isdir(final) and sorted(os.listdir(final)) == files and all(
-            open(os.path.join(final, f), "rb").read() == open(os.path.join(ref_final, f), "rb").read() for f in files)
-        ok = kills == a.kills and lost == 0 and failed == 0 and wrong == 0 and same and sorted(got) == sorted(ref)
+            checkpoint_bytes(final, f)[0] == checkpoint_bytes(ref_final, f)[0] for f in files)
+        ids = run_ids(log)
+        final_ids = {checkpoint_bytes(final, f)[1] for f in files if f.startswith("train_state")} if same else set()
+        one_run = len(set(ids)) == 1 and final_ids == set(ids) and ids[0] not in run_ids(ref_log)
+        if not one_run:
+            print(f"FAIL the starts logged run ids {sorted(set(ids))}, the final checkpoint {sorted(final_ids)}, the "
+                  f"uninterrupted run {run_ids(ref_log)}: one id, the final checkpoint's, another run's than that")
+        ok = (kills == a.kills and lost == 0 and failed == 0 and wrong == 0 and same and one_run and
+              sorted(got) == sorted(ref))
         print(f"{'PASS' if ok else 'FAIL'} kill loop ({os.path.basename(a.bin)}, {a.steps} steps, --save-every 1 "
               f"--keep {a.keep}): {kills} kills ({mid_save} during a save, the last at step {last_kill_step}), {restarts} starts, {lost} lost checkpoints, {failed} failed "
               f"resumes, {len(got)} of {len(ref)} steps logged ({repeated} again after a kill), {wrong} with a loss "
               f"or norm unlike the uninterrupted run's, final checkpoint {'byte-identical' if same else 'DIFFERS'} "
+              f"but for its run id, kept by every start since the last fresh one ({len(ids)}) "
               f"({', '.join(files)}); kills after 0 to {max_delay * 1e3:.0f} ms; {time.time() - start:.0f} s (the "
               f"uninterrupted run {ref_seconds:.1f} s, {startup:.2f} s to its first step)")
         if finished_early:

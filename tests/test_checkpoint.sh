@@ -26,7 +26,10 @@ check "uninterrupted run saves steps 2, 4, 6" \
     [ "$(complete_steps "$tmp/a" | tr '\n' ' ')" = "step_00000002 step_00000004 step_00000006 " ]
 mkdir -p "$tmp/r1" && cp -r "$tmp/a/step_00000002" "$tmp/r1/"
 train --steps 6 --checkpoint-dir "$tmp/r1" --resume --keep 0 --log "$tmp/r1.jsonl" > "$tmp/r1.out" 2>&1
-check "resume says where it resumed" grep -q "resumed from '$tmp/r1/step_00000002' at step 2" "$tmp/r1.out"
+check "resume says where it resumed" grep -q "resumed run [0-9a-f]\{16\} from '$tmp/r1/step_00000002' at step 2" "$tmp/r1.out"
+run_id() { sed -n '1s/.*"run_id": "\([0-9a-f]*\)".*/\1/p' "$1"; }
+check "the resumed run goes on under the run id of the run it resumes" \
+    [ -n "$(run_id "$tmp/a.jsonl")" -a "$(run_id "$tmp/a.jsonl")" = "$(run_id "$tmp/r1.jsonl")" ]
 check "resumed losses of steps 3..6 are bit-identical" \
     [ -n "$(losses "$tmp/a.jsonl" 3 6)" -a "$(losses "$tmp/a.jsonl" 3 6)" = "$(losses "$tmp/r1.jsonl" 1 6)" ]
 check "resumed final weights are bit-identical" \
@@ -50,6 +53,14 @@ check "--resume without a checkpoint starts fresh" grep -q "no complete checkpoi
 train --steps 5 --checkpoint-dir "$tmp/k" --save-every 1 --keep 2 > /dev/null 2>&1
 check "--keep 2 leaves exactly the newest 2" \
     [ "$(ls "$tmp/k" | tr '\n' ' ')" = "step_00000004 step_00000005 " ]
+# ... of its own run: a checkpoint of another run among them (two runs started at once into one empty
+# directory, or one copied in) is neither counted nor deleted
+train --steps 4 --checkpoint-dir "$tmp/k2" --save-every 1 --keep 0 --seed 6 > /dev/null 2>&1
+rm -r "$tmp/k2/step_00000002" && cp -r "$tmp/a/step_00000002" "$tmp/k2/"
+train --steps 6 --checkpoint-dir "$tmp/k2" --seed 6 --resume --save-every 1 --keep 1 > "$tmp/k2.out" 2>&1
+check "--keep 1 leaves its newest and another run's checkpoint" \
+    [ "$(grep -c "from '$tmp/k2/step_00000004' at step 4" "$tmp/k2.out")" = 1 \
+      -a "$(ls "$tmp/k2" | tr '\n' ' ')" = "step_00000002 step_00000006 " ]
 
 # (c) an interrupted write: a .tmp directory and a step without COMPLETE
 mkdir -p "$tmp/i"
@@ -57,7 +68,7 @@ cp -r "$tmp/a/step_00000002" "$tmp/i/"
 cp -r "$tmp/a/step_00000004" "$tmp/i/step_00000004" && rm "$tmp/i/step_00000004/COMPLETE"
 mkdir "$tmp/i/step_00000005.tmp12345" && echo junk > "$tmp/i/step_00000005.tmp12345/model.safetensors"
 train --steps 6 --checkpoint-dir "$tmp/i" --resume --save-every 1 --keep 0 --log "$tmp/i.jsonl" > "$tmp/i.out" 2>&1
-check "resume skips the unfinished checkpoints" grep -q "resumed from '$tmp/i/step_00000002' at step 2" "$tmp/i.out"
+check "resume skips the unfinished checkpoints" grep -q "from '$tmp/i/step_00000002' at step 2" "$tmp/i.out"
 check "the next save removed the leftovers; all checkpoints complete" \
     [ "$(ls "$tmp/i" | tr '\n' ' ')" = "step_00000002 step_00000003 step_00000004 step_00000005 step_00000006 " \
       -a "$(complete_steps "$tmp/i" | wc -l)" -eq 5 ]

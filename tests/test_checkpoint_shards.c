@@ -79,7 +79,7 @@ static float moment(int which, int64_t i)
 static int write_rank(const char *dir, int64_t total, int world, int r, uint64_t step, const CkptRange *ranges, int n,
                       char *err, size_t errlen)
 {
-    CheckpointState st = checkpoint_state(step, step, 99);
+    CheckpointState st = checkpoint_state(0x5eed, step, step, 99);
     int64_t count = 0;
     st.rank = r;
     st.world = world;
@@ -116,8 +116,8 @@ static int write_world(const char *dir, int64_t total, int world, int kind)
 }
 
 /* Loads wanted[n] from dir; 1 when every value is bit-identical to what was
- * saved (zero past the end) and the state is rank 0's. */
-static int load_ranges(const char *dir, int64_t total, const CkptRange *wanted, int n)
+ * saved (zero past the end) and the state is rank 0's, of run run_id. */
+static int load_ranges_of_run(const char *dir, int64_t total, const CkptRange *wanted, int n, uint64_t run_id)
 {
     int64_t count = 0;
     char err[1024];
@@ -140,10 +140,16 @@ static int load_ranges(const char *dir, int64_t total, const CkptRange *wanted, 
                 printf("  element %lld: m %g v %g, expected %g %g\n", (long long)e, m[at], v[at], want_m, want_v);
         }
     }
-    ok = ok && st.step == 7 && st.adam_step == 7 && st.rng_state == 99 && st.rank == 0;
+    ok = ok && st.step == 7 && st.adam_step == 7 && st.rng_state == 99 && st.rank == 0 && st.run_id == run_id;
     free(m);
     free(v);
     return ok;
+}
+
+/* load_ranges_of_run for the files write_rank writes */
+static int load_ranges(const char *dir, int64_t total, const CkptRange *wanted, int n)
+{
+    return load_ranges_of_run(dir, total, wanted, n, 0x5eed);
 }
 
 /* Every rank of `world` loads its ranges of `kind`; 1 when all values are right. */
@@ -343,13 +349,14 @@ int main(void)
         for (int r = 0; r < 4 && ok; r++) {
             CkptRange wanted[MAX_RANGES];
             int n = ranges_of(BUCKETED, 1000, 4, r, 1, wanted);
-            ok = load_ranges(dir, 1000, wanted, n);
+            ok = load_ranges_of_run(dir, 1000, wanted, n, 0);
         }
         check(ok, "version 1 files of 3 ranks load into 4 ranks' bucket slices");
         fresh_dir(dir, sizeof(dir), root, "v1_w1");
         write_v1(dir, 1000, 1, 0, 0, 1000);
         CkptRange all = {0, 1000};
-        check(load_ranges(dir, 1000, &all, 1), "a single process's version 1 file loads");
+        check(load_ranges_of_run(dir, 1000, &all, 1, 0), "a single process's version 1 file loads, without a run id");
+        check(checkpoint_run_id(dir) == 0, "a version 1 file has no run id");
     }
     /* overlaps and gaps between the files' ranges */
     {
@@ -400,6 +407,16 @@ int main(void)
         int rc = load_all(dir, 1000, err, sizeof(err));
         check(rc != 0 && strstr(err, "train_state.00001.bin") && strstr(err, "step 8"),
               "a rank file of another step is an error naming it: %s", err);
+        /* ... and of the same step of another run */
+        fresh_dir(dir, sizeof(dir), root, "runs");
+        write_rank(dir, 1000, 2, 0, 7, &r0, 1, err, sizeof(err));
+        write_rank(dir, 1000, 2, 1, 7, &r1, 1, err, sizeof(err));
+        check(checkpoint_run_id(dir) == 0x5eed, "checkpoint_run_id reads rank 0's run id");
+        snprintf(file, sizeof(file), "%s/train_state.00001.bin", dir);
+        patch_u64(file, 112, 0xbad);
+        rc = load_all(dir, 1000, err, sizeof(err));
+        check(rc != 0 && strstr(err, "train_state.00001.bin") && strstr(err, "run 0000000000000bad"),
+              "a rank file of a run of another world size is an error naming it: %s", err);
     }
     /* corrupt range tables: clear errors, no crash, no huge allocation */
     {
@@ -450,7 +467,8 @@ int main(void)
     /* a rank file from a run with another world size */
     snprintf(cmd, sizeof(cmd), "cp %s/t1_contiguous_w3/train_state.00002.bin %s/", root, dir);
     rc = system(cmd) == 0 ? checkpoint_load_moments_try(dir, 4099, &head, 1, m, v, &st, err, sizeof(err)) : 0;
-    check(rc != 0 && strstr(err, "rank 2 of 3") != NULL, "a rank file of another run is an error naming it: %s", err);
+    check(rc != 0 && strstr(err, "rank 2 of 3") != NULL,
+          "a rank file of a run of another world size is an error naming it: %s", err);
     /* a model of another size */
     snprintf(dir, sizeof(dir), "%s/t0_contiguous_w2", root);
     rc = checkpoint_load_moments_try(dir, 1001, &head, 1, m, v, &st, err, sizeof(err));

@@ -55,8 +55,9 @@ typedef struct {
 static const Flag FLAGS[] = {
     TRAIN_FLAGS(Args, t),
     FLAG_SECTION("GPU memory and speed"),
-    FLAG_NUM("--recompute", FLAG_INT, Args, recompute, 0, 2, FLAG_CLOSED,
-             "0: store every activation; 1: recompute norms and SwiGLU; 2: also the gate/up GEMM (least memory)"),
+    FLAG_NUM("--recompute", FLAG_INT, Args, recompute, 0, 3, FLAG_CLOSED,
+             "0: store every activation; 1: recompute norms and SwiGLU; 2: also the gate/up GEMM; 3: keep only "
+             "each layer's input and run its forward again in backward (least memory, for long contexts)"),
     FLAG_NUM("--logits-budget-mb", FLAG_FLOAT, Args, logits_budget_mb, 0, 1 << 20, FLAG_LO_OPEN,
              "memory for one chunk of logits"),
     FLAG_NUM("--profile-step", FLAG_INT, Args, profile_step, 0, INT_MAX, FLAG_CLOSED,

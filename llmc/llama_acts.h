@@ -18,8 +18,10 @@
  *
  * What backward recomputes is not kept: with recompute level 1, ln_attn,
  * ln_mlp and swiglu_out of every layer share one buffer each; with level 2
- * gate_up too. The statistics (rstd, att_stats) and the residual stream are
- * always kept: they are small, or needed exactly.
+ * gate_up too. Below level 3 the statistics (rstd, att_stats) and the residual
+ * stream are kept: they are small, or needed exactly. Level 3 keeps only each
+ * layer's input, res_in (backward runs the layer's forward again, attention
+ * included): everything else is one buffer for all layers.
  *
  * Backward scratch, one of each for all layers: d_res [N, C] (the residual
  * stream's gradient), d_ln [N, C], d_att_out [N, H D], d_qkv [N, (H+2KV) D],
@@ -88,15 +90,16 @@ static inline void acts_build(Activations *a, const LlamaConfig *c, int B, int T
     for (int l = 1; l < L; l++)
         a->layers[l].res_in = outputs + (int64_t)(l - 1) * N * C;
     a->res_final = outputs + (int64_t)(L - 1) * N * C;
-    ACTS_PER_LAYER(a, L, res_mid, bf16, N * C, 0, "residual stream (mid-layer)");
-    ACTS_PER_LAYER(a, L, rstd_attn, float, N, 0, "rmsnorm statistics");
-    ACTS_PER_LAYER(a, L, rstd_mlp, float, N, 0, "rmsnorm statistics");
+    int whole = recompute >= 3; /* the layer recomputed from its input */
+    ACTS_PER_LAYER(a, L, res_mid, bf16, N * C, whole, "residual stream (mid-layer)");
+    ACTS_PER_LAYER(a, L, rstd_attn, float, N, whole, "rmsnorm statistics");
+    ACTS_PER_LAYER(a, L, rstd_mlp, float, N, whole, "rmsnorm statistics");
     a->rstd_final = (float *)acts_alloc_(a, (size_t)N * sizeof(float), "rmsnorm statistics");
     ACTS_PER_LAYER(a, L, ln_attn, bf16, N * C, recompute >= 1, "attention norm output");
     ACTS_PER_LAYER(a, L, ln_mlp, bf16, N * C, recompute >= 1, "MLP norm output");
-    ACTS_PER_LAYER(a, L, qkv, bf16, N * QKV, 0, "QKV activations");
-    ACTS_PER_LAYER(a, L, att_out, bf16, N * HD, 0, "attention output");
-    ACTS_PER_LAYER(a, L, att_stats, float, N * c->n_head, 0, "attention statistics");
+    ACTS_PER_LAYER(a, L, qkv, bf16, N * QKV, whole, "QKV activations");
+    ACTS_PER_LAYER(a, L, att_out, bf16, N * HD, whole, "attention output");
+    ACTS_PER_LAYER(a, L, att_stats, float, N * c->n_head, whole, "attention statistics");
     ACTS_PER_LAYER(a, L, gate_up, bf16, N * 2 * F, recompute >= 2, "gate/up activations");
     ACTS_PER_LAYER(a, L, swiglu_out, bf16, N * F, recompute >= 1, "SwiGLU output");
     a->ln_final = (bf16 *)acts_alloc_(a, (size_t)N * C * sizeof(bf16), "final norm output");

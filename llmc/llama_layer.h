@@ -19,7 +19,9 @@
  * gradient of its down_proj output), to the gradient of its input, and writes
  * (or, with accumulate, adds) the weight gradients g. It recomputes what the
  * recompute level did not keep: level 1 the norms' outputs and SwiGLU, level 2
- * also the gate/up GEMM. Scratch: d_ln, d_att_out, d_qkv, d_swiglu and the
+ * also the gate/up GEMM, level 3 the whole forward of the layer from res_in but
+ * its down_proj. Recomputed tensors are bit-identical to forward's: the same
+ * kernels on the same inputs. Scratch: d_ln, d_att_out, d_qkv, d_swiglu and the
  * norms' partials; gate_up is overwritten by its own gradient.
  */
 #ifndef LLMC_LLAMA_LAYER_H
@@ -39,7 +41,7 @@ typedef struct {
     int B, T, N; /* N = B * T tokens */
     int C, H, KV, D, F;
     float eps;
-    int recompute;          /* 0, 1 or 2 */
+    int recompute;          /* 0 to 3 (llama_acts.h) */
     const float *freqs_cis; /* RoPE table [T, D / 2, 2] */
 } LayerSpec;
 
@@ -55,15 +57,12 @@ static inline int layer_qkv_dim(const LayerSpec *sp)
     return (sp->H + 2 * sp->KV) * sp->D;
 }
 
-static inline void layer_forward(const LayerSpec *sp, const LayerTensors *w, Activations *acts, int l, cudaStream_t s)
+/* The layer's forward from ln_attn to swiglu_out: all but its input norm and its down_proj. */
+static inline void layer_forward_inner_(const LayerSpec *sp, const LayerTensors *w, Activations *acts, int l,
+                                        cudaStream_t s)
 {
     LayerActs *a = &acts->layers[l];
     int N = sp->N, C = sp->C, HD = sp->H * sp->D;
-    if (l == 0)
-        rmsnorm_forward(a->ln_attn, a->rstd_attn, a->res_in, w->attn_norm, N, C, sp->eps, s);
-    else
-        fused_residual_rmsnorm_forward(a->res_in, a->ln_attn, a->rstd_attn, acts->layers[l - 1].res_mid, acts->branch,
-                                       w->attn_norm, N, C, sp->eps, s);
     matmul_forward(a->qkv, a->ln_attn, w->qkv, N, C, layer_qkv_dim(sp), s);
     rope_forward(a->qkv, sp->freqs_cis, sp->B, sp->T, sp->H, sp->KV, sp->D, s);
     attention_forward(a->att_out, a->att_stats, a->qkv, sp->B, sp->T, sp->H, sp->KV, sp->D, s);
@@ -72,6 +71,18 @@ static inline void layer_forward(const LayerSpec *sp, const LayerTensors *w, Act
                                    sp->eps, s);
     matmul_forward(a->gate_up, a->ln_mlp, w->gate_up, N, C, 2 * sp->F, s);
     swiglu_forward(a->swiglu_out, a->gate_up, N, sp->F, s);
+}
+
+static inline void layer_forward(const LayerSpec *sp, const LayerTensors *w, Activations *acts, int l, cudaStream_t s)
+{
+    LayerActs *a = &acts->layers[l];
+    int N = sp->N, C = sp->C;
+    if (l == 0)
+        rmsnorm_forward(a->ln_attn, a->rstd_attn, a->res_in, w->attn_norm, N, C, sp->eps, s);
+    else
+        fused_residual_rmsnorm_forward(a->res_in, a->ln_attn, a->rstd_attn, acts->layers[l - 1].res_mid, acts->branch,
+                                       w->attn_norm, N, C, sp->eps, s);
+    layer_forward_inner_(sp, w, acts, l, s);
     matmul_forward(acts->branch, a->swiglu_out, w->down, N, sp->F, C, s);
 }
 
@@ -80,12 +91,12 @@ static inline void layer_mlp_backward(const LayerSpec *sp, const LayerTensors *w
                                       Activations *acts, int l, int accumulate, cudaStream_t s)
 {
     LayerActs *a = &acts->layers[l];
-    int N = sp->N, C = sp->C, F = sp->F;
-    if (sp->recompute >= 1)
+    int N = sp->N, C = sp->C, F = sp->F, partly = sp->recompute < 3; /* level 3 recomputed all before */
+    if (partly && sp->recompute >= 1)
         rmsnorm_forward(a->ln_mlp, a->rstd_mlp, a->res_mid, w->mlp_norm, N, C, sp->eps, s);
-    if (sp->recompute >= 2)
+    if (partly && sp->recompute >= 2)
         matmul_forward(a->gate_up, a->ln_mlp, w->gate_up, N, C, 2 * F, s);
-    if (sp->recompute >= 1)
+    if (partly && sp->recompute >= 1)
         swiglu_forward(a->swiglu_out, a->gate_up, N, F, s);
     matmul_backward_weight(g->down, acts->d_res, a->swiglu_out, N, F, C, accumulate, s);
     matmul_backward_input(acts->d_swiglu, acts->d_res, w->down, N, F, C, s);
@@ -107,7 +118,7 @@ static inline void layer_attention_backward(const LayerSpec *sp, const LayerTens
     attention_backward(acts->d_qkv, acts->d_att_out, a->qkv, a->att_out, a->att_stats, sp->B, sp->T, sp->H, sp->KV,
                        sp->D, s);
     rope_backward(acts->d_qkv, sp->freqs_cis, sp->B, sp->T, sp->H, sp->KV, sp->D, s);
-    if (sp->recompute >= 1)
+    if (sp->recompute == 1 || sp->recompute == 2) /* level 3's is still there */
         rmsnorm_forward(a->ln_attn, a->rstd_attn, a->res_in, w->attn_norm, N, C, sp->eps, s);
     matmul_backward_weight(g->qkv, acts->d_qkv, a->ln_attn, N, C, QKV, accumulate, s);
     matmul_backward_input(acts->d_ln, acts->d_qkv, w->qkv, N, C, QKV, s);
@@ -118,6 +129,11 @@ static inline void layer_attention_backward(const LayerSpec *sp, const LayerTens
 static inline void layer_backward(const LayerSpec *sp, const LayerTensors *w, const LayerTensors *g, Activations *acts,
                                   int l, int accumulate, cudaStream_t s)
 {
+    if (sp->recompute >= 3) { /* the layer's forward again, from its kept input */
+        LayerActs *a = &acts->layers[l];
+        rmsnorm_forward(a->ln_attn, a->rstd_attn, a->res_in, w->attn_norm, sp->N, sp->C, sp->eps, s);
+        layer_forward_inner_(sp, w, acts, l, s);
+    }
     layer_mlp_backward(sp, w, g, acts, l, accumulate, s);
     layer_attention_backward(sp, w, g, acts, l, accumulate, s);
 }

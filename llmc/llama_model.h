@@ -51,7 +51,8 @@
 /* How the model runs, besides its shape. */
 typedef struct {
     int B, T;                   /* a micro-batch: B sequences of T tokens per GPU */
-    int recompute;              /* 0: keep every activation; 1: recompute norms and SwiGLU; 2: also gate/up */
+    int recompute;              /* 0: keep every activation; 1: recompute norms and SwiGLU; 2: also gate/up;
+                                   3: keep only each layer's input (llama_acts.h) */
     int max_micro_steps;        /* micro-steps per optimizer step, at most */
     size_t logits_budget_bytes; /* memory for one chunk of the classifier's logits */
     const Dist *dist;           /* the ranks, over which ZeRO shards */

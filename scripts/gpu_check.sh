@@ -2,7 +2,7 @@
 # On the GPU machine: build the CUDA programs, run test_llama against the
 # reference dumps, run every dev/cuda kernel check, and time a few training
 # steps of the Llama 3.2 1B shape. Logs go to $OUT (or /tmp/gpu_check).
-# Usage: scripts/gpu_check.sh [build] [test] [train] [kernels] [bench] [settings] [longest] [profile] [robust]
+# Usage: scripts/gpu_check.sh [build] [test] [train] [kernels] [bench] [attention] [settings] [longest] [level3] [profile] [robust]
 #   (default: build test train kernels bench; train needs data/shards carried along)
 set -u
 cd "$(dirname "$0")/.."
@@ -46,10 +46,23 @@ for s in $steps; do
                 --save-every 3 > "$out/sanitizer_train_${tool%% *}.log" 2>&1 || status=1
             grep -E "ERROR SUMMARY|LEAK SUMMARY|error" "$out/sanitizer_train_${tool%% *}.log" | tail -3
         done;;
+    attention)
+        # cuDNN SDPA at issue 14's shapes, heuristic and autotuned plans, with the system cuDNN and with
+        # the newer one beside torch (same binary: the frontend is header-only, libcudnn is loaded at run time)
+        make -C dev/cuda attention_check > "$out/attention_build.log" 2>&1 || { tail -20 "$out/attention_build.log"; status=1; }
+        newer=$(ls -d /opt/torch/.venv/lib/python3*/site-packages/nvidia/cudnn/lib 2> /dev/null | head -1)
+        for lib in system ${newer:+"$newer"}; do
+            name=$([ "$lib" = system ] && echo system || echo torch)
+            LD_LIBRARY_PATH=$([ "$lib" = system ] || echo "$lib") timeout 280 ./dev/cuda/attention_check --sweep \
+                > "$out/attention_sweep_$name.log" 2>&1 || status=1
+            grep -E "^cuDNN|^== plans|^BENCH|^FAIL" "$out/attention_sweep_$name.log"
+        done;;
     settings)
         OUT="$out" bash dev/bench/train_llama_settings.sh throughput || status=1;;
     longest)
         OUT="$out" bash dev/bench/train_llama_settings.sh longest || status=1;;
+    level3)
+        OUT="$out" bash dev/bench/train_llama_settings.sh level3 || status=1;;
     profile)
         for B in 4 8; do
             timeout 200 ./train_llama --preset llama3.2-1b --random-data -B $B -T 2048 --steps 8 --warmup 1 \

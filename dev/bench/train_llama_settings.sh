@@ -2,11 +2,13 @@
 # The train_llama settings that issue #3's targets name, on one GPU, random
 # tokens, AdamW, fp32 master weights, Llama 3.2 1B shape:
 #   throughput and peak memory at B=4 and B=8, T=2048, per recompute level;
-#   the longest T that trains at B=1, without recompute (0) and with (1, 2).
+#   the longest T that trains at B=1, without recompute (0) and with (1, 2);
+#   level3: recompute 3 (only each layer's input kept) against 2 at B=1, T=8192
+#   (its cost in tokens/s) and T=131072 (its memory).
 # Each setting runs a few steps; the summary line per setting is the median
 # tokens/s of the steps after the first, the MFU and the peak memory, or OOM.
 # Writes $OUT/settings.jsonl (or ./settings.jsonl) and prints a table.
-# Usage: dev/bench/train_llama_settings.sh [throughput] [longest]
+# Usage: dev/bench/train_llama_settings.sh [throughput] [longest] [level3]
 set -u
 cd "$(dirname "$0")/../.."
 out="${OUT:-.}"
@@ -50,5 +52,8 @@ for p in $parts; do
     longest)
         for T in 16384 32768 49152; do run 1 $T 0 4; done
         for T in 32768 65536 131072; do run 1 $T 2 4; done;;
+    level3)
+        for r in 2 3; do run 1 8192 $r 8; done
+        for r in 2 3; do run 1 131072 $r 3; done;;
     esac
 done

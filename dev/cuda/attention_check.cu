@@ -21,7 +21,7 @@
  *     kernel by up to 6.0e-2 over three seeds. A wrong layout, head mapping or
  *     mask gives errors of order 1.
  *
- * Usage: attention_check [--seed N]
+ * Usage: attention_check [--seed N] [--sweep]  (--sweep: timings only, see sweep())
  */
 #include "check_common.h"
 #include "llmc/attention.h"
@@ -147,8 +147,18 @@ static void check_gradient_parts(const float *got, const float *ref, Shape s, co
     free(r);
 }
 
+/* The trainer's rule (train_llama.cu): the deterministic backward where its
+ * B*H*T*T bf16 dP workspace fits in 2 GiB. */
+static int deterministic_fits(Shape s)
+{
+    int64_t T64 = ((int64_t)s.T + 63) / 64 * 64;
+    return (double)s.B * s.H * T64 * T64 * 2.0 <= 2.0 * 1073741824.0;
+}
+
+/* Checks one shape: against the CPU reference (small shapes), or times it. */
 static void check_shape(Shape s, int reference)
 {
+    int det_first = deterministic_fits(s);
     int64_t NH = s.H + 2 * s.KV;
     int64_t n_qkv = (int64_t)s.B * s.T * NH * s.D, n_out = (int64_t)s.B * s.T * s.H * s.D;
     int64_t n_stats = (int64_t)s.B * s.H * s.T;
@@ -191,7 +201,7 @@ static void check_shape(Shape s, int reference)
         check_close(what, got_stats, ref_lse, n_stats, 1e-3, 1e-2);
     }
 
-    for (int deterministic = 1; deterministic >= 0; deterministic--) {
+    for (int deterministic = det_first; deterministic >= 0; deterministic--) {
         const char *mode = deterministic ? "deterministic" : "atomic dQ";
         attention_set_deterministic(deterministic);
         poison(b.dqkv, n_qkv * 2);
@@ -215,7 +225,7 @@ static void check_shape(Shape s, int reference)
         float ms = bench_median_ms(run_forward, &b, 1);
         snprintf(what, sizeof(what), "attention_forward %s", tag);
         printf("BENCH %-52s %9.4f ms %7.1f TFLOP/s\n", what, ms, fwd_flops / (ms * 1e-3) / 1e12);
-        for (int deterministic = 1; deterministic >= 0; deterministic--) {
+        for (int deterministic = det_first; deterministic >= 0; deterministic--) {
             attention_set_deterministic(deterministic);
             ms = bench_median_ms(run_backward, &b, 1);
             snprintf(what, sizeof(what), "attention_backward (%s) %s", deterministic ? "det" : "atomic", tag);
@@ -244,10 +254,39 @@ static void check_shape(Shape s, int reference)
     free(ref_dqkv);
 }
 
+/* --sweep: the timings of issue 14's comparison, with cuDNN's heuristic plan and
+ * with every plan autotuned: T = 2048, 8192, 32768 at 16384 tokens per call,
+ * head sizes 64 (Llama 3.2 1B: 32 query, 8 key/value heads) and 128 (Llama 3.1
+ * 8B: 32 and 8); the deterministic backward where it fits in 2 GiB. Run it
+ * with each cuDNN (LD_LIBRARY_PATH) to compare versions. */
+static void sweep(void)
+{
+    int Ts[] = {2048, 8192, 32768}, Ds[] = {64, 128};
+    for (int autotune = 0; autotune <= 1; autotune++) {
+        printf("== plans: %s\n", autotune ? "autotuned over heuristics A and B" : "heuristic A's first");
+        attention_teardown(); /* graphs of the previous pass go; new ones are built with this setting */
+        attention_setup();
+        attention_set_autotune(autotune);
+        for (int d = 0; d < 2; d++)
+            for (int t = 0; t < 3; t++) {
+                Shape s = {16384 / Ts[t] > 0 ? 16384 / Ts[t] : 1, Ts[t], 32, 8, Ds[d]};
+                check_shape(s, 0);
+            }
+    }
+}
+
 int main(int argc, char **argv)
 {
     check_init(argc, argv, "attention_check");
     attention_setup();
+    int v = attention_library_version();
+    printf("cuDNN %d.%d.%d loaded\n", v / 10000, v / 100 % 100, v % 100);
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--sweep") == 0) {
+            sweep();
+            attention_teardown();
+            return check_summary();
+        }
     Shape small[] = {{2, 37, 4, 2, 16}, {2, 37, 4, 2, 24}, {2, 37, 4, 2, 64}, {1, 130, 8, 2, 128}, {2, 64, 4, 4, 32}};
     for (size_t i = 0; i < sizeof(small) / sizeof(small[0]); i++)
         check_shape(small[i], 1);

@@ -36,15 +36,25 @@ for s in $steps; do
         grep -q "^PASS kill loop" "$out/kill_loop.log" || status=1
         timeout 120 python3 -m pytest -q tests/test_on_nan.py > "$out/on_nan.log" 2>&1 || status=1
         tail -1 "$out/on_nan.log"
-        for tool in "memcheck --leak-check full" racecheck; do
-            timeout 600 compute-sanitizer --tool $tool --error-exitcode 9 ./test_llama testdata/tiny_gqa_tied.dump.llmt \
-                > "$out/sanitizer_${tool%% *}.log" 2>&1 || status=1
-            grep -E "ERROR SUMMARY|LEAK SUMMARY|passed" "$out/sanitizer_${tool%% *}.log" | tail -3
+        # memcheck with the leak check, then racecheck with every hazard printed. racecheck reports hazards in
+        # NVIDIA's closed library kernels only (cuDNN's generated sm90 SDPA, cuBLAS's nvjet GEMMs: wgmma/TMA code,
+        # on which the tool is known to misreport; excluding them by name crashed the tool): 1,308 on test_llama
+        # and 102 on the training run at 1794af7, while their results are bit-identical run to run (test_llama,
+        # the kill loop). So racecheck fails here on a hazard in any other kernel: the project's own.
+        for tool in "memcheck --leak-check full --error-exitcode 9" "racecheck --print-limit 0"; do
+            name=${tool%% *}
+            timeout 600 compute-sanitizer --tool $tool ./test_llama testdata/tiny_gqa_tied.dump.llmt \
+                > "$out/sanitizer_$name.log" 2>&1 || status=1
             # and a short training run: data loading, optimizer, checkpoint save on the device
-            timeout 600 compute-sanitizer --tool $tool --error-exitcode 9 ./train_llama --preset tiny --vocab 512 \
-                -B 2 -T 64 --steps 3 --warmup 1 --random-data --checkpoint-dir "$out/sanitizer_ckpt_${tool%% *}" \
-                --save-every 3 > "$out/sanitizer_train_${tool%% *}.log" 2>&1 || status=1
-            grep -E "ERROR SUMMARY|LEAK SUMMARY|error" "$out/sanitizer_train_${tool%% *}.log" | tail -3
+            timeout 600 compute-sanitizer --tool $tool ./train_llama --preset tiny --vocab 512 -B 2 -T 64 --steps 3 \
+                --warmup 1 --random-data --checkpoint-dir "$out/sanitizer_ckpt_$name" --save-every 3 \
+                > "$out/sanitizer_train_$name.log" 2>&1 || status=1
+            for log in "$out/sanitizer_$name.log" "$out/sanitizer_train_$name.log"; do
+                grep -E "ERROR SUMMARY|LEAK SUMMARY|RACECHECK SUMMARY|passed|^error" "$log" | tail -3
+                own=$(grep "access at" "$log" | grep -cvE "access at (cudnn_generated|nvjet)")
+                echo "hazards in the project's kernels: $own"
+                [ "$own" -eq 0 ] || status=1
+            done
         done;;
     attention)
         # cuDNN SDPA at issue 14's shapes, heuristic and autotuned plans, with the system cuDNN and with

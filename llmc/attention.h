@@ -53,14 +53,6 @@ void attention_backward(__nv_bfloat16 *dqkv, const __nv_bfloat16 *dout, const __
                         const __nv_bfloat16 *out, const float *stats, int B, int T, int H, int KV, int D,
                         cudaStream_t stream);
 
-/*
- * Autotuning (0 by default): graphs built from now on get every plan cuDNN's
- * heuristics offer (modes A and B); the first call of each shape times them all
- * and keeps the fastest for the rest of the run. Costs a few hundred runs of
- * the attention once per shape, and a workspace sized for the largest plan.
- */
-void attention_set_autotune(int autotune);
-
 /* The cuDNN version loaded at run time (e.g. 91400 for 9.14.0). */
 int attention_library_version(void);
 

@@ -12,9 +12,7 @@
  * One graph per (shape, direction, determinism), built on first use and kept
  * until attention_teardown; one workspace shared by all of them, grown when a
  * new graph needs more. Growing frees the old buffer, which cudaFree does only
- * after the device has finished with it. With autotuning on, a new graph is
- * built with every plan the heuristics (modes A and B) offer, and its first
- * execution times them all on the real inputs and keeps the fastest.
+ * after the device has finished with it.
  */
 #include <cudnn.h>
 
@@ -25,7 +23,6 @@
 #pragma nv_diagnostic pop
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -57,9 +54,7 @@ struct AttentionState {
     void *workspace = nullptr;
     size_t workspace_bytes = 0;
     int deterministic = 1;
-    int autotune = 0;
     std::map<GraphKey, std::shared_ptr<fe::graph::Graph>> graphs;
-    std::set<const fe::graph::Graph *> untuned; /* built with all plans, awaiting their first execution */
 };
 static AttentionState *att = nullptr;
 
@@ -81,8 +76,7 @@ static void fe_fail(fe::error_t err, const char *operation, const GraphKey &key,
             operation, key_string(key).c_str(), err.get_message().c_str(), (int)err.get_code());
 }
 
-/* Builds a graph's plan (every candidate plan when autotuning); on failure
- * returns the error and which step failed. */
+/* Builds a graph's plan; on failure returns the error and which step failed. */
 static fe::error_t build(fe::graph::Graph &graph, const char **step)
 {
     fe::error_t err;
@@ -94,10 +88,7 @@ static fe::error_t build(fe::graph::Graph &graph, const char **step)
         *step = "build_operation_graph";
         return err;
     }
-    std::vector<fe::HeurMode_t> modes = {fe::HeurMode_t::A};
-    if (att->autotune)
-        modes.push_back(fe::HeurMode_t::B);
-    if ((err = graph.create_execution_plans(modes)).is_bad()) {
+    if ((err = graph.create_execution_plans({fe::HeurMode_t::A})).is_bad()) {
         *step = "create_execution_plans";
         return err;
     }
@@ -105,8 +96,7 @@ static fe::error_t build(fe::graph::Graph &graph, const char **step)
         *step = "check_support";
         return err;
     }
-    if ((err = graph.build_plans(att->autotune ? fe::BuildPlanPolicy_t::ALL : fe::BuildPlanPolicy_t::HEURISTICS_CHOICE))
-            .is_bad()) {
+    if ((err = graph.build_plans()).is_bad()) {
         *step = "build_plans";
         return err;
     }
@@ -205,19 +195,12 @@ static fe::error_t backward_graph(const GraphKey &key, std::shared_ptr<fe::graph
     return build(*graph, step);
 }
 
-/* A workspace for the graph's chosen plan, or for any of its plans while it
- * waits to be autotuned. */
-static void grow_workspace(const fe::graph::Graph &graph, const GraphKey &key, int all_plans)
+static void grow_workspace(const fe::graph::Graph &graph, const GraphKey &key)
 {
     int64_t bytes = 0;
     fe::error_t err = graph.get_workspace_size(bytes);
     if (err.is_bad())
         fe_fail(err, "get_workspace_size", key, __FILE__, __LINE__);
-    for (int64_t i = 0; all_plans && i < graph.get_execution_plan_count(); i++) {
-        int64_t plan_bytes = 0;
-        if (graph.get_workspace_size_plan_at_index(i, plan_bytes).is_good() && plan_bytes > bytes)
-            bytes = plan_bytes; /* a plan that failed to build has none and is skipped by the autotuner */
-    }
     if ((size_t)bytes <= att->workspace_bytes)
         return;
     cuda_free(att->workspace);
@@ -260,9 +243,7 @@ static const fe::graph::Graph &get_graph(int B, int T, int H, int KV, int D, int
     } else if (err.is_bad()) {
         fe_fail(err, step, built, __FILE__, __LINE__);
     }
-    grow_workspace(*graph, built, att->autotune);
-    if (att->autotune)
-        att->untuned.insert(graph.get());
+    grow_workspace(*graph, built);
     att->graphs[built] = graph;
     att->graphs[key] = graph; /* after a fallback, the deterministic key maps to it too: one warning per shape */
     return *graph;
@@ -272,11 +253,6 @@ static void execute(const fe::graph::Graph &graph, std::unordered_map<int64_t, v
                     cudaStream_t stream)
 {
     CUDNN_CHECK(cudnnSetStream(att->handle, stream));
-    if (att->untuned.erase(&graph)) { /* times every plan on these buffers (outputs only written), keeps the fastest */
-        fe::error_t tuned = const_cast<fe::graph::Graph &>(graph).autotune(att->handle, pack, att->workspace);
-        if (tuned.is_bad())
-            fe_fail(tuned, "autotune", key, __FILE__, __LINE__);
-    }
     fe::error_t err = graph.execute(att->handle, pack, att->workspace);
     if (err.is_bad())
         fe_fail(err, "execute", key, __FILE__, __LINE__);
@@ -297,7 +273,6 @@ void attention_teardown(void)
     if (att == nullptr)
         return;
     att->graphs.clear();
-    att->untuned.clear();
     cuda_free(att->workspace);
     CUDNN_CHECK(cudnnDestroy(att->handle));
     delete att;
@@ -309,13 +284,6 @@ void attention_set_deterministic(int deterministic)
     if (att == nullptr)
         FAIL("attention_set_deterministic called before attention_setup()");
     att->deterministic = deterministic != 0;
-}
-
-void attention_set_autotune(int autotune)
-{
-    if (att == nullptr)
-        FAIL("attention_set_autotune called before attention_setup()");
-    att->autotune = autotune != 0;
 }
 
 int attention_library_version(void)

@@ -38,6 +38,11 @@ for bin in ./train_llama_ref ./train_llama; do
     expect "$bin export into a full directory" "exists and is not an empty directory" \
         $bin --preset nano --export testdata --train "$good"
     expect "$bin --init-from a directory without config.json" "$tmp/config.json" $bin --init-from "$tmp" --train "$good"
+    # the audit of be39022: train_llama_ref ignored --preset and the shape flags beside --init-from
+    expect "$bin --preset beside --init-from is refused" "drop --preset and the shape flags" \
+        $bin --preset nano --init-from testdata/tiny_gqa_tied.weights.llmt --train "$good"
+    expect "$bin a shape flag beside --init-from is refused" "drop --preset and the shape flags" \
+        $bin --n-layer 3 --init-from testdata/tiny_gqa_tied.weights.llmt --train "$good"
     # every numeric flag: the range --help shows is the one enforced, at each end, before any work
     # (a value just outside each bound; for ints the first past int's range too)
     while read -r flag value range; do

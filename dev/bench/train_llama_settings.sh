@@ -4,11 +4,13 @@
 #   throughput and peak memory at B=4 and B=8, T=2048, per recompute level;
 #   the longest T that trains at B=1, without recompute (0) and with (1, 2);
 #   level3: recompute 3 (only each layer's input kept) against 2 at B=1, T=8192
-#   (its cost in tokens/s) and T=131072 (its memory).
+#   (its cost in tokens/s) and T=131072 (its memory);
+#   bestb: the best B at T=2048 for issue 14's throughput target, B = 8, 12, 16
+#   at recompute 0 and 1 (the optimizer's fixed time per step shrinks per token).
 # Each setting runs a few steps; the summary line per setting is the median
 # tokens/s of the steps after the first, the MFU and the peak memory, or OOM.
 # Writes $OUT/settings.jsonl (or ./settings.jsonl) and prints a table.
-# Usage: dev/bench/train_llama_settings.sh [throughput] [longest] [level3]
+# Usage: dev/bench/train_llama_settings.sh [throughput] [longest] [level3] [bestb]
 set -u
 cd "$(dirname "$0")/../.."
 out="${OUT:-.}"
@@ -55,5 +57,7 @@ for p in $parts; do
     level3)
         for r in 2 3; do run 1 8192 $r 8; done
         for r in 2 3; do run 1 131072 $r 3; done;;
+    bestb)
+        for B in 8 12 16; do for r in 0 1; do run $B 2048 $r 10; done; done;;
     esac
 done

@@ -30,9 +30,10 @@
  *
  * The run id is drawn at random when a run starts fresh and carried through
  * every resume: it tells one run's checkpoints from another's in the same
- * directory, so --keep never deletes a checkpoint of another run. The *_try functions return
- * 0, or -1 with a message naming the file in err. Plain C (POSIX); compiles as
- * C++ too.
+ * directory, so --keep never deletes a checkpoint of another run.
+ *
+ * The *_try functions return 0, or -1 with a message naming the file in err.
+ * Plain C (POSIX); compiles as C++ too.
  */
 #ifndef LLMC_TRAIN_STATE_H
 #define LLMC_TRAIN_STATE_H

@@ -19,7 +19,8 @@ PYTHON ?= $(if $(wildcard .venv/bin/python3),.venv/bin/python3,python3)
 
 LLMC_HEADERS = $(wildcard llmc/*.h)
 CPU_TESTS = test_llama_ref tests/test_tensorfile tests/test_dataloader tests/test_launch tests/test_zero_plan \
-            tests/test_master_weights tests/test_rendezvous tests/test_checkpoint_shards tests/test_watchdog
+            tests/test_master_weights tests/test_rendezvous tests/test_checkpoint_shards tests/test_watchdog \
+            tests/test_fp8
 
 # CUDA: Hopper (sm_90). cuDNN attention goes through the cudnn-frontend headers
 # (scripts/get_cudnn_frontend.sh fetches them), compiled once into its own object.
@@ -43,7 +44,7 @@ GPU_PROGRAMS = train_llama test_llama
 
 .PHONY: all cpu gpu test test-c test-python test-cli test-checkpoint test-fuzz test-sanitize test-kill test-format format clean
 all: cpu $(if $(HAVE_NVCC),gpu)
-cpu: train_llama_ref $(CPU_TESTS) tests/hf_tool
+cpu: train_llama_ref $(CPU_TESTS) tests/hf_tool tests/fp8_tool
 gpu: $(GPU_PROGRAMS)
 
 $(CUDNN_FRONTEND):
@@ -64,6 +65,8 @@ tests/test_tensorfile: tests/dump_check.h
 tests/test_watchdog: LDLIBS += -pthread
 tests/hf_tool: tests/hf_tool.c $(LLMC_HEADERS)
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
+tests/fp8_tool: tests/fp8_tool.c llmc/fp8.h
+	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
 tests/test_%: tests/test_%.c $(LLMC_HEADERS) tests/check.h
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
 
@@ -80,7 +83,8 @@ test-c: $(CPU_TESTS)
 	./tests/test_rendezvous
 	./tests/test_checkpoint_shards
 	./tests/test_watchdog
-test-python: tests/hf_tool train_llama_ref
+	./tests/test_fp8
+test-python: tests/hf_tool tests/fp8_tool train_llama_ref
 	$(PYTHON) -m pytest -q tests
 test-cli: train_llama_ref $(if $(HAVE_NVCC),gpu)
 	bash tests/test_cli.sh
@@ -114,4 +118,4 @@ test-sanitize: $(SANITIZED)
 	SANITIZE_DIR=build/sanitize PYTHON=$(PYTHON) bash tests/test_sanitize.sh $(CPU_TESTS)
 
 clean:
-	rm -rf train_llama_ref $(CPU_TESTS) tests/hf_tool $(GPU_PROGRAMS) build
+	rm -rf train_llama_ref $(CPU_TESTS) tests/hf_tool tests/fp8_tool $(GPU_PROGRAMS) build

@@ -31,6 +31,6 @@ if [ ! -x .venv/bin/python3 ]; then
     python3 -m venv .venv
 fi
 .venv/bin/python3 -m pip install -q --upgrade pip > /dev/null
-.venv/bin/python3 -m pip install -q numpy pytest matplotlib tiktoken safetensors
+.venv/bin/python3 -m pip install -q numpy pytest matplotlib tiktoken safetensors ml_dtypes
 .venv/bin/python3 -m pip install -q --no-deps llama-models openai-whisper
 echo "setup done: Debian packages and .venv ready"

@@ -34,39 +34,43 @@ def newest_complete(ck):
 RUN_ID_BYTES = slice(112, 120)  # of a train_state file
 
 
+def log_records(log):
+    """Every complete JSON line of a log (a run killed mid-line leaves a torn one)."""
+    with open(log) as f:
+        for line in f:
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError:
+                continue
+
+
 def run_ids(log):
     """The run ids of the log's run lines (each start appends one) from the last fresh start on."""
     ids = []
-    with open(log) as f:
-        for line in f:
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if "run" in r:
-                ids = (ids if r["run"]["resumed_from"] else []) + [r["run"]["run_id"]]
+    for r in log_records(log):
+        if "run" in r:
+            ids = (ids if r["run"]["resumed_from"] else []) + [r["run"]["run_id"]]
     return ids
 
 
-def checkpoint_bytes(path, name):
-    """A checkpoint file's bytes, a train state's run id set apart: (bytes without it, run id as hex or None)."""
-    data = open(os.path.join(path, name), "rb").read()
-    if not name.startswith("train_state"):
-        return data, None
-    return data[:RUN_ID_BYTES.start] + data[RUN_ID_BYTES.stop:], data[RUN_ID_BYTES][::-1].hex()
+def checkpoint_files(path):
+    """{name: (bytes, run id as hex or None)} of a checkpoint directory, a train state's run id set apart."""
+    out = {}
+    for name in sorted(os.listdir(path)):
+        data = open(os.path.join(path, name), "rb").read()
+        if name.startswith("train_state"):
+            out[name] = (data[:RUN_ID_BYTES.start] + data[RUN_ID_BYTES.stop:], data[RUN_ID_BYTES][::-1].hex())
+        else:
+            out[name] = (data, None)
+    return out
 
 
 def logged_steps(log):
-    """{step: [(loss, grad_norm), ...]} of every complete step line (a run killed mid-line leaves a torn one)."""
+    """{step: [(loss, grad_norm), ...]} of every complete step line."""
     out = {}
-    with open(log) as f:
-        for line in f:
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if "loss" in r and "grad_norm" in r:
-                out.setdefault(r["step"], []).append((r["loss"], r["grad_norm"]))
+    for r in log_records(log):
+        if "loss" in r and "grad_norm" in r:
+            out.setdefault(r["step"], []).append((r["loss"], r["grad_norm"]))
     return out
 
 
@@ -149,15 +153,16 @@ def main():
         repeated = sum(len(runs) - 1 for runs in got.values())
         final = os.path.join(ck, f"step_{a.steps:08d}")
         ref_final = os.path.join(ref_ck, f"step_{a.steps:08d}")
-        files = sorted(os.listdir(ref_final))
-        same = os.path.isdir(final) and sorted(os.listdir(final)) == files and all(
-            checkpoint_bytes(final, f)[0] == checkpoint_bytes(ref_final, f)[0] for f in files)
-        ids = run_ids(log)
-        final_ids = {checkpoint_bytes(final, f)[1] for f in files if f.startswith("train_state")} if same else set()
-        one_run = len(set(ids)) == 1 and final_ids == set(ids) and ids[0] not in run_ids(ref_log)
+        want = checkpoint_files(ref_final)
+        have = checkpoint_files(final) if os.path.isdir(final) else {}
+        files = sorted(want)
+        same = sorted(have) == files and all(have[f][0] == want[f][0] for f in files)
+        ids, ref_ids = run_ids(log), run_ids(ref_log)
+        final_ids = {have[f][1] for f in files if f.startswith("train_state")} if same else set()
+        one_run = len(set(ids)) == 1 and final_ids == set(ids) and ids[0] not in ref_ids
         if not one_run:
             print(f"FAIL the starts logged run ids {sorted(set(ids))}, the final checkpoint {sorted(final_ids)}, the "
-                  f"uninterrupted run {run_ids(ref_log)}: one id, the final checkpoint's, another run's than that")
+                  f"uninterrupted run {ref_ids}: one id, the final checkpoint's, another run's than that")
         ok = (kills == a.kills and lost == 0 and failed == 0 and wrong == 0 and same and one_run and
               sorted(got) == sorted(ref))
         print(f"{'PASS' if ok else 'FAIL'} kill loop ({os.path.basename(a.bin)}, {a.steps} steps, --save-every 1 "

@@ -182,6 +182,17 @@ static inline void checkpoint_state_file(char *out, size_t n, const char *ckpt_d
         path_format(out, n, "%s/train_state.%05d.bin", ckpt_dir, rank);
 }
 
+/* Rank 0's train_state file of a checkpoint: train_state.bin, or where there is
+ * none the first of several ranks' files; 1 in the second case. */
+static inline int checkpoint_state_file_rank0(char *out, size_t n, const char *ckpt_dir)
+{
+    checkpoint_state_file(out, n, ckpt_dir, 0, 1);
+    if (path_exists(out))
+        return 0;
+    checkpoint_state_file(out, n, ckpt_dir, 0, 2);
+    return 1;
+}
+
 /* A fresh run's id: 64 bits from /dev/urandom (from the clock and the process
  * id where it cannot be read), never 0. */
 static inline uint64_t run_id_new(void)
@@ -205,12 +216,8 @@ static inline uint64_t checkpoint_run_id(const char *ckpt_dir)
 {
     char path[LLMC_PATH_MAX + 64];
     unsigned char h[CKPT_STATE_HEADER_BYTES];
-    checkpoint_state_file(path, sizeof(path), ckpt_dir, 0, 1);
+    checkpoint_state_file_rank0(path, sizeof(path), ckpt_dir);
     FILE *f = fopen(path, "rb");
-    if (!f) {
-        checkpoint_state_file(path, sizeof(path), ckpt_dir, 0, 2);
-        f = fopen(path, "rb");
-    }
     if (!f)
         return 0;
     int ok =
@@ -398,9 +405,7 @@ static inline int ckpt_moments_files_(CkptMomentsSource *src, char *err, size_t 
 {
     char path[LLMC_PATH_MAX + 64];
     src->world = 1;
-    checkpoint_state_file(path, sizeof(path), src->dir, 0, 1);
-    if (!path_exists(path)) {
-        checkpoint_state_file(path, sizeof(path), src->dir, 0, 2);
+    if (checkpoint_state_file_rank0(path, sizeof(path), src->dir)) {
         src->files = (CkptStateFile *)grow_array(src->files, 0, &src->files_cap, sizeof(CkptStateFile), path);
         if (ckpt_read_state(path, src->total, &src->files[0], err, errlen) != 0)
             return -1;

@@ -39,8 +39,6 @@
 
 /* Dense bf16 peak of an H100 SXM, the MFU denominator (PaLM/torchtitan convention). */
 #define PEAK_BF16_FLOPS 989e12
-/* Largest workspace the deterministic attention backward may take. */
-#define DETERMINISTIC_ATTENTION_MAX_BYTES (2.0 * 1073741824.0)
 
 typedef struct {
     TrainFlags t;
@@ -160,8 +158,7 @@ static void gpus_start(Gpus *g, const Args *a, const LlamaConfig *c)
     attention_setup();
     /* cuDNN's deterministic backward keeps dP in a B*H*T*T bf16 workspace: take it while
      * that stays small, else the atomic dQ backward, whose sums vary in the last bits */
-    double workspace = 2.0 * a->t.batch.B * c->n_head * (double)a->t.batch.T * a->t.batch.T;
-    int deterministic = workspace <= DETERMINISTIC_ATTENTION_MAX_BYTES;
+    int deterministic = attention_deterministic_fits(a->t.batch.B, c->n_head, a->t.batch.T);
     attention_set_deterministic(deterministic);
     printf("attention backward: %s\n",
            deterministic ? "deterministic" : "atomic dQ (a deterministic one would need a workspace over 2 GiB)");

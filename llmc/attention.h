@@ -47,6 +47,17 @@ void attention_teardown(void);
  */
 void attention_set_deterministic(int deterministic);
 
+/* Largest dP workspace the deterministic backward may take before a caller picks the
+ * atomic one instead: 2 GiB, B=8 at T=2048 on the 1B shape (H=32). */
+#define ATTENTION_DETERMINISTIC_MAX_BYTES (2.0 * 1073741824.0)
+
+/* Whether the deterministic backward's workspace for B x H x T stays within that limit. */
+static inline int attention_deterministic_fits(int B, int H, int T)
+{
+    double T64 = (double)(((long long)T + 63) / 64 * 64);
+    return (double)B * H * T64 * T64 * 2.0 <= ATTENTION_DETERMINISTIC_MAX_BYTES;
+}
+
 void attention_forward(__nv_bfloat16 *out, float *stats, const __nv_bfloat16 *qkv, int B, int T, int H, int KV, int D,
                        cudaStream_t stream);
 void attention_backward(__nv_bfloat16 *dqkv, const __nv_bfloat16 *dout, const __nv_bfloat16 *qkv,

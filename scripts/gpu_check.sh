@@ -2,7 +2,7 @@
 # On the GPU machine: build the CUDA programs, run test_llama against the
 # reference dumps, run every dev/cuda kernel check, and time a few training
 # steps of the Llama 3.2 1B shape. Logs go to $OUT (or /tmp/gpu_check).
-# Usage: scripts/gpu_check.sh [build] [test] [train] [kernels] [bench] [attention] [settings] [longest] [level3] [bestb] [profile] [robust]
+# Usage: scripts/gpu_check.sh [build] [test] [train] [kernels] [bench] [attention] [memory] [settings] [longest] [level3] [bestb] [profile] [robust]
 #   (default: build test train kernels bench; train needs data/shards carried along)
 set -u
 cd "$(dirname "$0")/.."
@@ -66,7 +66,16 @@ for s in $steps; do
             LD_LIBRARY_PATH=$([ "$lib" = system ] || echo "$lib") timeout 280 ./dev/cuda/attention_check --sweep \
                 > "$out/attention_sweep_$name.log" 2>&1 || status=1
             grep -E "^cuDNN|^BENCH|^FAIL" "$out/attention_sweep_$name.log"
-        done;;
+        done
+        # the same shapes through torch's SDPA backends (FlashAttention-2, memory-efficient, cuDNN; FA3 if present)
+        timeout 200 python3 dev/cuda/attention_torch.py --out "$out/attention_torch.jsonl" \
+            > "$out/attention_torch.log" 2>&1 || status=1
+        grep -E "^torch|^BENCH|^fa3|rror" "$out/attention_torch.log";;
+    memory)
+        # issue 14's activation memory: the peak at B=1 and B=4, T=2048, per recompute level and for HF + Liger
+        # (needs .whl/ carried along); the memory each extra sequence adds is the activations'
+        OUT="$out" timeout 500 bash dev/bench/run_all.sh memory > "$out/memory.log" 2>&1 || status=1
+        grep -E "^  *llama3.2-1b|train_llama|hf_liger" "$out/memory.log" | tail -14;;
     settings)
         OUT="$out" bash dev/bench/train_llama_settings.sh throughput || status=1;;
     longest)

@@ -40,7 +40,7 @@ the budget by the estimate, recorded as "skipped (time budget)"; the run order
   python3 dev/bench/bench_e2e.py                           # Llama 3.2 1B, default settings
   python3 dev/bench/bench_e2e.py --models llama3.1-8b-cut --layers 8
   python3 dev/bench/bench_e2e.py --systems hf_liger train_llama --seq-lens 8192 65536 --batch-sweep
-  python3 dev/bench/bench_e2e.py --systems train_llama --train-llama-recompute 0 1 2 --batch-sweep 1 2 4 8 16
+  python3 dev/bench/bench_e2e.py --systems train_llama --train-llama-recompute 0 1 2 3 --batch-sweep 1 2 4 8 16
 
 The HF systems need torch and transformers; hf_liger needs liger_kernel on the
 path (dev/bench/run_all.sh installs the wheel from .whl/); train_llama needs
@@ -120,7 +120,8 @@ def estimate_mem_gib(system, s, B, T, recompute=1):
     logits_per_tok = {"hf_eager": 12 * V, "hf_sdpa": 12 * V, "hf_sdpa_compile": 6 * V, "hf_liger": 0}
     if system == "train_llama":
         static = 18.0 * total
-        act = {0: 16 * C + 8 * F + 4 * KVD, 1: 12 * C + 4 * F + 4 * KVD, 2: 10 * C + 2 * F + 4 * KVD}[recompute]
+        act = {0: 16 * C + 8 * F + 4 * KVD, 1: 12 * C + 4 * F + 4 * KVD, 2: 10 * C + 2 * F + 4 * KVD,
+               3: 2 * C}[recompute]
         fixed = 1.5 * GIB
         return (static + B * T * L * act + fixed) / GIB
     fixed = (2.5 if system == "hf_liger" else 1.5) * GIB
@@ -702,7 +703,7 @@ def parse_args(argv):
                    help="B at --batch-t for hf_sdpa_compile (default: the largest of --batch-sweep)")
     p.add_argument("--compile-full", action="store_true",
                    help="hf_sdpa_compile gets the same --seq-lens and --batch-sweep as the others")
-    p.add_argument("--train-llama-recompute", nargs="+", type=int, default=[1], choices=[0, 1, 2])
+    p.add_argument("--train-llama-recompute", nargs="+", type=int, default=[1], choices=[0, 1, 2, 3])
     p.add_argument("--steps", type=int, default=5, help="timed steps (>= 5; the median is reported)")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--compile-warmup", type=int, default=3)

@@ -16,6 +16,8 @@
 #   1b             Llama 3.2 1B, default settings (~10 min on an H100, 2.5 of them compile runs)
 #   8b             Llama 3.1 8B cut to 8 layers (~9 min)
 #   1b-recompute   train_llama alone on the 1B at recompute 0 and 2 (~3-4 min)
+#   memory         the 1B at B=1 and B=4, T=2048: train_llama at every recompute level and
+#                  HF + Liger, for the activation memory per sequence (~3 min)
 #   kernels        the per-kernel benchmark, dev/bench/run_kernels.sh (~4 min)
 #   report         docs/benchmarks.md and docs/img/*.png from dev/bench/results/
 # With no argument every table is made in one run each, ~25 min in all.
@@ -81,12 +83,15 @@ for part in $parts; do
         bench --models llama3.1-8b-cut || status=1;;
     1b-recompute)
         bench --models llama3.2-1b --systems train_llama --train-llama-recompute 0 2 || status=1;;
+    memory)
+        bench --models llama3.2-1b --systems train_llama hf_liger --seq-lens 2048 --batch-sweep 4 \
+            --train-llama-recompute 0 1 2 3 || status=1;;
     kernels)
         bash dev/bench/run_kernels.sh || status=1;;
     report)
         python3 dev/bench/report.py || status=1;;
     *)
-        echo "error: unknown part '$part' (build, smoke, 1b, 8b, 1b-recompute, kernels, report)"; status=1;;
+        echo "error: unknown part '$part' (build, smoke, 1b, 8b, 1b-recompute, memory, kernels, report)"; status=1;;
     esac
     copy_out
 done

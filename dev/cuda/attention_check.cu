@@ -147,18 +147,11 @@ static void check_gradient_parts(const float *got, const float *ref, Shape s, co
     free(r);
 }
 
-/* The trainer's rule (train_llama.cu): the deterministic backward where its
- * B*H*T*T bf16 dP workspace fits in 2 GiB. */
-static int deterministic_fits(Shape s)
-{
-    int64_t T64 = ((int64_t)s.T + 63) / 64 * 64;
-    return (double)s.B * s.H * T64 * T64 * 2.0 <= 2.0 * 1073741824.0;
-}
-
-/* Checks one shape: against the CPU reference (small shapes), or times it. */
+/* Checks one shape: against the CPU reference (small shapes), or times it. The
+ * deterministic backward runs where the trainer would take it (attention.h's rule). */
 static void check_shape(Shape s, int reference)
 {
-    int det_first = deterministic_fits(s);
+    int det_first = attention_deterministic_fits(s.B, s.H, s.T);
     int64_t NH = s.H + 2 * s.KV;
     int64_t n_qkv = (int64_t)s.B * s.T * NH * s.D, n_out = (int64_t)s.B * s.T * s.H * s.D;
     int64_t n_stats = (int64_t)s.B * s.H * s.T;

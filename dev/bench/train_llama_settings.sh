@@ -6,26 +6,30 @@
 #   level3: recompute 3 (only each layer's input kept) against 2 at B=1, T=8192
 #   (its cost in tokens/s) and T=131072 (its memory);
 #   bestb: the best B at T=2048 for issue 14's throughput target, B = 8, 12, 16
-#   at recompute 0 and 1 (the optimizer's fixed time per step shrinks per token).
+#   at recompute 0 and 1, and 20, 24 at 0 (the optimizer's fixed time per step
+#   shrinks per token);
+#   long8b: Llama 3.1 8B on one GPU (an H200: its weights, gradients and AdamW
+#   state take ~105 GiB), the longest T at B=1 per recompute level 1-3, each
+#   level's T rising until the first OOM.
 # Each setting runs a few steps; the summary line per setting is the median
 # tokens/s of the steps after the first, the MFU and the peak memory, or OOM.
 # Writes $OUT/settings.jsonl (or ./settings.jsonl) and prints a table.
-# Usage: dev/bench/train_llama_settings.sh [throughput] [longest] [level3] [bestb]
+# Usage: dev/bench/train_llama_settings.sh [throughput] [longest] [level3] [bestb] [long8b]
 set -u
 cd "$(dirname "$0")/../.."
 out="${OUT:-.}"
 results="$out/settings.jsonl"
 parts="${*:-throughput longest}"
 
-run() { # B T recompute steps
-    local B=$1 T=$2 r=$3 steps=$4 log="$out/run_B$1_T$2_r$3"
-    timeout 300 ./train_llama --preset llama3.2-1b --random-data -B "$B" -T "$T" --recompute "$r" \
+run() { # B T recompute steps [model]
+    local B=$1 T=$2 r=$3 steps=$4 model=${5:-llama3.2-1b} log="$out/run_${5:+$5_}B$1_T$2_r$3"
+    timeout 300 ./train_llama --preset "$model" --random-data -B "$B" -T "$T" --recompute "$r" \
         --steps "$steps" --warmup 1 --lr 1e-4 --log "$log.jsonl" > "$log.log" 2>&1
     local rc=$?
-    python3 - "$B" "$T" "$r" "$rc" "$log" >> "$results" <<'PY'
+    python3 - "$B" "$T" "$r" "$rc" "$log" "$model" >> "$results" <<'PY'
 import json, statistics, sys
-B, T, r, rc, log = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-rec = {"system": "train_llama", "model": "llama3.2-1b", "B": B, "T": T, "recompute": r}
+B, T, r, rc, log, model = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
+rec = {"system": "train_llama", "model": model, "B": B, "T": T, "recompute": r}
 steps = []
 try:
     steps = [json.loads(l) for l in open(log + ".jsonl") if '"loss"' in l]
@@ -58,6 +62,16 @@ for p in $parts; do
         for r in 2 3; do run 1 8192 $r 8; done
         for r in 2 3; do run 1 131072 $r 3; done;;
     bestb)
-        for B in 8 12 16; do for r in 0 1; do run $B 2048 $r 10; done; done;;
+        for B in 8 12 16; do for r in 0 1; do run $B 2048 $r 10; done; done
+        for B in 20 24; do run $B 2048 0 10; done;;
+    long8b)
+        for level in "1 4096 8192 16384" "2 8192 16384 32768" "3 16384 32768 65536"; do
+            set -- $level
+            r=$1; shift
+            for T in "$@"; do
+                run 1 "$T" "$r" 3 llama3.1-8b
+                tail -1 "$results" | grep -q '"status": "ok"' || break
+            done
+        done;;
     esac
 done

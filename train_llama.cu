@@ -210,9 +210,12 @@ static int model_start(Llama *m, BatchSource *src, const TrainFlags *t, char *re
 }
 
 /* One optimizer step of accum micro-batches, all loaded first: the loss is the mean
- * over every rank's targets of the whole step. Its loss, lr, norm and time go to out. */
+ * over every rank's targets of the whole step. Its loss, lr, norm and time go to out.
+ * The time runs from *clock (the previous step's end, or where the loop restarted it
+ * after an evaluation, checkpoint or sample) to this step's end, which goes to
+ * *clock: loading the batch, the host's work between steps and the log count too. */
 static void train_step(Llama *m, BatchSource *src, const Args *a, int step, int accum, int *tokens, float *h_parts,
-                       StepLog *out, float *profile_ms, float *profile_busy, cudaStream_t s)
+                       StepLog *out, double *clock, float *profile_ms, float *profile_busy, cudaStream_t s)
 {
     int64_t N = llama_tokens(m);
     int *targets = tokens + N * accum;
@@ -229,7 +232,6 @@ static void train_step(Llama *m, BatchSource *src, const Args *a, int step, int 
     int profiling = step + 1 == a->profile_step;
     if (profiling)
         profile_begin_step(s);
-    double t0 = now_seconds();
     for (int k = 0; k < accum; k++) {
         llama_set_batch(m, tokens + k * N, targets + k * N, k, s);
         llama_micro_step(m, inv_count, k, s);
@@ -239,7 +241,8 @@ static void train_step(Llama *m, BatchSource *src, const Args *a, int step, int 
     CUDA_CHECK(cudaMemcpyAsync(&norm_sq, m->optimizer.grad_norm_sq, sizeof(float), cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaMemcpyAsync(&clip_coef, m->optimizer.clip_coef, sizeof(float), cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaStreamSynchronize(s));
-    double ms = (now_seconds() - t0) * 1e3;
+    double end = now_seconds(), ms = (end - *clock) * 1e3;
+    *clock = end;
     if (profiling)
         *profile_busy = profile_end_step(profile_ms);
     double loss = 0.0;
@@ -350,14 +353,16 @@ int main(int argc, char **argv)
     CUDA_CHECK(cudaMallocHost(&h_parts, (size_t)accum * sizeof(float)));
     double flops_per_token = llama_flops_per_token(&config, t->batch.T), tokens_per_s_sum = 0.0;
     NanGuard nan_guard = {0, 0};
+    double clock = now_seconds(); /* where the next step's time starts (train_step) */
     for (int step = start_step; step < t->run.steps; step++) {
         if (have_val && step % t->run.eval_every == 0) {
             run_log_eval(&log, step, evaluate(&model, &val, t->run.eval_batches, s));
             watchdog_progress(&gpus.watchdog, "evaluation at step %d", step);
+            clock = now_seconds();
         }
         StepLog r;
         memset(&r, 0, sizeof(r));
-        train_step(&model, &src, &a, step, accum, tokens, h_parts, &r, profile_ms, &profile_busy, s);
+        train_step(&model, &src, &a, step, accum, tokens, h_parts, &r, &clock, profile_ms, &profile_busy, s);
         step_log_gpu(&r, &a, total_batch, world, flops_per_token);
         tokens_per_s_sum += step > start_step ? r.tokens_per_s : 0.0;
         run_log_step(&log, &r);
@@ -370,11 +375,13 @@ int main(int argc, char **argv)
             batch_source_get_state(&src, &st.rng_state, &st.data);
             llama_save_checkpoint(&model, t->ckpt.dir, t->ckpt.keep, &outputs.extras, st, s);
             watchdog_progress(&gpus.watchdog, "checkpoint of step %d", step + 1);
+            clock = now_seconds();
         }
         if (train_sample_due(&t->sample, step + 1, t->run.steps)) {
             SampleContext ctx = {&model, s};
             train_sample(&outputs, &t->sample, step + 1, t->batch.T, config.vocab_size, sample_next_logits, &ctx, &log);
             watchdog_progress(&gpus.watchdog, "sample after step %d", step + 1);
+            clock = now_seconds();
         }
     }
     if (have_val)

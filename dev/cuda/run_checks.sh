@@ -11,7 +11,7 @@ log_dir="${CHECK_LOG_DIR:-${OUT:+$OUT/cuda_checks}}"
 log_dir="${log_dir:-/tmp/llmc_cuda_checks}"
 mkdir -p "$log_dir"
 checks=(rmsnorm_check rope_check swiglu_check embedding_check adamw_check)
-checks+=(matmul_check attention_check fused_classifier_check)
+checks+=(matmul_check attention_check fused_classifier_check fp8_matmul_check)
 
 if ! make -C "$here" -j4 all > "$log_dir/build.log" 2>&1; then
     cat "$log_dir/build.log"

@@ -30,6 +30,7 @@
 #include "llmc/checkpoint.h"
 #include "llmc/dataloader.h"
 #include "llmc/flags.h"
+#include "llmc/fp8.h"
 #include "llmc/llama_config.h"
 #include "llmc/run_log.h"
 #include "llmc/schedule.h"
@@ -416,6 +417,8 @@ typedef struct {
     double loss_sum;             /* sum of the cross-entropy over the counted targets of the last forward */
     int64_t n_counted;           /* targets != IGNORE_INDEX in the last forward */
     float mean_loss;             /* loss_sum / n_counted, as F.cross_entropy reports it; NaN if none counted */
+    int fp8;                     /* the layers' GEMMs on FP8 values (fp8_linear_forward); set before the first forward */
+    float *fp8_in, *fp8_out, *fp8_w; /* their quantised operands: BT x widest input, BT x widest output, largest W */
 } Llama;
 
 static inline float *param(const Llama *m, int index)
@@ -500,6 +503,15 @@ static void llama_alloc_activations(Llama *m, int B, int T)
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
         *bufs[i].ptr = (float *)malloc_check((size_t)bufs[i].n * sizeof(float), bufs[i].what);
     }
+    if (m->fp8) {
+        int64_t widest_in = C > HD ? C : HD, widest_out = 2 * F > QKV ? 2 * F : QKV;
+        widest_in = F > widest_in ? F : widest_in;
+        widest_out = C > widest_out ? C : widest_out;
+        int64_t largest_w = 2 * F * C > QKV * C ? 2 * F * C : QKV * C;
+        m->fp8_in = (float *)malloc_check((size_t)(BT * widest_in) * sizeof(float), "FP8 emulation: inputs");
+        m->fp8_out = (float *)malloc_check((size_t)(BT * widest_out) * sizeof(float), "FP8 emulation: gradients");
+        m->fp8_w = (float *)malloc_check((size_t)largest_w * sizeof(float), "FP8 emulation: weights");
+    }
     rope_tables(m->rope_cos, m->rope_sin, m->inv_freq, T, (int)half);
     m->B = B;
     m->T = T;
@@ -513,11 +525,58 @@ static void llama_free(Llama *m)
                      m->rope_sin, a->resid,    a->resid_mid, a->ln1,      a->ln1_rstd, a->qkv,
                      a->att,      a->atty,     a->ln2,       a->ln2_rstd, a->gate_up,  a->mlp_h,
                      a->lnf,      a->lnf_rstd, a->logits,    a->lse,      s->dresid,   s->dln,
-                     s->dqkv,     s->datt,     s->datty,     s->dgate_up, s->dmlp_h};
+                     s->dqkv,     s->datt,     s->datty,     s->dgate_up, s->dmlp_h,
+                     m->fp8_in,   m->fp8_out,  m->fp8_w};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         free(bufs[i]);
     llama_param_layout_free(&m->layout);
     memset(m, 0, sizeof(*m));
+}
+
+/* FP8 training's GEMMs (--fp8, issue 15), emulated: each operand is rounded
+ * to FP8 with one scale per tensor from its current amax (llmc/fp8.h: codes
+ * of x * 448 / amax, saturating, ties to even) and used as the exact values
+ * those codes stand for; the products are then summed in fp32 as everywhere
+ * here. Inputs and weights are E4M3, output gradients E5M2 (wider range, one
+ * bit less); the backward pass sees the forward's operands again (the same
+ * rounding of the same tensors). out[i] = fp8(in[i] * scale) / scale. */
+static void fp8_round_tensor(float *out, const float *in, int64_t n, Fp8Format f)
+{
+    float amax = 0.0f;
+#pragma omp parallel for reduction(max : amax) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        amax = fmaxf(amax, fabsf(in[i]));
+    float scale = fp8_scale_from_amax(amax, f);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        out[i] = fp8_to_float(fp8_from_float(in[i] * scale, f), f) / scale;
+}
+
+/* matmul_forward of a layer's Linear; on FP8 values when m->fp8. */
+static void linear_forward(const Llama *m, float *out, const float *inp, const float *weight, int64_t N, int64_t IC,
+                           int64_t OC)
+{
+    if (!m->fp8) {
+        matmul_forward(out, inp, weight, N, IC, OC);
+        return;
+    }
+    fp8_round_tensor(m->fp8_in, inp, N * IC, FP8_E4M3);
+    fp8_round_tensor(m->fp8_w, weight, OC * IC, FP8_E4M3);
+    matmul_forward(out, m->fp8_in, m->fp8_w, N, IC, OC);
+}
+
+/* matmul_backward of a layer's Linear; on FP8 values when m->fp8. */
+static void linear_backward(const Llama *m, float *dinp, float *dweight, const float *dout, const float *inp,
+                            const float *weight, int64_t N, int64_t IC, int64_t OC)
+{
+    if (!m->fp8) {
+        matmul_backward(dinp, dweight, dout, inp, weight, N, IC, OC);
+        return;
+    }
+    fp8_round_tensor(m->fp8_out, dout, N * OC, FP8_E5M2);
+    fp8_round_tensor(m->fp8_in, inp, N * IC, FP8_E4M3);
+    fp8_round_tensor(m->fp8_w, weight, OC * IC, FP8_E4M3);
+    matmul_backward(dinp, dweight, m->fp8_out, m->fp8_in, m->fp8_w, N, IC, OC);
 }
 
 /* Forward pass on inputs [B, T]. With targets (IGNORE_INDEX where not counted)
@@ -563,17 +622,17 @@ static void llama_forward(Llama *m, const int *inputs, const int *targets, int B
         float *gate_up = a->gate_up + l * BT * 2 * F, *mlp_h = a->mlp_h + l * BT * F;
 
         rmsnorm_forward(ln1, ln1_rstd, x, param(m, param_index_layer(l, LAYER_ATTN_NORM)), BT, C, c->norm_eps);
-        matmul_forward(qkv, ln1, param(m, param_index_layer(l, LAYER_Q)), BT, C, QKV);
+        linear_forward(m, qkv, ln1, param(m, param_index_layer(l, LAYER_Q)), BT, C, QKV);
         rope_apply(qkv, QKV, m->rope_cos, m->rope_sin, B, T, H + KV, D / 2, 1.0f);
         attention_forward(atty, att, qkv, B, T, H, KV, D);
-        matmul_forward(x_mid, atty, param(m, param_index_layer(l, LAYER_O)), BT, HD, C);
+        linear_forward(m, x_mid, atty, param(m, param_index_layer(l, LAYER_O)), BT, HD, C);
         for (int64_t i = 0; i < BT * C; i++)
             x_mid[i] += x[i];
 
         rmsnorm_forward(ln2, ln2_rstd, x_mid, param(m, param_index_layer(l, LAYER_MLP_NORM)), BT, C, c->norm_eps);
-        matmul_forward(gate_up, ln2, param(m, param_index_layer(l, LAYER_GATE)), BT, C, 2 * F);
+        linear_forward(m, gate_up, ln2, param(m, param_index_layer(l, LAYER_GATE)), BT, C, 2 * F);
         swiglu_forward(mlp_h, gate_up, BT, F);
-        matmul_forward(x_out, mlp_h, param(m, param_index_layer(l, LAYER_DOWN)), BT, F, C);
+        linear_forward(m, x_out, mlp_h, param(m, param_index_layer(l, LAYER_DOWN)), BT, F, C);
         for (int64_t i = 0; i < BT * C; i++)
             x_out[i] += x_mid[i];
     }
@@ -664,24 +723,24 @@ static void llama_backward(Llama *m, float loss_scale)
 
         /* MLP half: dresid holds d x_out and becomes d x_mid */
         memset(s->dmlp_h, 0, (size_t)(BT * F) * sizeof(float));
-        matmul_backward(s->dmlp_h, grad(m, param_index_layer(l, LAYER_DOWN)), s->dresid, mlp_h,
+        linear_backward(m, s->dmlp_h, grad(m, param_index_layer(l, LAYER_DOWN)), s->dresid, mlp_h,
                         param(m, param_index_layer(l, LAYER_DOWN)), BT, F, C);
         swiglu_backward(s->dgate_up, s->dmlp_h, gate_up, BT, F);
         memset(s->dln, 0, (size_t)(BT * C) * sizeof(float));
-        matmul_backward(s->dln, grad(m, param_index_layer(l, LAYER_GATE)), s->dgate_up, ln2,
+        linear_backward(m, s->dln, grad(m, param_index_layer(l, LAYER_GATE)), s->dgate_up, ln2,
                         param(m, param_index_layer(l, LAYER_GATE)), BT, C, 2 * F);
         rmsnorm_backward(s->dresid, grad(m, param_index_layer(l, LAYER_MLP_NORM)), s->dln, x_mid,
                          param(m, param_index_layer(l, LAYER_MLP_NORM)), ln2_rstd, BT, C);
 
         /* attention half: dresid holds d x_mid and becomes d x */
         memset(s->datty, 0, (size_t)(BT * HD) * sizeof(float));
-        matmul_backward(s->datty, grad(m, param_index_layer(l, LAYER_O)), s->dresid, atty,
+        linear_backward(m, s->datty, grad(m, param_index_layer(l, LAYER_O)), s->dresid, atty,
                         param(m, param_index_layer(l, LAYER_O)), BT, HD, C);
         memset(s->dqkv, 0, (size_t)(BT * QKV) * sizeof(float));
         attention_backward(s->dqkv, s->datt, s->datty, qkv, att, B, T, H, KV, D);
         rope_apply(s->dqkv, QKV, m->rope_cos, m->rope_sin, B, T, H + KV, D / 2, -1.0f);
         memset(s->dln, 0, (size_t)(BT * C) * sizeof(float));
-        matmul_backward(s->dln, grad(m, param_index_layer(l, LAYER_Q)), s->dqkv, ln1,
+        linear_backward(m, s->dln, grad(m, param_index_layer(l, LAYER_Q)), s->dqkv, ln1,
                         param(m, param_index_layer(l, LAYER_Q)), BT, C, QKV);
         rmsnorm_backward(s->dresid, grad(m, param_index_layer(l, LAYER_ATTN_NORM)), s->dln, x,
                          param(m, param_index_layer(l, LAYER_ATTN_NORM)), ln1_rstd, BT, C);
@@ -819,9 +878,16 @@ static void train_step(Llama *m, BatchSource *src, const TrainFlags *t, int step
 
 typedef struct {
     TrainFlags t;
+    int fp8;
 } Args;
 
-static const Flag FLAGS[] = {TRAIN_FLAGS(Args, t)};
+static const Flag FLAGS[] = {
+    TRAIN_FLAGS(Args, t),
+    FLAG_SECTION("numerics"),
+    FLAG("--fp8", FLAG_SWITCH, Args, fp8,
+         "the layers' GEMMs on FP8 values, as GPU FP8 training rounds them: inputs and weights E4M3, output "
+         "gradients E5M2, one scale per tensor from its current amax (lm_head stays fp32)"),
+};
 #define N_FLAGS ((int)(sizeof(FLAGS) / sizeof(FLAGS[0])))
 
 static Args default_args(void)
@@ -915,9 +981,11 @@ int main(int argc, char **argv)
         llama_build(&model, &config);
         llama_init_random(&model, (uint64_t)t->run.seed);
     }
+    model.fp8 = a.fp8;
     llama_config_print(&model.config, stdout);
-    printf("parameters: %lld (%.1f MiB each for weights, gradients and the two AdamW moments)\n",
-           (long long)model.layout.total, (double)model.layout.total * 4.0 / 1048576.0);
+    printf("parameters: %lld (%.1f MiB each for weights, gradients and the two AdamW moments)%s\n",
+           (long long)model.layout.total, (double)model.layout.total * 4.0 / 1048576.0,
+           model.fp8 ? "; layer GEMMs on FP8 values (--fp8)" : "");
 #ifdef _OPENMP
     printf("threads: %d\n", omp_get_max_threads());
 #endif

@@ -12,9 +12,15 @@
  * one with leading dimension c, so each product is computed transposed
  * (out^T = W inp^T and so on) and no operand is ever copied.
  *
+ * FP8 (issue #15): matmul_fp8 computes the forward form on fp8 codes with
+ * one dequantisation scale per operand (llmc/fp8_quantize.h), fp32 sums and a
+ * bf16 output; Hopper's FP8 kernels take only that form (both operands
+ * contiguous along the summed dimension), so the backward GEMMs run on
+ * transposed copies of their operands.
+ *
  * A step issues the same few shapes over and over, so each (GEMM, shape,
- * pointer alignment) gets its layouts and heuristic algorithm once and keeps
- * them in a small table. All calls share one 32 MiB workspace (what cuBLAS
+ * operand types, pointer alignment) gets its layouts and heuristic algorithm
+ * once and keeps them in a small table. All calls share one 32 MiB workspace (what cuBLAS
  * recommends for Hopper): GEMMs must not run concurrently on two streams.
  */
 #ifndef LLMC_MATMUL_H
@@ -23,6 +29,7 @@
 #include <cublasLt.h>
 
 #include "cuda_common.h"
+#include "fp8.h"
 #include "profile.h"
 
 static inline void cublas_check_at(cublasStatus_t status, const char *what, const char *file, int line)
@@ -39,7 +46,8 @@ static inline void cublas_check_at(cublasStatus_t status, const char *what, cons
 }
 #define CUBLAS_CHECK(call) cublas_check_at((call), #call, __FILE__, __LINE__)
 
-enum { MATMUL_FORWARD, MATMUL_BACKWARD_INPUT, MATMUL_BACKWARD_WEIGHT, MATMUL_KINDS };
+/* MATMUL_FP8: the forward form on fp8 codes (matmul_fp8) */
+enum { MATMUL_FORWARD, MATMUL_BACKWARD_INPUT, MATMUL_BACKWARD_WEIGHT, MATMUL_FP8, MATMUL_KINDS };
 
 #define MATMUL_WORKSPACE_BYTES ((size_t)32 << 20)
 /* Enough for every shape of a training step (7 Linear layers x 3 GEMMs, plus the
@@ -49,6 +57,7 @@ enum { MATMUL_FORWARD, MATMUL_BACKWARD_INPUT, MATMUL_BACKWARD_WEIGHT, MATMUL_KIN
 typedef struct {
     int in_use;
     int kind, N, in_dim, out_dim;
+    cudaDataType_t a_type, b_type; /* bf16, or fp8 for MATMUL_FP8 */
     int align_bytes[4]; /* A, B, C, D: the heuristic may only pick kernels these pointers satisfy */
     cublasLtMatrixLayout_t layout[4];
     cublasLtMatmulAlgo_t algo;
@@ -64,7 +73,7 @@ static inline void matmul_setup(void)
 {
     /* (transpose A, transpose B) of each GEMM in cuBLASLt's column-major terms; see matmul_plan. */
     static const cublasOperation_t ops[MATMUL_KINDS][2] = {
-        {CUBLAS_OP_T, CUBLAS_OP_N}, {CUBLAS_OP_N, CUBLAS_OP_N}, {CUBLAS_OP_N, CUBLAS_OP_T}};
+        {CUBLAS_OP_T, CUBLAS_OP_N}, {CUBLAS_OP_N, CUBLAS_OP_N}, {CUBLAS_OP_N, CUBLAS_OP_T}, {CUBLAS_OP_T, CUBLAS_OP_N}};
     CUBLAS_CHECK(cublasLtCreate(&matmul_handle));
     matmul_workspace = cuda_malloc_named(MATMUL_WORKSPACE_BYTES, "cuBLASLt workspace");
     for (int kind = 0; kind < MATMUL_KINDS; kind++) {
@@ -115,14 +124,15 @@ static inline int matmul_alignment(const void *p)
  *   backward input   D[in, N]  = (A = W as [in, out]) @ (B = dout as [out, N]),           k = out
  *   backward weight  D[in, out] = (A = inp as [in, N]) @ op_T(B = dout as [out, N]),      k = N
  */
-static inline const MatmulPlan *matmul_plan(int kind, int N, int in_dim, int out_dim, const void *a, const void *b,
-                                            const void *c, const void *d)
+static inline const MatmulPlan *matmul_plan(int kind, int N, int in_dim, int out_dim, cudaDataType_t a_type,
+                                            cudaDataType_t b_type, const void *a, const void *b, const void *c,
+                                            const void *d)
 {
     int align[4] = {matmul_alignment(a), matmul_alignment(b), matmul_alignment(c), matmul_alignment(d)};
     for (int i = 0; i < MATMUL_CACHE_SIZE; i++) {
         const MatmulPlan *p = &matmul_cache[i];
         if (p->in_use && p->kind == kind && p->N == N && p->in_dim == in_dim && p->out_dim == out_dim &&
-            memcmp(p->align_bytes, align, sizeof(align)) == 0) {
+            p->a_type == a_type && p->b_type == b_type && memcmp(p->align_bytes, align, sizeof(align)) == 0) {
             return p;
         }
     }
@@ -138,7 +148,7 @@ static inline const MatmulPlan *matmul_plan(int kind, int N, int in_dim, int out
     uint64_t n_tok = (uint64_t)N, in = (uint64_t)in_dim, out = (uint64_t)out_dim;
     /* rows, cols, leading dimension of A, B, C (= D) as stored, column-major */
     uint64_t dims[3][3];
-    if (kind == MATMUL_FORWARD) {
+    if (kind == MATMUL_FORWARD || kind == MATMUL_FP8) {
         uint64_t d3[3][3] = {{in, out, in}, {in, n_tok, in}, {out, n_tok, out}};
         memcpy(dims, d3, sizeof(dims));
     } else if (kind == MATMUL_BACKWARD_INPUT) {
@@ -148,12 +158,15 @@ static inline const MatmulPlan *matmul_plan(int kind, int N, int in_dim, int out
         uint64_t d3[3][3] = {{in, n_tok, in}, {out, n_tok, out}, {in, out, in}};
         memcpy(dims, d3, sizeof(dims));
     }
+    cudaDataType_t types[4] = {a_type, b_type, CUDA_R_16BF, CUDA_R_16BF};
     for (int i = 0; i < 4; i++) {
         const uint64_t *dm = dims[i < 3 ? i : 2];
-        CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->layout[i], CUDA_R_16BF, dm[0], dm[1], (int64_t)dm[2]));
+        CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->layout[i], types[i], dm[0], dm[1], (int64_t)dm[2]));
     }
     plan->in_use = 1;
     plan->kind = kind;
+    plan->a_type = a_type;
+    plan->b_type = b_type;
     plan->N = N;
     plan->in_dim = in_dim;
     plan->out_dim = out_dim;
@@ -176,7 +189,7 @@ static inline const MatmulPlan *matmul_plan(int kind, int N, int in_dim, int out
                                                 plan->layout[2], plan->layout[3], pref, 1, &heuristic, &found));
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     if (found == 0) {
-        static const char *names[MATMUL_KINDS] = {"forward", "backward input", "backward weight"};
+        static const char *names[MATMUL_KINDS] = {"forward", "backward input", "backward weight", "FP8"};
         FAIL("cuBLASLt has no algorithm for the %s GEMM with N %d, in %d, out %d "
              "(pointer alignments %d/%d/%d/%d bytes)\n"
              "  hint: keep activation and weight pointers 16-byte aligned; rerun with CUBLASLT_LOG_LEVEL=5",
@@ -190,7 +203,7 @@ static inline void matmul_run(int kind, void *d, const void *a, const void *b, i
                               float beta, cudaStream_t stream)
 {
     const void *c = d; /* C is D (in place): read only when beta != 0 */
-    const MatmulPlan *plan = matmul_plan(kind, N, in_dim, out_dim, a, b, c, d);
+    const MatmulPlan *plan = matmul_plan(kind, N, in_dim, out_dim, CUDA_R_16BF, CUDA_R_16BF, a, b, c, d);
     const float alpha = 1.0f;
     profile_push(PROF_GEMM, stream);
     CUBLAS_CHECK(cublasLtMatmul(matmul_handle, matmul_desc[kind], &alpha, a, plan->layout[0], b, plan->layout[1], &beta,
@@ -220,6 +233,32 @@ static inline void matmul_backward_weight(bf16 *dweight, const bf16 *dout, const
                                           int out_dim, int accumulate, cudaStream_t stream)
 {
     matmul_run(MATMUL_BACKWARD_WEIGHT, dweight, inp, dout, N, in_dim, out_dim, accumulate ? 1.0f : 0.0f, stream);
+}
+
+/* out[N, out_dim] (= or += when accumulate) = (x[N, in_dim] @ w[out_dim, in_dim]^T) * x_inv_scale[0] * w_inv_scale[0]
+ * on fp8 codes (fp8_quantize.h), both row-major and contiguous along in_dim; fp32 sums, bf16 out. cuBLASLt takes
+ * E4M3 x E4M3 and E5M2 x E4M3 here (never E5M2 x E5M2): x in either format, w in E4M3. Each operand needs 16-byte
+ * aligned rows: in_dim a multiple of 16. */
+static inline void matmul_fp8(bf16 *out, const uint8_t *x, Fp8Format x_format, const uint8_t *w,
+                              const float *x_inv_scale, const float *w_inv_scale, int N, int in_dim, int out_dim,
+                              int accumulate, cudaStream_t stream)
+{
+    if (in_dim % 16 != 0)
+        FAIL("matmul_fp8: in_dim %d must be a multiple of 16 (16-byte rows of fp8 codes)", in_dim);
+    cudaDataType_t x_type = x_format == FP8_E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+    /* column-major: A = w as [in, out] (op T), B = x as [in, N]: the forward form */
+    const MatmulPlan *plan = matmul_plan(MATMUL_FP8, N, in_dim, out_dim, CUDA_R_8F_E4M3, x_type, w, x, out, out);
+    cublasLtMatmulDesc_t desc = matmul_desc[MATMUL_FP8];
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_inv_scale,
+                                                sizeof(w_inv_scale)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_inv_scale,
+                                                sizeof(x_inv_scale)));
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    profile_push(PROF_GEMM, stream);
+    CUBLAS_CHECK(cublasLtMatmul(matmul_handle, desc, &alpha, w, plan->layout[0], x, plan->layout[1], &beta, out,
+                                plan->layout[2], out, plan->layout[3], &plan->algo, matmul_workspace,
+                                MATMUL_WORKSPACE_BYTES, stream));
+    profile_pop(stream);
 }
 
 #endif /* LLMC_MATMUL_H */

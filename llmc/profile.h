@@ -30,6 +30,7 @@ typedef enum {
     PROF_EMBEDDING,
     PROF_LOSS,
     PROF_OPTIMIZER,
+    PROF_FP8,
     PROF_COMM,
     PROF_OTHER,
     PROF_CLASSES
@@ -43,6 +44,7 @@ static const char *PROFILE_CLASS_NAMES[PROF_CLASSES] = {"GEMMs",
                                                         "embedding",
                                                         "loss (lm_head GEMMs + CE)",
                                                         "optimizer",
+                                                        "FP8 quantisation",
                                                         "communication (NCCL)",
                                                         "other"};
 

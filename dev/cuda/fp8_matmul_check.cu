@@ -1,18 +1,20 @@
 /*
- * fp8_matmul_check.cu: issue #15's first measurement, before any FP8 code goes
- * into the trainer. cuBLASLt FP8 GEMMs (E4M3 x E4M3, bf16 out) in the one
- * operand layout Hopper's FP8 kernels take, both operands contiguous along K:
+ * fp8_matmul_check.cu: checks llmc/fp8_quantize.h and matmul.h's matmul_fp8
+ * (issue #15), and measures them. FP8 GEMMs (bf16 out) in the one operand
+ * layout Hopper's FP8 kernels take, both operands contiguous along K:
  *     out[M, Nc] = sa * sb * X[M, K] @ Y[Nc, K]^T        (row-major, as matmul.h's forward)
  * with two scaling recipes:
- *     tensor  one fp32 dequantisation scale per operand (MATRIX_SCALE_SCALAR_32F)
- *     row     one per row of X and one per row of Y (MATRIX_SCALE_OUTER_VEC_32F)
- * and the quantisation a step would add: the amax of a bf16 tensor, then its
- * E4M3 codes at scale 448 / amax (llmc/fp8.h's rule), straight and transposed
- * (the backward GEMMs need X^T and dY^T contiguous along the token axis).
+ *     tensor  one fp32 dequantisation scale per operand: matmul_fp8, X in
+ *             E4M3 or E5M2 (gradients), Y in E4M3
+ *     row     one per row of X and one per row of Y (cuBLASLt's
+ *             MATRIX_SCALE_OUTER_VEC_32F): an experiment of this file only
+ * and the quantisation a step adds: the amax of a bf16 tensor, then its codes
+ * at scale fp8_max / amax (llmc/fp8.h's rule), straight and transposed (the
+ * backward GEMMs need X^T and dY^T contiguous along the token axis).
  *
- * Checks (small shapes, fresh random inputs): the GPU's quantisation against
- * fp8.h bit for bit; each recipe's GEMM against the CPU's sum over the exact
- * fp8 values in double. Timing (the Llama 3.2 1B's layer GEMMs at B=8, T=2048:
+ * Checks (small shapes, fresh random inputs): the GPU's codes against fp8.h
+ * bit for bit, both formats; each recipe's GEMM, and matmul_fp8 accumulating
+ * into its output, against the CPU's sum over the exact fp8 values in double. Timing (the Llama 3.2 1B's layer GEMMs at B=8, T=2048:
  * forward, backward-input and backward-weight shapes of qkv, o, gate/up and
  * down, all in the K-contiguous form): the bf16 GEMM of llmc/matmul.h against
  * each FP8 recipe, and the quantisation kernels, each the median of
@@ -24,51 +26,10 @@
 
 #include "check_common.h"
 #include "llmc/fp8.h"
+#include "llmc/fp8_quantize.h"
 #include "llmc/matmul.h"
 
-/* ---- quantisation kernels (the experiment's; the trainer's come with --fp8) ---- */
-
-/* amax[0] = max |x| over n elements (non-negative floats compare as their bits: atomicMax on int). */
-__global__ void amax_kernel(float *amax, const bf16 *x, int64_t n)
-{
-    float m = 0.0f;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        m = fmaxf(m, fabsf(__bfloat162float(x[i])));
-    for (int off = 16; off > 0; off /= 2)
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-    if ((threadIdx.x & 31) == 0)
-        atomicMax((int *)amax, __float_as_int(m));
-}
-
-/* q = e4m3(x * scale) with scale = 448 / amax[0] (1 where amax is 0), and inv_scale[0] = 1 / scale. */
-__global__ void quantize_kernel(uint8_t *q, float *inv_scale, const bf16 *x, const float *amax, int64_t n)
-{
-    float scale = fp8_scale_from_amax(*amax, FP8_E4M3);
-    if (blockIdx.x == 0 && threadIdx.x == 0)
-        *inv_scale = 1.0f / scale;
-    int64_t i = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * 8;
-    if (i >= n)
-        return;
-    bf16x8 v = load16(x + i);
-    uint8_t out[8];
-    for (int k = 0; k < 8; k++)
-        out[k] = (uint8_t)__nv_cvt_float_to_fp8(__bfloat162float(v.v[k]) * scale, __NV_SATFINITE, __NV_E4M3);
-    *reinterpret_cast<uint2 *>(q + i) = *reinterpret_cast<uint2 *>(out);
-}
-
-/* qt[C, R] = e4m3(x[R, C] * scale), transposed through a 32 x 32 tile in shared memory. */
-__global__ void quantize_transpose_kernel(uint8_t *qt, const bf16 *x, const float *amax, int R, int C)
-{
-    __shared__ float tile[32][33];
-    float scale = fp8_scale_from_amax(*amax, FP8_E4M3);
-    int r0 = blockIdx.y * 32, c0 = blockIdx.x * 32;
-    for (int dy = threadIdx.y; dy < 32; dy += blockDim.y)
-        tile[dy][threadIdx.x] = __bfloat162float(x[(int64_t)(r0 + dy) * C + c0 + threadIdx.x]) * scale;
-    __syncthreads();
-    for (int dy = threadIdx.y; dy < 32; dy += blockDim.y)
-        qt[(int64_t)(c0 + dy) * R + r0 + threadIdx.x] =
-            (uint8_t)__nv_cvt_float_to_fp8(tile[threadIdx.x][dy], __NV_SATFINITE, __NV_E4M3);
-}
+/* ---- the per-row recipe (an experiment: the trainer quantises per tensor, llmc/fp8_quantize.h) ---- */
 
 /* Per-row scales of x[R, C]: inv_scale[r] = amax_r / 448 and q[r, :] = e4m3(x[r, :] * 448 / amax_r); one warp a row. */
 __global__ void quantize_rows_kernel(uint8_t *q, float *inv_scale, const bf16 *x, int R, int C)
@@ -86,39 +47,33 @@ __global__ void quantize_rows_kernel(uint8_t *q, float *inv_scale, const bf16 *x
     if (lane == 0)
         inv_scale[r] = 1.0f / scale;
     for (int c = lane; c < C; c += 32)
-        q[(int64_t)r * C + c] = (uint8_t)__nv_cvt_float_to_fp8(__bfloat162float(row[c]) * scale, __NV_SATFINITE, __NV_E4M3);
+        q[(int64_t)r * C + c] = fp8_code(__bfloat162float(row[c]) * scale, FP8_E4M3);
 }
 
-static void quantize_tensor(uint8_t *q, float *inv_scale, float *amax, const bf16 *x, int64_t n)
+/* codes and inv_scale[0] of x[n] per tensor, E4M3 or E5M2 (llmc/fp8_quantize.h) */
+static void quantize_tensor(uint8_t *q, float *inv_scale, float *amax, const bf16 *x, int64_t n, Fp8Format f)
 {
-    CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float)));
-    amax_kernel<<<264, 512>>>(amax, x, n);
-    CUDA_CHECK(cudaGetLastError());
-    quantize_kernel<<<ceil_div(n / 8, 256), 256>>>(q, inv_scale, x, amax, n);
-    CUDA_CHECK(cudaGetLastError());
+    fp8_amax(amax, x, n, 0);
+    fp8_quantize(q, inv_scale, x, amax, n, f, 0);
 }
 
-/* ---- the FP8 GEMM ---- */
-
-enum { RECIPE_TENSOR, RECIPE_ROW, RECIPES };
-static const char *RECIPE_NAMES[RECIPES] = {"tensor", "row"};
+/* ---- the per-row recipe's GEMM: out[M, Nc] = X[M, K] @ Y[Nc, K]^T * sx[m] * sy[n] ---- */
 
 typedef struct {
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, d;
     cublasLtMatmulAlgo_t algo;
-} Fp8Gemm;
+} RowGemm;
 
-/* out[M, Nc] (bf16) = X[M, K] @ Y[Nc, K]^T on e4m3 codes; cuBLASLt's A is Y (op T), its B is X, so
- * its row scales are Y's (length Nc) and its column scales X's (length M). */
-static Fp8Gemm fp8_gemm_plan(int recipe, int M, int K, int Nc, const float *sx, const float *sy)
+/* cuBLASLt's A is Y (op T), its B is X, so its row scales are Y's (Nc of them) and its column scales X's (M). */
+static RowGemm row_gemm_plan(int M, int K, int Nc, const float *sx, const float *sy)
 {
-    Fp8Gemm g;
+    RowGemm g;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&g.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof(t)));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof(n)));
-    int32_t mode = recipe == RECIPE_ROW ? CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F : CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+    int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sy, sizeof(sy)));
@@ -135,19 +90,19 @@ static Fp8Gemm fp8_gemm_plan(int recipe, int M, int K, int Nc, const float *sx, 
     CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(matmul_handle, g.desc, g.a, g.b, g.d, g.d, pref, 1, &h, &found));
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     if (!found)
-        FAIL("cuBLASLt has no FP8 %s-scaled algorithm for M %d, K %d, N %d", RECIPE_NAMES[recipe], M, K, Nc);
+        FAIL("cuBLASLt has no per-row-scaled FP8 algorithm for M %d, K %d, N %d", M, K, Nc);
     g.algo = h.algo;
     return g;
 }
 
-static void fp8_gemm_run(const Fp8Gemm *g, bf16 *out, const uint8_t *x, const uint8_t *y)
+static void row_gemm_run(const RowGemm *g, bf16 *out, const uint8_t *x, const uint8_t *y)
 {
     const float one = 1.0f, zero = 0.0f;
     CUBLAS_CHECK(cublasLtMatmul(matmul_handle, g->desc, &one, y, g->a, x, g->b, &zero, out, g->d, out, g->d, &g->algo,
                                 matmul_workspace, MATMUL_WORKSPACE_BYTES, 0));
 }
 
-static void fp8_gemm_free(Fp8Gemm *g)
+static void row_gemm_free(RowGemm *g)
 {
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(g->a));
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(g->b));
@@ -155,15 +110,17 @@ static void fp8_gemm_free(Fp8Gemm *g)
     CUBLAS_CHECK(cublasLtMatmulDescDestroy(g->desc));
 }
 
-/* ---- checks ---- */
-
 static void quantize_rows(uint8_t *q, float *inv_scale, const bf16 *x, int R, int C)
 {
     quantize_rows_kernel<<<ceil_div(R, 8), 256>>>(q, inv_scale, x, R, C);
-    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK_LAST();
 }
 
-/* The GPU's codes against fp8.h's on the host, per tensor, transposed, and per row. */
+/* ---- checks ---- */
+
+static const char *FORMAT_NAMES[2] = {"E4M3", "E5M2"};
+
+/* The GPU's codes against fp8.h's on the host: per tensor (both formats), transposed, and per row. */
 static void check_quantize(int R, int C)
 {
     int64_t n = (int64_t)R * C;
@@ -173,29 +130,34 @@ static void check_quantize(int R, int C)
     bf16 *dx = (bf16 *)dev_upload(xb, n * 2);
     uint8_t *dq = (uint8_t *)dev_alloc(n), *got = (uint8_t *)malloc_check(n, "got"), *want = (uint8_t *)malloc_check(n, "want");
     float *damax = (float *)dev_alloc(4), *dinv = (float *)dev_alloc(4 * (size_t)R), amax = 0.0f, inv;
-    quantize_tensor(dq, dinv, damax, dx, n);
-    download(got, dq, n);
-    download(&inv, dinv, 4);
     for (int64_t i = 0; i < n; i++)
         amax = fmaxf(amax, fabsf(x[i]));
-    float scale = fp8_scale_from_amax(amax, FP8_E4M3);
-    for (int64_t i = 0; i < n; i++)
-        want[i] = fp8_from_float(x[i] * scale, FP8_E4M3);
-    check(inv == 1.0f / scale, "per-tensor dequantisation scale %.8g (want %.8g)", inv, 1.0f / scale);
-    check_identical("per-tensor e4m3 codes against fp8.h", got, want, n);
-    quantize_transpose_kernel<<<dim3(C / 32, R / 32), dim3(32, 8)>>>(dq, dx, damax, R, C);
-    CUDA_CHECK(cudaGetLastError());
-    download(got, dq, n);
-    int64_t wrong = 0;
-    for (int r = 0; r < R; r++)
-        for (int c = 0; c < C; c++)
-            wrong += got[(int64_t)c * R + r] != want[(int64_t)r * C + c];
-    check(wrong == 0, "transposed e4m3 codes against fp8.h (%lld wrong)", (long long)wrong);
+    for (int f = FP8_E4M3; f <= FP8_E5M2; f++) {
+        Fp8Format fmt = (Fp8Format)f;
+        quantize_tensor(dq, dinv, damax, dx, n, fmt);
+        download(got, dq, n);
+        download(&inv, dinv, 4);
+        float scale = fp8_scale_from_amax(amax, fmt);
+        for (int64_t i = 0; i < n; i++)
+            want[i] = fp8_from_float(x[i] * scale, fmt);
+        check(inv == 1.0f / scale, "%s per-tensor dequantisation scale %.8g (want %.8g)", FORMAT_NAMES[f], inv,
+              1.0f / scale);
+        char what[64];
+        snprintf(what, sizeof(what), "%s per-tensor codes against fp8.h", FORMAT_NAMES[f]);
+        check_identical(what, got, want, n);
+        fp8_quantize_transposed(dq, dx, damax, R, C, fmt, 0);
+        download(got, dq, n);
+        int64_t wrong = 0;
+        for (int r = 0; r < R; r++)
+            for (int c = 0; c < C; c++)
+                wrong += got[(int64_t)c * R + r] != want[(int64_t)r * C + c];
+        check(wrong == 0, "%s transposed codes against fp8.h (%lld wrong)", FORMAT_NAMES[f], (long long)wrong);
+    }
     quantize_rows(dq, dinv, dx, R, C);
     download(got, dq, n);
     float *got_inv = (float *)malloc_check(4 * (size_t)R, "inv");
     download(got_inv, dinv, 4 * (size_t)R);
-    wrong = 0;
+    int64_t wrong = 0;
     for (int r = 0; r < R; r++) {
         float m = 0.0f;
         for (int c = 0; c < C; c++)
@@ -205,42 +167,51 @@ static void check_quantize(int R, int C)
         for (int c = 0; c < C; c++)
             wrong += got[(int64_t)r * C + c] != fp8_from_float(x[(int64_t)r * C + c] * s, FP8_E4M3);
     }
-    check(wrong == 0, "per-row e4m3 codes and scales against fp8.h (%lld wrong)", (long long)wrong);
+    check(wrong == 0, "per-row E4M3 codes and scales against fp8.h (%lld wrong)", (long long)wrong);
     free(xb), free(x), free(got), free(want), free(got_inv);
     cuda_free(dx), cuda_free(dq), cuda_free(damax), cuda_free(dinv);
 }
 
-/* Each recipe's GEMM against the double-precision sum over the exact fp8 values. Bound per element:
- * half a bf16 ulp of the output, plus 2^-10 of sum |x y|: Hopper's FP8 tensor cores add a K-block
- * of products with fewer bits than fp32 (cuBLASLt sums the blocks in fp32), so the product sum
- * errs by a small fraction of the magnitudes summed, not of the (cancelling) result. */
-static void check_gemm(int recipe, int M, int K, int Nc)
+enum { RECIPE_TENSOR, RECIPE_ROW, RECIPES };
+static const char *RECIPE_NAMES[RECIPES] = {"tensor", "row"};
+
+/* One recipe's GEMM against the double-precision sum over the exact fp8 values (x in x_format, y E4M3; with
+ * accumulate, added to a random bf16 output). Bound per element: half a bf16 ulp of the output, plus 2^-10 of
+ * sum |x y|: Hopper's FP8 tensor cores add a K-block of products with fewer bits than fp32 (cuBLASLt sums the
+ * blocks in fp32), so the sum errs by a small fraction of the magnitudes summed, not of the (cancelling) result;
+ * with accumulate, half a bf16 ulp more for the rounding of the product before the addition. */
+static void check_gemm(int recipe, Fp8Format x_format, int accumulate, int M, int K, int Nc)
 {
     int64_t nx = (int64_t)M * K, ny = (int64_t)Nc * K, nd = (int64_t)M * Nc;
-    uint16_t *xb = (uint16_t *)malloc_check(nx * 2, "x"), *yb = (uint16_t *)malloc_check(ny * 2, "y");
-    float *x = (float *)malloc_check(nx * 4, "xf"), *y = (float *)malloc_check(ny * 4, "yf");
+    uint16_t *xb = (uint16_t *)malloc_check(nx * 2, "x"), *yb = (uint16_t *)malloc_check(ny * 2, "y"),
+             *ob = (uint16_t *)malloc_check(nd * 2, "out");
+    float *x = (float *)malloc_check(nx * 4, "xf"), *y = (float *)malloc_check(ny * 4, "yf"),
+          *before = (float *)malloc_check(nd * 4, "before");
     fill_bf16(xb, x, nx, 1.0f);
     fill_bf16(yb, y, ny, 0.05f);
-    bf16 *dx = (bf16 *)dev_upload(xb, nx * 2), *dy = (bf16 *)dev_upload(yb, ny * 2), *dout = (bf16 *)dev_alloc(nd * 2);
+    fill_bf16(ob, before, nd, 1.0f);
+    bf16 *dx = (bf16 *)dev_upload(xb, nx * 2), *dy = (bf16 *)dev_upload(yb, ny * 2), *dout = (bf16 *)dev_upload(ob, nd * 2);
     uint8_t *qx = (uint8_t *)dev_alloc(nx), *qy = (uint8_t *)dev_alloc(ny);
     float *sx = (float *)dev_alloc(4 * (size_t)M), *sy = (float *)dev_alloc(4 * (size_t)Nc), *amax = (float *)dev_alloc(4);
     if (recipe == RECIPE_ROW) {
         quantize_rows(qx, sx, dx, M, K);
         quantize_rows(qy, sy, dy, Nc, K);
+        RowGemm g = row_gemm_plan(M, K, Nc, sx, sy);
+        row_gemm_run(&g, dout, qx, qy);
+        row_gemm_free(&g);
     } else {
-        quantize_tensor(qx, sx, amax, dx, nx);
-        quantize_tensor(qy, sy, amax, dy, ny);
+        quantize_tensor(qx, sx, amax, dx, nx, x_format);
+        quantize_tensor(qy, sy, amax, dy, ny, FP8_E4M3);
+        if (!accumulate)
+            poison(dout, nd * 2);
+        matmul_fp8(dout, qx, x_format, qy, sx, sy, M, K, Nc, accumulate, 0);
     }
-    Fp8Gemm g = fp8_gemm_plan(recipe, M, K, Nc, sx, sy);
-    poison(dout, nd * 2);
-    fp8_gemm_run(&g, dout, qx, qy);
     CUDA_CHECK(cudaDeviceSynchronize());
     uint8_t *hqx = (uint8_t *)malloc_check(nx, "qx"), *hqy = (uint8_t *)malloc_check(ny, "qy");
     int ns = recipe == RECIPE_ROW ? 1 : 0;
     float *hsx = (float *)malloc_check(4 * (size_t)M, "sx"), *hsy = (float *)malloc_check(4 * (size_t)Nc, "sy");
     download(hqx, qx, nx), download(hqy, qy, ny);
     download(hsx, sx, 4 * (size_t)(ns ? M : 1)), download(hsy, sy, 4 * (size_t)(ns ? Nc : 1));
-    uint16_t *ob = (uint16_t *)malloc_check(nd * 2, "out");
     download(ob, dout, nd * 2);
     float *got = (float *)malloc_check(nd * 4, "got"), *ref = (float *)malloc_check(nd * 4, "ref"),
           *bound = (float *)malloc_check(nd * 4, "bound");
@@ -250,21 +221,23 @@ static void check_gemm(int recipe, int M, int K, int Nc)
         for (int j = 0; j < Nc; j++) {
             double s = 0.0, a = 0.0;
             for (int k = 0; k < K; k++) {
-                double p = (double)fp8_to_float(hqx[(int64_t)i * K + k], FP8_E4M3) *
+                double p = (double)fp8_to_float(hqx[(int64_t)i * K + k], x_format) *
                            fp8_to_float(hqy[(int64_t)j * K + k], FP8_E4M3);
                 s += p;
                 a += fabs(p);
             }
-            double scale = (double)hsx[ns ? i : 0] * hsy[ns ? j : 0];
-            ref[(int64_t)i * Nc + j] = (float)(s * scale);
-            bound[(int64_t)i * Nc + j] = (float)(BF16_ROUNDING * fabs(s * scale) + 0x1p-10 * a * scale) + 1e-30f;
+            double scale = (double)hsx[ns ? i : 0] * hsy[ns ? j : 0], prod = s * scale;
+            double want = prod + (accumulate ? before[(int64_t)i * Nc + j] : 0.0);
+            ref[(int64_t)i * Nc + j] = (float)want;
+            bound[(int64_t)i * Nc + j] = (float)(BF16_ROUNDING * (fabs(want) + (accumulate ? fabs(prod) : 0.0)) +
+                                                 0x1p-10 * a * scale) + 1e-30f;
         }
-    char what[96];
-    snprintf(what, sizeof(what), "fp8 GEMM, %s scales, M %d K %d N %d", RECIPE_NAMES[recipe], M, K, Nc);
+    char what[112];
+    snprintf(what, sizeof(what), "fp8 GEMM, %s scales, %s x E4M3%s, M %d K %d N %d", RECIPE_NAMES[recipe],
+             FORMAT_NAMES[x_format], accumulate ? ", +=" : "", M, K, Nc);
     check_within(what, got, ref, bound, nd);
-    fp8_gemm_free(&g);
-    free(xb), free(yb), free(x), free(y), free(hqx), free(hqy), free(hsx), free(hsy), free(ob), free(got), free(ref),
-        free(bound);
+    free(xb), free(yb), free(ob), free(x), free(y), free(before), free(hqx), free(hqy), free(hsx), free(hsy),
+        free(got), free(ref), free(bound);
     cuda_free(dx), cuda_free(dy), cuda_free(dout), cuda_free(qx), cuda_free(qy), cuda_free(sx), cuda_free(sy),
         cuda_free(amax);
 }
@@ -276,7 +249,7 @@ typedef struct {
     bf16 *x, *y, *out;
     uint8_t *qx, *qy;
     float *sx, *sy, *amax;
-    Fp8Gemm gemm;
+    RowGemm row;
 } Bench;
 
 static void run_bf16(void *ctx, int set)
@@ -289,20 +262,25 @@ static void run_fp8(void *ctx, int set)
 {
     Bench *b = (Bench *)ctx;
     (void)set;
-    fp8_gemm_run(&b->gemm, b->out, b->qx, b->qy);
+    matmul_fp8(b->out, b->qx, FP8_E4M3, b->qy, b->sx, b->sy, b->M, b->K, b->Nc, 0, 0);
+}
+static void run_fp8_rows(void *ctx, int set)
+{
+    Bench *b = (Bench *)ctx;
+    (void)set;
+    row_gemm_run(&b->row, b->out, b->qx, b->qy);
 }
 static void run_quantize(void *ctx, int set)
 {
     Bench *b = (Bench *)ctx;
     (void)set;
-    quantize_tensor(b->qx, b->sx, b->amax, b->x, (int64_t)b->M * b->K);
+    quantize_tensor(b->qx, b->sx, b->amax, b->x, (int64_t)b->M * b->K, FP8_E4M3);
 }
 static void run_quantize_t(void *ctx, int set)
 {
     Bench *b = (Bench *)ctx;
     (void)set;
-    quantize_transpose_kernel<<<dim3(b->K / 32, b->M / 32), dim3(32, 8)>>>(b->qx, b->x, b->amax, b->M, b->K);
-    CUDA_CHECK(cudaGetLastError());
+    fp8_quantize_transposed(b->qx, b->x, b->amax, b->M, b->K, FP8_E4M3, 0);
 }
 static void run_quantize_rows(void *ctx, int set)
 {
@@ -327,27 +305,25 @@ static void bench_shape(const char *name, int M, int K, int Nc, double *sum_bf16
     b.qx = (uint8_t *)dev_alloc(nx), b.qy = (uint8_t *)dev_alloc(ny);
     b.sx = (float *)dev_alloc(4 * (size_t)M), b.sy = (float *)dev_alloc(4 * (size_t)Nc), b.amax = (float *)dev_alloc(4);
     double flops = 2.0 * M * K * Nc;
-    float bf16_ms = bench_median_ms(run_bf16, &b, 1), fp8_ms[RECIPES];
-    for (int r = 0; r < RECIPES; r++) {
-        if (r == RECIPE_ROW) {
-            quantize_rows(b.qx, b.sx, b.x, M, K);
-            quantize_rows(b.qy, b.sy, b.y, Nc, K);
-        } else {
-            quantize_tensor(b.qx, b.sx, b.amax, b.x, nx);
-            quantize_tensor(b.qy, b.sy, b.amax, b.y, ny);
-        }
-        b.gemm = fp8_gemm_plan(r, M, K, Nc, b.sx, b.sy);
-        fp8_ms[r] = bench_median_ms(run_fp8, &b, 1);
-        fp8_gemm_free(&b.gemm);
-    }
+    float bf16_ms = bench_median_ms(run_bf16, &b, 1);
+    quantize_tensor(b.qx, b.sx, b.amax, b.x, nx, FP8_E4M3);
+    quantize_tensor(b.qy, b.sy, b.amax, b.y, ny, FP8_E4M3);
+    float tensor_ms = bench_median_ms(run_fp8, &b, 1);
+    quantize_rows(b.qx, b.sx, b.x, M, K);
+    quantize_rows(b.qy, b.sy, b.y, Nc, K);
+    b.row = row_gemm_plan(M, K, Nc, b.sx, b.sy);
+    float row_ms = bench_median_ms(run_fp8_rows, &b, 1);
+    row_gemm_free(&b.row);
     float q_ms = bench_median_ms(run_quantize, &b, 1), qt_ms = bench_median_ms(run_quantize_t, &b, 1),
           qr_ms = bench_median_ms(run_quantize_rows, &b, 1);
     printf("BENCH %-18s M %6d K %6d N %6d  bf16 %7.3f ms (%4.0f TFLOP/s)  fp8 tensor %7.3f ms (%4.0f, %.2fx)  "
-           "row %7.3f ms (%4.0f, %.2fx)  | quantise X (%.0f MB): amax+codes %.3f ms, transposed %.3f ms, per row %.3f ms\n",
-           name, M, K, Nc, bf16_ms, flops / bf16_ms / 1e9, fp8_ms[0], flops / fp8_ms[0] / 1e9, bf16_ms / fp8_ms[0],
-           fp8_ms[1], flops / fp8_ms[1] / 1e9, bf16_ms / fp8_ms[1], nx * 2 / 1e6, q_ms, qt_ms, qr_ms);
+           "row %7.3f ms (%4.0f, %.2fx)  | quantise X (%.0f MB): amax+codes %.3f ms (%.2f TB/s), transposed %.3f ms "
+           "(%.2f TB/s), per row %.3f ms\n",
+           name, M, K, Nc, bf16_ms, flops / bf16_ms / 1e9, tensor_ms, flops / tensor_ms / 1e9, bf16_ms / tensor_ms,
+           row_ms, flops / row_ms / 1e9, bf16_ms / row_ms, nx * 2 / 1e6, q_ms, nx * 5 / q_ms / 1e9, qt_ms,
+           nx * 3 / qt_ms / 1e9, qr_ms);
     *sum_bf16 += bf16_ms;
-    *sum_fp8 += fp8_ms[0];
+    *sum_fp8 += tensor_ms;
     free(h), free(hf);
     cuda_free(b.x), cuda_free(b.y), cuda_free(b.out), cuda_free(b.qx), cuda_free(b.qy), cuda_free(b.sx),
         cuda_free(b.sy), cuda_free(b.amax);
@@ -362,9 +338,12 @@ int main(int argc, char **argv)
     matmul_setup();
     check_quantize(256, 384);
     for (int r = 0; r < RECIPES; r++) {
-        check_gemm(r, 128, 256, 192);
-        check_gemm(r, 256, 2048, 384);
+        check_gemm(r, FP8_E4M3, 0, 128, 256, 192);
+        check_gemm(r, FP8_E4M3, 0, 256, 2048, 384);
     }
+    /* the backward GEMMs: gradients in E5M2 against E4M3 codes; the weight gradient added to over micro-steps */
+    check_gemm(RECIPE_TENSOR, FP8_E5M2, 0, 256, 2048, 384);
+    check_gemm(RECIPE_TENSOR, FP8_E5M2, 1, 128, 512, 256);
     if (bench) {
         /* Llama 3.2 1B at B=8, T=2048: N tokens; each layer's Linear (in -> out) gives three GEMMs */
         int N = 16384;

@@ -1,0 +1,129 @@
+/*
+ * fp8_quantize.h: bf16 tensors to FP8 codes with one scale per tensor, for the
+ * FP8 GEMMs of matmul.h (issue #15). For a tensor x of n elements:
+ *   amax      = max_i |x_i|                                    (fp8_amax)
+ *   scale     = fp8_max(format) / amax  (1 where amax is 0)    (llmc/fp8.h)
+ *   codes_i   = fp8(x_i * scale), ties to even, saturating     (fp8_quantize)
+ *   inv_scale = 1 / scale, what the GEMM multiplies its sums by
+ * and the transposed codes of a row-major [R, C] x, codes_t[c, r] =
+ * fp8(x[r, c] * scale) (fp8_quantize_transposed), which the backward GEMMs
+ * need: Hopper's FP8 kernels take both operands contiguous along the summed
+ * dimension only. The codes are the ones llmc/fp8.h computes on the host, bit
+ * for bit (dev/cuda/fp8_matmul_check).
+ *
+ * Memory: fp8_amax reads x once (16-byte loads; n a multiple of 8, x 16-byte
+ * aligned) and does one float atomic max per block into amax; fp8_quantize
+ * reads x and writes n bytes; the transposed one reads x and writes R * C
+ * bytes through a 32 x 32 tile in shared memory (R and C multiples of 32).
+ */
+#ifndef LLMC_FP8_QUANTIZE_H
+#define LLMC_FP8_QUANTIZE_H
+
+#include <cuda_fp8.h>
+
+#include "cuda_common.h"
+#include "fp8.h"
+#include "profile.h"
+
+#define FP8_AMAX_BLOCKS 528 /* 4 per SM of an H100: enough bytes in flight to stream the tensor */
+#define FP8_THREADS 256
+
+__device__ __forceinline__ uint8_t fp8_code(float x, Fp8Format f)
+{
+    return (uint8_t)__nv_cvt_float_to_fp8(x, __NV_SATFINITE, f == FP8_E4M3 ? __NV_E4M3 : __NV_E5M2);
+}
+
+/* Non-negative floats order as their bits do, so an int atomicMax is a float max. */
+__global__ void __launch_bounds__(FP8_THREADS) fp8_amax_kernel(float *amax, const bf16 *x, int64_t n8)
+{
+    __shared__ float warp_max[FP8_THREADS / WARP_SIZE];
+    float m = 0.0f;
+    for (int64_t i = blockIdx.x * (int64_t)FP8_THREADS + threadIdx.x; i < n8; i += (int64_t)gridDim.x * FP8_THREADS) {
+        bf16x8 v = load16(x + i * 8);
+        for (int k = 0; k < 8; k++)
+            m = fmaxf(m, fabsf(__bfloat162float(v.v[k])));
+    }
+    for (int off = WARP_SIZE / 2; off > 0; off /= 2)
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+    if (threadIdx.x % WARP_SIZE == 0)
+        warp_max[threadIdx.x / WARP_SIZE] = m;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < FP8_THREADS / WARP_SIZE; w++)
+            m = fmaxf(m, warp_max[w]);
+        atomicMax((int *)amax, __float_as_int(m));
+    }
+}
+
+__global__ void __launch_bounds__(FP8_THREADS)
+    fp8_quantize_kernel(uint8_t *codes, float *inv_scale, const bf16 *x, const float *amax, int64_t n8, Fp8Format f)
+{
+    float scale = fp8_scale_from_amax(*amax, f);
+    int64_t i = blockIdx.x * (int64_t)FP8_THREADS + threadIdx.x;
+    if (i == 0 && inv_scale)
+        *inv_scale = 1.0f / scale;
+    if (i >= n8)
+        return;
+    bf16x8 v = load16(x + i * 8);
+    uint8_t out[8];
+    for (int k = 0; k < 8; k++)
+        out[k] = fp8_code(__bfloat162float(v.v[k]) * scale, f);
+    *reinterpret_cast<uint2 *>(codes + i * 8) = *reinterpret_cast<const uint2 *>(out);
+}
+
+__global__ void fp8_quantize_transposed_kernel(uint8_t *codes_t, const bf16 *x, const float *amax, int R, int C,
+                                               Fp8Format f)
+{
+    __shared__ float tile[32][33]; /* +1: the column reads hit 32 different banks */
+    float scale = fp8_scale_from_amax(*amax, f);
+    int64_t r0 = blockIdx.y * 32, c0 = blockIdx.x * 32;
+    for (int dy = threadIdx.y; dy < 32; dy += blockDim.y)
+        tile[dy][threadIdx.x] = __bfloat162float(x[(r0 + dy) * C + c0 + threadIdx.x]) * scale;
+    __syncthreads();
+    for (int dy = threadIdx.y; dy < 32; dy += blockDim.y)
+        codes_t[(c0 + dy) * R + r0 + threadIdx.x] = fp8_code(tile[threadIdx.x][dy], f);
+}
+
+static inline void fp8_check_shape(const char *what, int64_t n, const void *x)
+{
+    if (n <= 0 || n % 8 != 0 || (uintptr_t)x % 16 != 0)
+        FAIL("%s: %lld elements at %p: needs a positive multiple of 8 elements, 16-byte aligned", what, (long long)n, x);
+}
+
+/* amax[0] = max |x_i| over n elements. */
+static inline void fp8_amax(float *amax, const bf16 *x, int64_t n, cudaStream_t stream)
+{
+    fp8_check_shape("fp8_amax", n, x);
+    int64_t n8 = n / 8;
+    int blocks = (int)(ceil_div(n8, FP8_THREADS) < FP8_AMAX_BLOCKS ? ceil_div(n8, FP8_THREADS) : FP8_AMAX_BLOCKS);
+    profile_push(PROF_FP8, stream);
+    CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), stream));
+    fp8_amax_kernel<<<blocks, FP8_THREADS, 0, stream>>>(amax, x, n8);
+    CUDA_CHECK_LAST();
+    profile_pop(stream);
+}
+
+/* codes = fp8(x * scale) with the scale of amax[0]; inv_scale[0] = 1 / scale (inv_scale may be NULL). */
+static inline void fp8_quantize(uint8_t *codes, float *inv_scale, const bf16 *x, const float *amax, int64_t n,
+                                Fp8Format f, cudaStream_t stream)
+{
+    fp8_check_shape("fp8_quantize", n, x);
+    profile_push(PROF_FP8, stream);
+    fp8_quantize_kernel<<<ceil_div(n / 8, FP8_THREADS), FP8_THREADS, 0, stream>>>(codes, inv_scale, x, amax, n / 8, f);
+    CUDA_CHECK_LAST();
+    profile_pop(stream);
+}
+
+/* codes_t[C, R] = fp8(x[R, C]^T * scale) with the scale of amax[0]. */
+static inline void fp8_quantize_transposed(uint8_t *codes_t, const bf16 *x, const float *amax, int R, int C,
+                                           Fp8Format f, cudaStream_t stream)
+{
+    if (R <= 0 || C <= 0 || R % 32 != 0 || C % 32 != 0)
+        FAIL("fp8_quantize_transposed: [%d, %d] must be positive multiples of 32", R, C);
+    profile_push(PROF_FP8, stream);
+    fp8_quantize_transposed_kernel<<<dim3(C / 32, R / 32), dim3(32, 8), 0, stream>>>(codes_t, x, amax, R, C, f);
+    CUDA_CHECK_LAST();
+    profile_pop(stream);
+}
+
+#endif /* LLMC_FP8_QUANTIZE_H */

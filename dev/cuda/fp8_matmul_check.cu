@@ -337,6 +337,7 @@ int main(int argc, char **argv)
         bench &= strcmp(argv[i], "--no-bench") != 0;
     matmul_setup();
     check_quantize(256, 384);
+    check_quantize(384, 160);
     for (int r = 0; r < RECIPES; r++) {
         check_gemm(r, FP8_E4M3, 0, 128, 256, 192);
         check_gemm(r, FP8_E4M3, 0, 256, 2048, 384);

@@ -417,7 +417,7 @@ typedef struct {
     double loss_sum;             /* sum of the cross-entropy over the counted targets of the last forward */
     int64_t n_counted;           /* targets != IGNORE_INDEX in the last forward */
     float mean_loss;             /* loss_sum / n_counted, as F.cross_entropy reports it; NaN if none counted */
-    int fp8;                     /* the layers' GEMMs on FP8 values (fp8_linear_forward); set before the first forward */
+    int fp8; /* the layers' GEMMs on FP8 values (fp8_linear_forward); set before the first forward */
     float *fp8_in, *fp8_out, *fp8_w; /* their quantised operands: BT x widest input, BT x widest output, largest W */
 } Llama;
 
@@ -521,12 +521,11 @@ static void llama_free(Llama *m)
 {
     Activations *a = &m->acts;
     Scratch *s = &m->scratch;
-    float *bufs[] = {m->params,   m->grads,    m->adam_m,    m->adam_v,   m->inv_freq, m->rope_cos,
-                     m->rope_sin, a->resid,    a->resid_mid, a->ln1,      a->ln1_rstd, a->qkv,
-                     a->att,      a->atty,     a->ln2,       a->ln2_rstd, a->gate_up,  a->mlp_h,
-                     a->lnf,      a->lnf_rstd, a->logits,    a->lse,      s->dresid,   s->dln,
-                     s->dqkv,     s->datt,     s->datty,     s->dgate_up, s->dmlp_h,
-                     m->fp8_in,   m->fp8_out,  m->fp8_w};
+    float *bufs[] = {m->params, m->grads,     m->adam_m,  m->adam_v,   m->inv_freq, m->rope_cos, m->rope_sin,
+                     a->resid,  a->resid_mid, a->ln1,     a->ln1_rstd, a->qkv,      a->att,      a->atty,
+                     a->ln2,    a->ln2_rstd,  a->gate_up, a->mlp_h,    a->lnf,      a->lnf_rstd, a->logits,
+                     a->lse,    s->dresid,    s->dln,     s->dqkv,     s->datt,     s->datty,    s->dgate_up,
+                     s->dmlp_h, m->fp8_in,    m->fp8_out, m->fp8_w};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         free(bufs[i]);
     llama_param_layout_free(&m->layout);

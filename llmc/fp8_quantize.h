@@ -100,7 +100,8 @@ __global__ void __launch_bounds__(FP8_THREADS)
 static inline void fp8_check_shape(const char *what, int64_t n, const void *x)
 {
     if (n <= 0 || n % 8 != 0 || (uintptr_t)x % 16 != 0)
-        FAIL("%s: %lld elements at %p: needs a positive multiple of 8 elements, 16-byte aligned", what, (long long)n, x);
+        FAIL("%s: %lld elements at %p: needs a positive multiple of 8 elements, 16-byte aligned", what, (long long)n,
+             x);
 }
 
 /* amax[0] = max |x_i| over n elements. */
@@ -137,7 +138,7 @@ static inline void fp8_quantize_transposed(uint8_t *codes_t, const bf16 *x, cons
              R, C, FP8_T_ROWS, FP8_T_COLS);
     profile_push(PROF_FP8, stream);
     fp8_quantize_transposed_kernel<<<dim3(C / FP8_T_COLS, R / FP8_T_ROWS), FP8_THREADS, 0, stream>>>(codes_t, x, amax,
-                                                                                                      R, C, f);
+                                                                                                     R, C, f);
     CUDA_CHECK_LAST();
     profile_pop(stream);
 }

@@ -58,7 +58,7 @@ typedef struct {
     int in_use;
     int kind, N, in_dim, out_dim;
     cudaDataType_t a_type, b_type; /* bf16, or fp8 for MATMUL_FP8 */
-    int align_bytes[4]; /* A, B, C, D: the heuristic may only pick kernels these pointers satisfy */
+    int align_bytes[4];            /* A, B, C, D: the heuristic may only pick kernels these pointers satisfy */
     cublasLtMatrixLayout_t layout[4];
     cublasLtMatmulAlgo_t algo;
 } MatmulPlan;
@@ -249,10 +249,10 @@ static inline void matmul_fp8(bf16 *out, const uint8_t *x, Fp8Format x_format, c
     /* column-major: A = w as [in, out] (op T), B = x as [in, N]: the forward form */
     const MatmulPlan *plan = matmul_plan(MATMUL_FP8, N, in_dim, out_dim, CUDA_R_8F_E4M3, x_type, w, x, out, out);
     cublasLtMatmulDesc_t desc = matmul_desc[MATMUL_FP8];
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_inv_scale,
-                                                sizeof(w_inv_scale)));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_inv_scale,
-                                                sizeof(x_inv_scale)));
+    CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_inv_scale, sizeof(w_inv_scale)));
+    CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_inv_scale, sizeof(x_inv_scale)));
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     profile_push(PROF_GEMM, stream);
     CUBLAS_CHECK(cublasLtMatmul(matmul_handle, desc, &alpha, w, plan->layout[0], x, plan->layout[1], &beta, out,

@@ -14,10 +14,9 @@
  *
  * Checks (small shapes, fresh random inputs): the GPU's codes against fp8.h
  * bit for bit, both formats; each recipe's GEMM, and matmul_fp8 accumulating
- * into its output, against the CPU's sum over the exact fp8 values in double. Timing (the Llama 3.2 1B's layer GEMMs at B=8, T=2048:
- * forward, backward-input and backward-weight shapes of qkv, o, gate/up and
- * down, all in the K-contiguous form): the bf16 GEMM of llmc/matmul.h against
- * each FP8 recipe, and the quantisation kernels, each the median of
+ * into its output, against the CPU's sum over the exact fp8 values in double. Timing (the Llama 3.2 1B's layer GEMMs at
+ * B=8, T=2048: forward, backward-input and backward-weight shapes of qkv, o, gate/up and down, all in the K-contiguous
+ * form): the bf16 GEMM of llmc/matmul.h against each FP8 recipe, and the quantisation kernels, each the median of
  * BENCH_RUNS runs (check_common.h). Prints one BENCH line per shape.
  *
  *   ./fp8_matmul_check [--seed N] [--no-bench]
@@ -128,7 +127,8 @@ static void check_quantize(int R, int C)
     float *x = (float *)malloc_check(n * 4, "x f");
     fill_bf16(xb, x, n, 3.0f);
     bf16 *dx = (bf16 *)dev_upload(xb, n * 2);
-    uint8_t *dq = (uint8_t *)dev_alloc(n), *got = (uint8_t *)malloc_check(n, "got"), *want = (uint8_t *)malloc_check(n, "want");
+    uint8_t *dq = (uint8_t *)dev_alloc(n), *got = (uint8_t *)malloc_check(n, "got"),
+            *want = (uint8_t *)malloc_check(n, "want");
     float *damax = (float *)dev_alloc(4), *dinv = (float *)dev_alloc(4 * (size_t)R), amax = 0.0f, inv;
     for (int64_t i = 0; i < n; i++)
         amax = fmaxf(amax, fabsf(x[i]));
@@ -190,9 +190,11 @@ static void check_gemm(int recipe, Fp8Format x_format, int accumulate, int M, in
     fill_bf16(xb, x, nx, 1.0f);
     fill_bf16(yb, y, ny, 0.05f);
     fill_bf16(ob, before, nd, 1.0f);
-    bf16 *dx = (bf16 *)dev_upload(xb, nx * 2), *dy = (bf16 *)dev_upload(yb, ny * 2), *dout = (bf16 *)dev_upload(ob, nd * 2);
+    bf16 *dx = (bf16 *)dev_upload(xb, nx * 2), *dy = (bf16 *)dev_upload(yb, ny * 2),
+         *dout = (bf16 *)dev_upload(ob, nd * 2);
     uint8_t *qx = (uint8_t *)dev_alloc(nx), *qy = (uint8_t *)dev_alloc(ny);
-    float *sx = (float *)dev_alloc(4 * (size_t)M), *sy = (float *)dev_alloc(4 * (size_t)Nc), *amax = (float *)dev_alloc(4);
+    float *sx = (float *)dev_alloc(4 * (size_t)M), *sy = (float *)dev_alloc(4 * (size_t)Nc),
+          *amax = (float *)dev_alloc(4);
     if (recipe == RECIPE_ROW) {
         quantize_rows(qx, sx, dx, M, K);
         quantize_rows(qy, sy, dy, Nc, K);
@@ -229,15 +231,15 @@ static void check_gemm(int recipe, Fp8Format x_format, int accumulate, int M, in
             double scale = (double)hsx[ns ? i : 0] * hsy[ns ? j : 0], prod = s * scale;
             double want = prod + (accumulate ? before[(int64_t)i * Nc + j] : 0.0);
             ref[(int64_t)i * Nc + j] = (float)want;
-            bound[(int64_t)i * Nc + j] = (float)(BF16_ROUNDING * (fabs(want) + (accumulate ? fabs(prod) : 0.0)) +
-                                                 0x1p-10 * a * scale) + 1e-30f;
+            bound[(int64_t)i * Nc + j] =
+                (float)(BF16_ROUNDING * (fabs(want) + (accumulate ? fabs(prod) : 0.0)) + 0x1p-10 * a * scale) + 1e-30f;
         }
     char what[112];
     snprintf(what, sizeof(what), "fp8 GEMM, %s scales, %s x E4M3%s, M %d K %d N %d", RECIPE_NAMES[recipe],
              FORMAT_NAMES[x_format], accumulate ? ", +=" : "", M, K, Nc);
     check_within(what, got, ref, bound, nd);
-    free(xb), free(yb), free(ob), free(x), free(y), free(before), free(hqx), free(hqy), free(hsx), free(hsy),
-        free(got), free(ref), free(bound);
+    free(xb), free(yb), free(ob), free(x), free(y), free(before), free(hqx), free(hqy), free(hsx), free(hsy), free(got),
+        free(ref), free(bound);
     cuda_free(dx), cuda_free(dy), cuda_free(dout), cuda_free(qx), cuda_free(qy), cuda_free(sx), cuda_free(sy),
         cuda_free(amax);
 }
@@ -362,8 +364,9 @@ int main(int argc, char **argv)
             snprintf(name, sizeof(name), "%s bwd weight", lin[i].name);
             bench_shape(name, lin[i].out, N, lin[i].in, &t_bf16, &t_fp8);
         }
-        printf("BENCH one layer's 12 GEMMs: bf16 %.3f ms, fp8 tensor-scaled %.3f ms (%.2fx), quantisation not included\n",
-               t_bf16, t_fp8, t_bf16 / t_fp8);
+        printf(
+            "BENCH one layer's 12 GEMMs: bf16 %.3f ms, fp8 tensor-scaled %.3f ms (%.2fx), quantisation not included\n",
+            t_bf16, t_fp8, t_bf16 / t_fp8);
     }
     matmul_teardown();
     return check_summary();

@@ -240,13 +240,14 @@ static void rope_tables(float *cos_t, float *sin_t, const float *inv_freq, int T
 
 /* HF's rotate-half RoPE in place on n_heads heads of size 2*half at each token:
  * x*cos + rotate_half(x)*sin, rotate_half(x) = cat(-x2, x1). With sign = -1 it
- * applies the transpose (the inverse rotation), which is the backward pass. */
+ * applies the transpose (the inverse rotation), which is the backward pass.
+ * Token bt's position is pos[bt] (packed documents), or its place in the row when pos is NULL. */
 static void rope_apply(float *x, int64_t stride, const float *cos_t, const float *sin_t, int B, int T, int n_heads,
-                       int half, float sign)
+                       int half, float sign, const int *pos)
 {
 #pragma omp parallel for schedule(static)
     for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
-        int t = (int)(bt % T);
+        int t = pos ? pos[bt] : (int)(bt % T);
         for (int h = 0; h < n_heads; h++) {
             float *v = x + bt * stride + (int64_t)h * 2 * half;
             for (int i = 0; i < half; i++) {
@@ -261,8 +262,11 @@ static void rope_apply(float *x, int64_t stride, const float *cos_t, const float
 
 /* Causal softmax attention with grouped-query heads. qkv is [B, T, (H + 2 KV) D]
  * (q heads, then k heads, then v heads); query head h reads kv head h / (H / KV).
- * att [B, H, T, T] keeps the probabilities (zero above the diagonal), out is [B, T, H D]. */
-static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int H, int KV, int D)
+ * att [B, H, T, T] keeps the probabilities (zero above the diagonal), out is [B, T, H D].
+ * Packed documents: token bt attends only to tokens first[bt]..t of its row (its own
+ * document); first NULL: to the whole row before it. */
+static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int H, int KV, int D,
+                              const int *first)
 {
     int64_t qkv_c = (int64_t)(H + 2 * KV) * D;
     int group = H / KV;
@@ -274,26 +278,29 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
         int kvh = h / group;
         const float *q = qkv + (b * T + t) * qkv_c + (int64_t)h * D;
         float *p = att + bht * T;
+        int t0 = first ? first[b * T + t] : 0;
         float maxval = -INFINITY;
-        for (int t2 = 0; t2 <= t; t2++) {
+        for (int t2 = 0; t2 < t0; t2++)
+            p[t2] = 0.0f;
+        for (int t2 = t0; t2 <= t; t2++) {
             const float *k = qkv + (b * T + t2) * qkv_c + (int64_t)(H + kvh) * D;
             p[t2] = dot(q, k, D) * scale;
             if (p[t2] > maxval)
                 maxval = p[t2];
         }
         float sum = 0.0f;
-        for (int t2 = 0; t2 <= t; t2++) {
+        for (int t2 = t0; t2 <= t; t2++) {
             p[t2] = expf(p[t2] - maxval);
             sum += p[t2];
         }
-        for (int t2 = 0; t2 <= t; t2++)
+        for (int t2 = t0; t2 <= t; t2++)
             p[t2] /= sum;
         for (int t2 = t + 1; t2 < T; t2++)
             p[t2] = 0.0f;
         float *o = out + (b * T + t) * (int64_t)H * D + (int64_t)h * D;
         for (int d = 0; d < D; d++)
             o[d] = 0.0f;
-        for (int t2 = 0; t2 <= t; t2++) {
+        for (int t2 = t0; t2 <= t; t2++) {
             axpy(o, p[t2], qkv + (b * T + t2) * qkv_c + (int64_t)(H + KV + kvh) * D, D);
         }
     }
@@ -301,9 +308,9 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
 
 /* dqkv must be zeroed; datt is scratch of att's size. Threads own a (batch,
  * kv head) pair and every query head of its group, since those all write the
- * same dk and dv rows. */
+ * same dk and dv rows. first: as in attention_forward. */
 static void attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv, const float *att, int B,
-                               int T, int H, int KV, int D)
+                               int T, int H, int KV, int D, const int *first)
 {
     int64_t qkv_c = (int64_t)(H + 2 * KV) * D;
     int group = H / KV;
@@ -320,8 +327,9 @@ static void attention_backward(float *dqkv, float *datt, const float *dout, cons
                 const float *dy = dout + (b * T + t) * (int64_t)H * D + (int64_t)h * D;
                 const float *q = qkv + (b * T + t) * qkv_c + (int64_t)h * D;
                 float *dq = dqkv + (b * T + t) * qkv_c + (int64_t)h * D;
+                int t0 = first ? first[b * T + t] : 0;
                 float sum = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) {
+                for (int t2 = t0; t2 <= t; t2++) {
                     const float *v = qkv + (b * T + t2) * qkv_c + (int64_t)(H + KV + kvh) * D;
                     float *dv = dqkv + (b * T + t2) * qkv_c + (int64_t)(H + KV + kvh) * D;
                     dp[t2] = dot(dy, v, D);
@@ -329,7 +337,7 @@ static void attention_backward(float *dqkv, float *datt, const float *dout, cons
                     sum += p[t2] * dp[t2];
                 }
                 /* softmax backward, then the scores' backward into q and k */
-                for (int t2 = 0; t2 <= t; t2++) {
+                for (int t2 = t0; t2 <= t; t2++) {
                     float ds = p[t2] * (dp[t2] - sum) * scale;
                     const float *k = qkv + (b * T + t2) * qkv_c + (int64_t)(H + kvh) * D;
                     float *dk = dqkv + (b * T + t2) * qkv_c + (int64_t)(H + kvh) * D;
@@ -417,7 +425,10 @@ typedef struct {
     double loss_sum;             /* sum of the cross-entropy over the counted targets of the last forward */
     int64_t n_counted;           /* targets != IGNORE_INDEX in the last forward */
     float mean_loss;             /* loss_sum / n_counted, as F.cross_entropy reports it; NaN if none counted */
-    int fp8; /* the layers' GEMMs on FP8 values (fp8_linear_forward); set before the first forward */
+    int fp8;                     /* the layers' GEMMs on FP8 values (linear_forward); set before the first forward */
+    int doc_bos;                 /* packed documents (llama_documents): the token that starts one, or -1: none */
+    int doc_positions;           /* with doc_bos: RoPE positions restart at 0 in each document */
+    int *doc_first, *doc_pos;    /* BT each: where a token's document starts in its row, and the token's position */
     float *fp8_in, *fp8_out, *fp8_w; /* their quantised operands: BT x widest input, BT x widest output, largest W */
 } Llama;
 
@@ -437,6 +448,7 @@ static void llama_build(Llama *m, const LlamaConfig *config)
     if (llama_config_check(config, err, sizeof(err)) != 0)
         FAIL("bad model config: %s", err);
     m->config = *config;
+    m->doc_bos = -1;
     m->layout = llama_param_layout(config);
     size_t bytes = (size_t)m->layout.total * sizeof(float);
     m->params = (float *)malloc_check(bytes, "parameters");
@@ -512,6 +524,8 @@ static void llama_alloc_activations(Llama *m, int B, int T)
         m->fp8_out = (float *)malloc_check((size_t)(BT * widest_out) * sizeof(float), "FP8 emulation: gradients");
         m->fp8_w = (float *)malloc_check((size_t)largest_w * sizeof(float), "FP8 emulation: weights");
     }
+    m->doc_first = (int *)malloc_check((size_t)BT * sizeof(int), "document starts");
+    m->doc_pos = (int *)malloc_check((size_t)BT * sizeof(int), "document positions");
     rope_tables(m->rope_cos, m->rope_sin, m->inv_freq, T, (int)half);
     m->B = B;
     m->T = T;
@@ -528,8 +542,30 @@ static void llama_free(Llama *m)
                      s->dmlp_h, m->fp8_in,    m->fp8_out, m->fp8_w};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         free(bufs[i]);
+    free(m->doc_first);
+    free(m->doc_pos);
     llama_param_layout_free(&m->layout);
     memset(m, 0, sizeof(*m));
+}
+
+/* Packed documents (--doc-mask, issue 16): each row of inputs [B, T] is cut into
+ * documents at every doc_bos token, and the row's first token starts one too
+ * (a row may begin inside a document). first[bt] is where token bt's document
+ * starts in its row, pos[bt] its position in it (t - first[bt]): attention stays
+ * inside the document, and RoPE restarts at each document's start, as HF computes
+ * with position_ids and a block-causal mask. */
+static void llama_documents(int *first, int *pos, const int *inputs, int B, int T, int doc_bos)
+{
+    for (int b = 0; b < B; b++) {
+        int start = 0;
+        for (int t = 0; t < T; t++) {
+            int64_t bt = (int64_t)b * T + t;
+            if (inputs[bt] == doc_bos)
+                start = t;
+            first[bt] = start;
+            pos[bt] = t - start;
+        }
+    }
 }
 
 /* FP8 training's GEMMs (--fp8, issue 15), emulated: each operand is rounded
@@ -612,6 +648,12 @@ static void llama_forward(Llama *m, const int *inputs, const int *targets, int B
     const float *embed = param(m, 0);
     for (int64_t i = 0; i < BT; i++)
         memcpy(a->resid + i * C, embed + (int64_t)inputs[i] * C, C * sizeof(float));
+    const int *first = NULL, *pos = NULL; /* one document per row */
+    if (m->doc_bos >= 0) {
+        llama_documents(m->doc_first, m->doc_pos, inputs, B, T, m->doc_bos);
+        first = m->doc_first;
+        pos = m->doc_positions ? m->doc_pos : NULL;
+    }
 
     for (int l = 0; l < L; l++) {
         float *x = a->resid + l * BT * C, *x_mid = a->resid_mid + l * BT * C, *x_out = a->resid + (l + 1) * BT * C;
@@ -622,8 +664,8 @@ static void llama_forward(Llama *m, const int *inputs, const int *targets, int B
 
         rmsnorm_forward(ln1, ln1_rstd, x, param(m, param_index_layer(l, LAYER_ATTN_NORM)), BT, C, c->norm_eps);
         linear_forward(m, qkv, ln1, param(m, param_index_layer(l, LAYER_Q)), BT, C, QKV);
-        rope_apply(qkv, QKV, m->rope_cos, m->rope_sin, B, T, H + KV, D / 2, 1.0f);
-        attention_forward(atty, att, qkv, B, T, H, KV, D);
+        rope_apply(qkv, QKV, m->rope_cos, m->rope_sin, B, T, H + KV, D / 2, 1.0f, pos);
+        attention_forward(atty, att, qkv, B, T, H, KV, D, first);
         linear_forward(m, x_mid, atty, param(m, param_index_layer(l, LAYER_O)), BT, HD, C);
         for (int64_t i = 0; i < BT * C; i++)
             x_mid[i] += x[i];
@@ -684,6 +726,8 @@ static void llama_backward(Llama *m, float loss_scale)
     if (m->targets == NULL)
         FAIL("llama_backward needs a forward pass with targets first");
     int B = m->fwd_B, T = m->fwd_T;
+    const int *first = m->doc_bos >= 0 ? m->doc_first : NULL; /* the last forward's documents */
+    const int *pos = m->doc_bos >= 0 && m->doc_positions ? m->doc_pos : NULL;
     int64_t L = c->n_layer, C = c->d_model, V = c->vocab_size, F = c->ffn_dim;
     int H = c->n_head, KV = c->n_kv_head, D = c->head_dim;
     int64_t BT = (int64_t)B * T, HD = (int64_t)H * D, QKV = (int64_t)(H + 2 * KV) * D;
@@ -736,8 +780,8 @@ static void llama_backward(Llama *m, float loss_scale)
         linear_backward(m, s->datty, grad(m, param_index_layer(l, LAYER_O)), s->dresid, atty,
                         param(m, param_index_layer(l, LAYER_O)), BT, HD, C);
         memset(s->dqkv, 0, (size_t)(BT * QKV) * sizeof(float));
-        attention_backward(s->dqkv, s->datt, s->datty, qkv, att, B, T, H, KV, D);
-        rope_apply(s->dqkv, QKV, m->rope_cos, m->rope_sin, B, T, H + KV, D / 2, -1.0f);
+        attention_backward(s->dqkv, s->datt, s->datty, qkv, att, B, T, H, KV, D, first);
+        rope_apply(s->dqkv, QKV, m->rope_cos, m->rope_sin, B, T, H + KV, D / 2, -1.0f, pos);
         memset(s->dln, 0, (size_t)(BT * C) * sizeof(float));
         linear_backward(m, s->dln, grad(m, param_index_layer(l, LAYER_Q)), s->dqkv, ln1,
                         param(m, param_index_layer(l, LAYER_Q)), BT, C, QKV);
@@ -877,15 +921,21 @@ static void train_step(Llama *m, BatchSource *src, const TrainFlags *t, int step
 
 typedef struct {
     TrainFlags t;
-    int fp8;
+    int fp8, doc_mask, doc_positions;
 } Args;
 
 static const Flag FLAGS[] = {
     TRAIN_FLAGS(Args, t),
-    FLAG_SECTION("numerics"),
+    FLAG_SECTION("numerics and packed documents (the CPU reference's own, for now)"),
     FLAG("--fp8", FLAG_SWITCH, Args, fp8,
          "the layers' GEMMs on FP8 values, as GPU FP8 training rounds them: inputs and weights E4M3, output "
          "gradients E5M2, one scale per tensor from its current amax (lm_head stays fp32)"),
+    FLAG("--doc-mask", FLAG_SWITCH, Args, doc_mask,
+         "attention only within each document of a packed row: documents start at the shards' BOS token, and a row's "
+         "first token starts one"),
+    FLAG_NUM("--doc-positions", FLAG_INT, Args, doc_positions, 0, 1, FLAG_CLOSED,
+             "with --doc-mask: 1 restarts RoPE positions at each document (HF's position_ids), 0 counts on along "
+             "the row"),
 };
 #define N_FLAGS ((int)(sizeof(FLAGS) / sizeof(FLAGS[0])))
 
@@ -895,6 +945,7 @@ static Args default_args(void)
     memset(&a, 0, sizeof(a));
     a.t = train_flags_defaults();
     a.t.run.log = "log/train_llama_ref.jsonl";
+    a.doc_positions = 1;
     return a;
 }
 
@@ -991,6 +1042,15 @@ int main(int argc, char **argv)
     BatchSource src;
     batch_source_open(&src, t->data.train, t->data.random, t->batch.B, t->batch.T, 0, 1, (uint64_t)t->run.seed,
                       config.vocab_size);
+    if (a.doc_mask) {
+        if (src.random || src.loader.bos_id < 0)
+            FAIL("--doc-mask finds documents at the shards' BOS token: it needs --train shards whose header names one "
+                 "(not --random-data)");
+        model.doc_bos = src.loader.bos_id;
+        model.doc_positions = a.doc_positions;
+        printf("packed documents: attention within each, starting at token %d; RoPE positions %s\n", model.doc_bos,
+               model.doc_positions ? "restart in each" : "run on along the row");
+    }
     const char *val_shards = train_val_shards(t);
     int have_val = val_shards != NULL;
     DataLoader val;

@@ -54,6 +54,8 @@ for bin in ./train_llama_ref ./train_llama; do
     check "$bin every one of the $n_numeric numeric flags has a range ($n_ranged)" [ "$n_ranged" -eq "$n_numeric" ]
 done
 # an unwritable --log is found before training, not after it
+expect "train_llama_ref --doc-mask without shards" "--doc-mask finds documents at the shards' BOS token" \
+    ./train_llama_ref --preset nano --random-data --doc-mask
 expect "train_llama_ref an unwritable --log" "cannot create the folder of the log '/proc/nope/log.jsonl'" \
     ./train_llama_ref --preset nano -B 1 -T 64 --steps 2 --train "$good" --val '' --log /proc/nope/log.jsonl
 # make CFLAGS=... used to drop the Makefile's own flags (-I., -std=gnu11) and fail to build

@@ -43,6 +43,16 @@ static const char *cat_names[N_CATS] = {"forward (logits, block_out, final_norm_
                                         "N-step losses", "N-step grad norms"};
 static double cat_max[N_CATS];
 
+/* The dump's model, computing as the dump did: packed documents (--doc-mask) where its metadata says so. */
+static void load_for_dump(Llama *m, const char *weights_path, const TensorFile *dump)
+{
+    llama_load(m, weights_path);
+    if (tensorfile_meta(dump, "dump.doc_bos")) { /* HF's position_ids and block-causal mask */
+        m->doc_bos = (int)dump_meta_double(dump, "dump.doc_bos");
+        m->doc_positions = (int)dump_meta_double(dump, "dump.doc_positions");
+    }
+}
+
 static void test_dump(const char *dump_path)
 {
     char weights_path[1100], err[4096];
@@ -56,7 +66,7 @@ static void test_dump(const char *dump_path)
     tensorfile_close(&weights);
 
     Llama model;
-    llama_load(&model, weights_path);
+    load_for_dump(&model, weights_path, &dump);
     const LlamaConfig *c = &model.config;
     const TensorEntry *tokens_entry = tensorfile_find(&dump, "input_tokens");
     if (tokens_entry == NULL || tokens_entry->ndim != 2)
@@ -112,7 +122,7 @@ static void test_dump(const char *dump_path)
 
     /* Gradient accumulation: one micro-batch per row, each scaled by 1 / (the
      * targets counted in the whole batch), must give the whole batch's gradients. */
-    llama_load(&model, weights_path);
+    load_for_dump(&model, weights_path, &dump);
     llama_zero_grad(&model);
     int64_t counted = count_targets(targets, BT);
     for (int b = 0; b < B; b++) {
@@ -380,6 +390,8 @@ int main(int argc, char **argv)
 {
     for (int i = 1; i < (argc > 1 ? argc : N_DEFAULT_DUMPS + 1); i++)
         test_dump(argc > 1 ? argv[i] : DEFAULT_DUMPS[i - 1]);
+    if (argc == 1) /* packed documents (--doc-mask): the CPU reference's alone until the GPU trainer has them */
+        test_dump("testdata/packed_docs_gqa.dump.llmt");
     test_schedule_and_init();
     test_greedy_sample(DEFAULT_DUMPS[0]);
     test_nan_step_skipped();

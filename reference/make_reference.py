@@ -6,7 +6,10 @@ ground truth that the C reference and the CUDA trainer are checked against:
                               and the losses and grad norms of N AdamW steps
 
 Format: docs/tensor_file_format.md. Everything runs in float32 on the CPU with
-eager attention, so the dump does not depend on a GPU or its kernels.
+eager attention, so the dump does not depend on a GPU or its kernels. A config
+with "docs" packs documents into each row (--doc-mask): HF gets position_ids
+restarting at each document and a 4D block-causal mask, and the dump's metadata
+names the document token (dump.doc_bos).
 
   python3 reference/make_reference.py                  # every test config
   python3 reference/make_reference.py --config tiny_gqa_tied --out-dir /tmp/x
@@ -49,6 +52,13 @@ CONFIGS = {
         max_seq_len=256, rope_theta=500000.0, rope_scaling="llama3", rope_factor=8.0,
         rope_low_freq_factor=1.0, rope_high_freq_factor=4.0, rope_original_max_pos=64,
         norm_eps=1e-6, tie_embeddings=0, init_std=0.06, B=2, T=40),
+    # Packed documents (--doc-mask): rows cut into documents at token doc_bos, each attending only to itself with
+    # positions from 0 (HF: position_ids and a 4D block-causal mask in eager attention). Row 0 begins inside a
+    # document (no BOS at its start) and holds one of a single token; lengths per row in "docs".
+    "packed_docs_gqa": dict(
+        vocab_size=1000, d_model=64, n_layer=2, n_head=4, n_kv_head=2, ffn_dim=176,
+        max_seq_len=64, rope_theta=10000.0, rope_scaling="none", norm_eps=1e-5,
+        tie_embeddings=1, init_std=0.08, B=2, T=40, doc_bos=1, docs=[[5, 12, 1, 22], [17, 23]]),
 }
 
 OPTIM = dict(lr=3e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, grad_clip=1.0)
@@ -88,6 +98,44 @@ def make_batch(cfg, generator):
     ignored = torch.rand((B, T), generator=generator) < 0.15
     ignored[:, 0] = True  # every row has an ignored position, also at the row start
     ignored[:, -1] = False  # and a counted one
+    targets[ignored] = IGNORE_INDEX
+    return inputs, targets
+
+
+def document_layout(cfg, inputs):
+    """position_ids [B, T] restarting at each document, and the additive 4D mask [B, 1, T, T] letting a token see
+    the tokens of its own document up to itself: what --doc-mask computes, in HF's terms."""
+    B, T = inputs.shape
+    first = torch.zeros((B, T), dtype=torch.long)
+    for b in range(B):
+        start = 0
+        for t in range(T):
+            if inputs[b, t] == cfg["doc_bos"]:
+                start = t
+            first[b, t] = start
+    positions = torch.arange(T).unsqueeze(0) - first
+    t_idx, u_idx = torch.arange(T).view(1, T, 1), torch.arange(T).view(1, 1, T)
+    allowed = (u_idx <= t_idx) & (u_idx >= first.unsqueeze(2))
+    mask = torch.zeros((B, 1, T, T), dtype=torch.float32)
+    mask.masked_fill_(~allowed.unsqueeze(1), torch.finfo(torch.float32).min)
+    return positions, mask
+
+
+def make_doc_batch(cfg, generator):
+    """A batch of packed documents: random tokens other than doc_bos, doc_bos at each document's start but the
+    first of row 0 (which begins before the row); targets the next tokens, some ignored as in make_batch."""
+    B, T, V = cfg["B"], cfg["T"], cfg["vocab_size"]
+    assert len(cfg["docs"]) == B and all(sum(d) == T for d in cfg["docs"])
+    seq = torch.randint(2, V, (B, T + 1), generator=generator)
+    for b, lengths in enumerate(cfg["docs"]):
+        start = 0
+        for i, n in enumerate(lengths):
+            if b > 0 or i > 0:
+                seq[b, start] = cfg["doc_bos"]
+            start += n
+    inputs, targets = seq[:, :T].clone(), seq[:, 1:].clone()
+    ignored = torch.rand((B, T), generator=generator) < 0.15
+    ignored[:, -1] = False
     targets[ignored] = IGNORE_INDEX
     return inputs, targets
 
@@ -157,7 +205,18 @@ def generate(name, cfg, seed, n_steps, out_dir, model=None, batch=None):
         model = LlamaForCausalLM(config).float()
         init_weights(model, cfg["init_std"], generator)
     assert model.config._attn_implementation == "eager"
-    inputs, targets = batch if batch is not None else make_batch(cfg, generator)
+    docs = "docs" in cfg
+    inputs, targets = batch if batch is not None else (make_doc_batch if docs else make_batch)(cfg, generator)
+    extra = {}
+    if docs:
+        positions, mask = document_layout(cfg, inputs)
+        extra = dict(position_ids=positions, attention_mask=mask)
+        # the mask must reach eager attention as given: each document of the packed row against itself alone
+        with torch.no_grad():
+            packed = model(input_ids=inputs, **extra).logits
+            b, start = 1, cfg["docs"][1][0]
+            alone = model(input_ids=inputs[b:b + 1, start:]).logits
+            assert torch.allclose(packed[b, start:], alone[0], rtol=1e-4, atol=1e-5), "HF ignored the 4D mask"
     params = param_tensors(model)
     names = [n for n, _ in params]
     assert ("lm_head.weight" in names) == (not cfg["tie_embeddings"]), names
@@ -179,7 +238,7 @@ def generate(name, cfg, seed, n_steps, out_dir, model=None, batch=None):
     handles.append(model.model.norm.register_forward_hook(
         lambda m, a, out: final_norm.__setitem__("out", out.detach().clone())))
     model.zero_grad(set_to_none=True)
-    logits = model(input_ids=inputs).logits
+    logits = model(input_ids=inputs, **extra).logits
     loss = loss_fn(logits, targets)
     loss.backward()
     for h in handles:
@@ -201,7 +260,7 @@ def generate(name, cfg, seed, n_steps, out_dir, model=None, batch=None):
     losses, norms = [], []
     for _ in range(n_steps):
         opt.zero_grad(set_to_none=True)
-        step_loss = loss_fn(model(input_ids=inputs).logits, targets)
+        step_loss = loss_fn(model(input_ids=inputs, **extra).logits, targets)
         step_loss.backward()
         norm = torch.nn.utils.clip_grad_norm_([p for _, p in params], OPTIM["grad_clip"])
         opt.step()
@@ -214,6 +273,8 @@ def generate(name, cfg, seed, n_steps, out_dir, model=None, batch=None):
     meta.update({"dump.seed": repr(seed), "dump.B": repr(cfg["B"]), "dump.T": repr(cfg["T"]),
                  "dump.ignore_index": repr(IGNORE_INDEX), "dump.n_steps": repr(n_steps)})
     meta.update({f"optim.{k}": repr(v) for k, v in OPTIM.items()})
+    if docs:
+        meta.update({"dump.doc_bos": repr(cfg["doc_bos"]), "dump.doc_positions": "1"})
     tensorfile.write(os.path.join(out_dir, f"{name}.dump.llmt"), meta, dump)
     counted = int((targets != IGNORE_INDEX).sum())
     print(f"{name}: loss {loss.item():.6f} over {counted}/{targets.numel()} targets, "

@@ -15,6 +15,7 @@ import base64
 import codecs
 import hashlib
 import importlib.util
+import json
 import os
 import random
 import re
@@ -27,7 +28,8 @@ from array import array
 from dataclasses import dataclass
 
 MAGIC = 0x4C4C5453
-VERSION = 1
+VERSION = 1         # tokens
+VERSION_MASKED = 2  # tokens, then a loss mask of one byte per token (1: predicting this token counts)
 HEADER_BYTES = 1024
 HEADER_STRUCT = struct.Struct("<iiiiQii")  # the used prefix of the 256 x int32 header
 
@@ -104,6 +106,7 @@ class Tokenizer:
     bos_id: int
     eos_id: int
     path: str = ""  # the tiktoken file, copied beside the shards for the trainers' samples and exports
+    specials: dict = None  # special token -> id
 
 
 def sha256_of(path):
@@ -152,7 +155,7 @@ def load_tokenizer(kind="llama3", path=None):
     specials = info["specials"](len(ranks))
     encoding = tiktoken.Encoding(name=f"{kind}:{os.path.basename(path)}", pat_str=info["pat_str"],
                                  mergeable_ranks=ranks, special_tokens=specials)
-    return Tokenizer(kind, encoding, encoding.n_vocab, specials[info["bos"]], specials[info["eos"]], path)
+    return Tokenizer(kind, encoding, encoding.n_vocab, specials[info["bos"]], specials[info["eos"]], path, specials)
 
 
 def _split_long_runs(text):
@@ -343,18 +346,23 @@ def bytes_per_token(vocab_size):
     return 2 if vocab_size <= 65536 else 4
 
 
-def write_shard(path, tokens, tokenizer):
-    """Write header + tokens to path.tmp, then rename, so a reader never sees a half-written shard."""
+def write_shard(path, tokens, tokenizer, mask=None):
+    """Write header + tokens (+ the loss mask, one byte per token: version 2) to path.tmp, then rename, so a
+    reader never sees a half-written shard."""
+    if mask is not None and len(mask) != len(tokens):
+        raise ValueError(f"{len(mask)} mask bytes for {len(tokens)} tokens")
     if sys.byteorder != "little":
         tokens = array(tokens.typecode, tokens)
         tokens.byteswap()
-    header = HEADER_STRUCT.pack(MAGIC, VERSION, tokens.itemsize, tokenizer.vocab_size, len(tokens),
-                                tokenizer.bos_id, tokenizer.eos_id)
+    header = HEADER_STRUCT.pack(MAGIC, VERSION if mask is None else VERSION_MASKED, tokens.itemsize,
+                                tokenizer.vocab_size, len(tokens), tokenizer.bos_id, tokenizer.eos_id)
     tmp = path + ".tmp"
     try:
         with open(tmp, "wb") as f:
             f.write(header.ljust(HEADER_BYTES, b"\0"))
             tokens.tofile(f)
+            if mask is not None:
+                f.write(bytes(mask))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -365,21 +373,27 @@ def write_shard(path, tokens, tokenizer):
 
 
 class ShardWriter:
-    """Cuts one split's token stream into shards of exactly shard_tokens tokens (the last one shorter)."""
+    """Cuts one split's token stream (and, when masked, its loss mask) into shards of exactly shard_tokens tokens
+    (the last one shorter)."""
 
-    def __init__(self, out_dir, name, split, shard_tokens, tokenizer):
+    def __init__(self, out_dir, name, split, shard_tokens, tokenizer, masked=False):
         self.out_dir, self.name, self.split = out_dir, name, split
         self.shard_tokens, self.tokenizer = shard_tokens, tokenizer
         self.typecode = "H" if bytes_per_token(tokenizer.vocab_size) == 2 else "I"
         assert array(self.typecode).itemsize == bytes_per_token(tokenizer.vocab_size)  # array sizes vary by platform
         self.buffer = array(self.typecode)
+        self.mask = bytearray() if masked else None
         self.written = []  # (path, token count)
 
-    def add(self, tokens):
+    def add(self, tokens, mask=None):
+        if (mask is None) != (self.mask is None):
+            raise ValueError("a masked writer takes a mask with every example, an unmasked one none")
         pos = 0
         while pos < len(tokens):
             room = self.shard_tokens - len(self.buffer)
             self.buffer.extend(tokens[pos:pos + room])
+            if mask is not None:
+                self.mask.extend(mask[pos:pos + room])
             pos += room
             if len(self.buffer) == self.shard_tokens:
                 self.flush()
@@ -387,9 +401,10 @@ class ShardWriter:
     def flush(self):
         if self.buffer:
             path = shard_path(self.out_dir, self.name, self.split, len(self.written))
-            write_shard(path, self.buffer, self.tokenizer)
+            write_shard(path, self.buffer, self.tokenizer, self.mask)
             self.written.append((path, len(self.buffer)))
             self.buffer = array(self.typecode)
+            self.mask = bytearray() if self.mask is not None else None
 
 
 def read_shard_header(path):
@@ -402,27 +417,33 @@ def read_shard_header(path):
     magic, version, bpt, vocab_size, count, bos, eos = HEADER_STRUCT.unpack_from(raw)
     if magic != MAGIC:
         raise PrepareError(f"{path}: bad magic {magic & 0xFFFFFFFF:#010x}, expected {MAGIC:#010x}: not a token shard")
-    if version != VERSION:
-        raise PrepareError(f"{path}: unsupported version {version}, expected {VERSION}")
+    if version not in (VERSION, VERSION_MASKED):
+        raise PrepareError(f"{path}: unsupported version {version}, expected {VERSION} or {VERSION_MASKED}")
     if bpt not in (2, 4):
         raise PrepareError(f"{path}: bytes per token is {bpt}, expected 2 or 4")
     if count == 0:
         raise PrepareError(f"{path}: empty, the header says 0 tokens")
-    if size != HEADER_BYTES + count * bpt:
-        raise PrepareError(f"{path}: file is {size} bytes but the header says {HEADER_BYTES} + {count} x {bpt}")
+    each = bpt + (1 if version == VERSION_MASKED else 0)
+    if size != HEADER_BYTES + count * each:
+        raise PrepareError(f"{path}: file is {size} bytes but the header says {HEADER_BYTES} + {count} x {each}"
+                           + (" (a token and its loss mask byte)" if version == VERSION_MASKED else ""))
     return {"version": version, "bytes_per_token": bpt, "vocab_size": vocab_size, "num_tokens": count,
             "bos_id": bos, "eos_id": eos}
 
 
 def read_shard(path):
+    """The header, the tokens and the loss mask (bytes; None in a version 1 shard)."""
     header = read_shard_header(path)
     tokens = array("H" if header["bytes_per_token"] == 2 else "I")
+    mask = None
     with open(path, "rb") as f:
         f.seek(HEADER_BYTES)
         tokens.fromfile(f, header["num_tokens"])
+        if header["version"] == VERSION_MASKED:
+            mask = f.read(header["num_tokens"])
     if sys.byteorder != "little":
         tokens.byteswap()
-    return header, tokens
+    return header, tokens, mask
 
 
 def check_shards(paths):
@@ -434,9 +455,96 @@ def check_shards(paths):
             print(f"BAD {e}")
             bad += 1
             continue
+        counted = ""
+        if h["version"] == VERSION_MASKED:
+            _, _, mask = read_shard(path)
+            if any(b > 1 for b in mask):
+                print(f"BAD {path}: loss mask bytes other than 0 and 1")
+                bad += 1
+                continue
+            counted = f", loss on {sum(mask):,} of them"
         print(f"ok  {path}: version {h['version']}, uint{8 * h['bytes_per_token']} tokens, "
-              f"vocab_size {h['vocab_size']}, {h['num_tokens']:,} tokens, bos {h['bos_id']}, eos {h['eos_id']}")
+              f"vocab_size {h['vocab_size']}, {h['num_tokens']:,} tokens{counted}, bos {h['bos_id']}, eos {h['eos_id']}")
     return 1 if bad else 0
+
+
+# ---------------------------------------------------------------- fine-tuning examples
+
+CHAT_TOKENS = ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>")
+
+
+def check_example(record, fmt, where):
+    """PrepareError naming where (file:line) unless record is a fine-tuning example of fmt."""
+    if not isinstance(record, dict):
+        raise PrepareError(f"{where}: a JSON object was expected, got {type(record).__name__}")
+    if fmt == "pairs":
+        for key in ("prompt", "completion"):
+            if not isinstance(record.get(key), str):
+                raise PrepareError(f"{where}: --format pairs needs a string \"{key}\"; the keys here are "
+                                   f"{sorted(record)}")
+        return
+    messages = record.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise PrepareError(f"{where}: --format chat needs \"messages\": a list of {{\"role\", \"content\"}}")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            raise PrepareError(f"{where}: message {i} needs a string \"role\" and a string \"content\"")
+    if not any(m["role"] == "assistant" for m in messages):
+        raise PrepareError(f"{where}: no \"assistant\" message: nothing in this conversation would be learnt")
+
+
+def read_examples(files, fmt):
+    """The fine-tuning examples of JSON lines files, each (where, record), checked as they are read."""
+    examples = []
+    for path in files:
+        try:
+            with open(path, encoding="utf-8") as f:
+                for lineno, line in enumerate(f, 1):
+                    if not line.strip():
+                        continue
+                    where = f"{path}:{lineno}"
+                    try:
+                        record = json.loads(line)
+                    except ValueError as e:
+                        raise PrepareError(f"{where}: not JSON: {e}") from None
+                    check_example(record, fmt, where)
+                    examples.append((where, record))
+        except UnicodeDecodeError as e:
+            raise PrepareError(f"{path}: not UTF-8 ({e})") from None
+        except OSError as e:
+            raise PrepareError(f"cannot read {path}: {e.strerror}") from None
+    return examples
+
+
+def encode_text(tokenizer, text):
+    tokens = []
+    for piece in tokenizer.encoding.encode_ordinary_batch(encodable_pieces(text)):
+        tokens.extend(piece)
+    return tokens
+
+
+def encode_example(tokenizer, record, fmt):
+    """(tokens, mask) of one example, starting with BOS; mask[i] is 1 where predicting token i counts for the loss.
+    pairs: BOS prompt completion EOS, counted from the completion on (EOS too: the model learns to stop).
+    chat: Llama 3's template, BOS then per message <|start_header_id|>role<|end_header_id|> "\n\n" content
+    <|eot_id|>, the special tokens as special tokens; the assistant's contents and their <|eot_id|> counted."""
+    bos = tokenizer.bos_id
+    if fmt == "pairs":
+        prompt, completion = encode_text(tokenizer, record["prompt"]), encode_text(tokenizer, record["completion"])
+        tokens = [bos] + prompt + completion + [tokenizer.eos_id]
+        return tokens, [0] * (1 + len(prompt)) + [1] * (len(completion) + 1)
+    specials = tokenizer.specials or {}
+    if any(t not in specials for t in CHAT_TOKENS):
+        raise PrepareError(f"--format chat needs the {', '.join(CHAT_TOKENS)} special tokens of the llama3 "
+                           f"tokenizer; the {tokenizer.name} tokenizer has none")
+    start, end, eot = (specials[t] for t in CHAT_TOKENS)
+    tokens, mask = [bos], [0]
+    for m in record["messages"]:
+        head = [start] + encode_text(tokenizer, m["role"]) + [end] + encode_text(tokenizer, "\n\n")
+        body = encode_text(tokenizer, m["content"]) + [eot]
+        tokens += head + body
+        mask += [0] * len(head) + [1 if m["role"] == "assistant" else 0] * len(body)
+    return tokens, mask
 
 
 # ---------------------------------------------------------------- driver
@@ -485,13 +593,16 @@ def remove_stale_shards(out_dir, name, keep):
     return removed
 
 
-def prepare(docs, tokenizer, out_dir, name, shard_tokens, val_tokens, seed, batch_chars=1 << 20):
-    """Shuffle documents with seed; the first ones go to val until it holds val_tokens, the rest to train."""
+def prepare(docs, tokenizer, out_dir, name, shard_tokens, val_tokens, seed, batch_chars=1 << 20, fmt="text"):
+    """Shuffle documents (or fine-tuning examples, fmt pairs or chat: (where, record)) with seed; the first ones go
+    to val until it holds val_tokens, the rest to train. Examples write masked shards (version 2)."""
     order = list(range(len(docs)))
     random.Random(seed).shuffle(order)
     os.makedirs(out_dir, exist_ok=True)
-    writers = {split: ShardWriter(out_dir, name, split, shard_tokens, tokenizer) for split in ("val", "train")}
+    masked = fmt != "text"
+    writers = {split: ShardWriter(out_dir, name, split, shard_tokens, tokenizer, masked) for split in ("val", "train")}
     counts = {"val": [0, 0], "train": [0, 0]}  # documents, tokens
+    counted_tokens = 0
     progress = Progress(len(docs))
     start = time.monotonic()
     pos = 0
@@ -499,15 +610,20 @@ def prepare(docs, tokenizer, out_dir, name, shard_tokens, val_tokens, seed, batc
         batch, chars = [], 0
         while pos < len(order) and (not batch or chars < batch_chars):
             batch.append(docs[order[pos]])
-            chars += len(batch[-1])
+            chars += len(batch[-1]) if not masked else 1000
             pos += 1
+        if masked:
+            encoded = [encode_example(tokenizer, record, fmt) for _, record in batch]
+        else:
+            encoded = [(tokens, None) for tokens in encode_documents(tokenizer, batch)]
         batch_tokens = 0
-        for tokens in encode_documents(tokenizer, batch):
+        for tokens, mask in encoded:
             split = "val" if counts["val"][1] < val_tokens else "train"
-            writers[split].add(tokens)
+            writers[split].add(tokens, mask)
             counts[split][0] += 1
             counts[split][1] += len(tokens)
             batch_tokens += len(tokens)
+            counted_tokens += sum(mask) if mask is not None else len(tokens)
         progress.update(len(batch), batch_tokens)
     progress.close()
     elapsed = time.monotonic() - start
@@ -520,7 +636,7 @@ def prepare(docs, tokenizer, out_dir, name, shard_tokens, val_tokens, seed, batc
     written = writers["train"].written + writers["val"].written
     removed = remove_stale_shards(out_dir, name, {path for path, _ in written})
     copy_tokenizer(tokenizer, out_dir, name)
-    return {"counts": counts, "written": written, "removed": removed, "seconds": elapsed}
+    return {"counts": counts, "written": written, "removed": removed, "seconds": elapsed, "counted": counted_tokens}
 
 
 def tokenizer_copy_path(out_dir, name):
@@ -558,6 +674,11 @@ def parse_args(argv):
     p.add_argument("--doc-separator", default="file",
                    help="how files split into documents: file (one per file), blank (blank lines), "
                         "line (one per line), or regex:PATTERN (re.split, multiline) (default: %(default)s)")
+    p.add_argument("--format", choices=("text", "pairs", "chat"), default="text",
+                   help="text: documents of text files; pairs: JSON lines {\"prompt\", \"completion\"}; chat: JSON "
+                        "lines {\"messages\": [{\"role\", \"content\"}]} (Llama 3 chat template). pairs and chat "
+                        "write shards with a loss mask: only completions, and the assistant's turns, count "
+                        "(default: %(default)s)")
     p.add_argument("--check", nargs="+", metavar="SHARD", help="only validate and print the headers of these shards")
     args = p.parse_args(argv)
     if args.shard_tokens < 1:
@@ -579,14 +700,19 @@ def main(argv=None):
     if args.check:
         return check_shards(args.check)
     try:
-        if args.inputs:
+        if args.format != "text":
+            if not args.inputs:
+                raise PrepareError(f"--format {args.format} needs JSON lines files or folders of them as inputs")
+            docs = read_examples(find_input_files(args.inputs), args.format)
+        elif args.inputs:
             docs = read_documents(find_input_files(args.inputs), args.doc_separator)
         else:
             docs = default_corpus_documents()
         if not docs:
             raise PrepareError("the inputs hold no text (every document is empty)")
         tokenizer = load_tokenizer(args.tokenizer, args.tokenizer_model)
-        result = prepare(docs, tokenizer, args.out_dir, args.name, args.shard_tokens, args.val_tokens, args.seed)
+        result = prepare(docs, tokenizer, args.out_dir, args.name, args.shard_tokens, args.val_tokens, args.seed,
+                         fmt=args.format)
     except PrepareError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -595,7 +721,8 @@ def main(argv=None):
     print(f"tokenizer: {tokenizer.name}, vocab_size {tokenizer.vocab_size}, "
           f"uint{8 * bytes_per_token(tokenizer.vocab_size)} tokens")
     print(f"documents: {val_docs + train_docs:,} ({train_docs:,} train, {val_docs:,} val)")
-    print(f"tokens:    {total:,} ({train_tok:,} train, {val_tok:,} val)")
+    print(f"tokens:    {total:,} ({train_tok:,} train, {val_tok:,} val)"
+          + (f"; the loss counts {result['counted']:,} of them (loss mask)" if args.format != "text" else ""))
     print(f"shards:    {len(result['written'])} written to {args.out_dir}")
     for path, count in result["written"]:
         print(f"  {path}  {count:,} tokens")

@@ -1,10 +1,12 @@
 /*
  * dataloader.h: reads token shards (format: docs/shard_format.md) and yields
  * training batches as int32 inputs[B*T] and targets[B*T], targets being the
- * inputs shifted by one token.
+ * inputs shifted by one token. A version 2 shard carries a loss mask, one byte
+ * per token after the tokens (1: predicting this token counts, 0: it does not,
+ * e.g. a prompt's); a target whose token's mask is 0 becomes IGNORE_INDEX.
  *
- * Memory: reads the shard headers once, then B*T+1 tokens per batch with
- * fseeko/fread from one open shard at a time (never a whole shard). Writes only
+ * Memory: reads the shard headers once, then B*T+1 tokens (and mask bytes) per
+ * batch with fseeko/fread from one open shard at a time (never a whole shard). Writes only
  * what it allocates: inputs, targets, a raw read buffer of (B*T+1) tokens, the
  * shard table, and 8 bytes per window of the largest shard for the shuffled
  * window order. Offsets are 64-bit, so shards may exceed 2^31 tokens.
@@ -58,7 +60,8 @@
 #include "utils.h"
 
 #define DATALOADER_MAGIC 0x4C4C5453
-#define DATALOADER_VERSION 1
+#define DATALOADER_VERSION 1        /* tokens */
+#define DATALOADER_VERSION_MASKED 2 /* tokens, then a loss mask of one byte per token */
 #define DATALOADER_HEADER_INTS 256
 #define DATALOADER_HEADER_BYTES 1024
 #define DATALOADER_HINT "  hint: make shards with python3 data/prepare.py (docs/shard_format.md)"
@@ -76,6 +79,7 @@ typedef struct {
     uint64_t num_tokens;
     uint64_t num_windows;
     int bytes_per_token;
+    int has_mask; /* version 2 */
 } DataLoaderShard;
 
 typedef struct {
@@ -197,10 +201,11 @@ static inline int dataloader_check_shard_(DataLoader *dl, const char *path, Data
         return dataloader_error_(dl, "shard '%s' has bad magic 0x%08x, expected 0x%08x: not a token shard\n%s", path,
                                  (unsigned)header[0], (unsigned)DATALOADER_MAGIC, DATALOADER_HINT);
     }
-    if (header[1] != DATALOADER_VERSION) {
-        return dataloader_error_(dl, "shard '%s' has unsupported version %d, this loader reads version %d\n%s", path,
-                                 header[1], DATALOADER_VERSION, DATALOADER_HINT);
+    if (header[1] != DATALOADER_VERSION && header[1] != DATALOADER_VERSION_MASKED) {
+        return dataloader_error_(dl, "shard '%s' has unsupported version %d, this loader reads versions %d and %d\n%s",
+                                 path, header[1], DATALOADER_VERSION, DATALOADER_VERSION_MASKED, DATALOADER_HINT);
     }
+    int has_mask = header[1] == DATALOADER_VERSION_MASKED;
     int bpt = header[2];
     if (bpt != 2 && bpt != 4) {
         return dataloader_error_(dl, "shard '%s' has %d bytes per token, expected 2 (uint16) or 4 (uint32)\n%s", path,
@@ -210,17 +215,19 @@ static inline int dataloader_check_shard_(DataLoader *dl, const char *path, Data
     if (count == 0) {
         return dataloader_error_(dl, "shard '%s' is empty: its header says 0 tokens\n%s", path, DATALOADER_HINT);
     }
-    if (count > (uint64_t)(INT64_MAX - DATALOADER_HEADER_BYTES) / (uint64_t)bpt ||
-        (int64_t)(DATALOADER_HEADER_BYTES + count * (uint64_t)bpt) != size) {
-        int64_t expected = count > (uint64_t)(INT64_MAX - DATALOADER_HEADER_BYTES) / (uint64_t)bpt
+    uint64_t bytes_each = (uint64_t)(bpt + has_mask); /* a token, and its mask byte in version 2 */
+    if (count > (uint64_t)(INT64_MAX - DATALOADER_HEADER_BYTES) / bytes_each ||
+        (int64_t)(DATALOADER_HEADER_BYTES + count * bytes_each) != size) {
+        int64_t expected = count > (uint64_t)(INT64_MAX - DATALOADER_HEADER_BYTES) / bytes_each
                                ? -1
-                               : (int64_t)(DATALOADER_HEADER_BYTES + count * (uint64_t)bpt);
+                               : (int64_t)(DATALOADER_HEADER_BYTES + count * bytes_each);
         return dataloader_error_(dl,
-                                 "shard '%s' is %s: %lld bytes, but its header says %llu tokens of %d bytes "
+                                 "shard '%s' is %s: %lld bytes, but its header says %llu tokens of %d bytes%s "
                                  "(%lld bytes with the header)\n  hint: the file was cut short or appended to; "
                                  "make it again with python3 data/prepare.py",
                                  path, size < expected || expected < 0 ? "truncated" : "oversized", (long long)size,
-                                 (unsigned long long)count, bpt, (long long)expected);
+                                 (unsigned long long)count, bpt, has_mask ? " and a loss mask of 1 byte each" : "",
+                                 (long long)expected);
     }
     if (header[3] <= 0 || (bpt == 2 && header[3] > 65536)) {
         return dataloader_error_(dl, "shard '%s' has vocab_size %d, which does not fit %d-byte tokens\n%s", path,
@@ -250,6 +257,7 @@ static inline int dataloader_check_shard_(DataLoader *dl, const char *path, Data
     shard->num_tokens = count;
     shard->num_windows = (count - 1) / stride;
     shard->bytes_per_token = bpt;
+    shard->has_mask = has_mask;
     return 0;
 }
 
@@ -379,7 +387,7 @@ static inline int dataloader_init(DataLoader *dl, const char *pattern, int B, in
     globfree(&found);
 
     size_t bt = (size_t)B * (size_t)T;
-    dl->raw = (unsigned char *)malloc_check((bt + 1) * 4, "data loader read buffer");
+    dl->raw = (unsigned char *)malloc_check((bt + 1) * 5, "data loader read buffer"); /* tokens, then mask bytes */
     dl->inputs = (int32_t *)malloc_check(bt * sizeof(int32_t), "data loader inputs");
     dl->targets = (int32_t *)malloc_check(bt * sizeof(int32_t), "data loader targets");
     dl->shard_order = (uint64_t *)malloc_check((size_t)dl->num_shards * sizeof(uint64_t), "shard order");
@@ -430,6 +438,18 @@ static inline int dataloader_next_batch(DataLoader *dl)
                                  count, (unsigned long long)first_token, shard->path,
                                  ferror(dl->file) ? strerror(errno) : "end of file");
     }
+    const unsigned char *mask = dl->raw + count * 4; /* after the largest tokens */
+    if (shard->has_mask) {
+        int64_t mask_offset = DATALOADER_HEADER_BYTES + (int64_t)(shard->num_tokens * (uint64_t)bpt + first_token);
+        if (fseeko(dl->file, (off_t)mask_offset, SEEK_SET) != 0 ||
+            fread(dl->raw + count * 4, 1, count, dl->file) != count) {
+            return dataloader_error_(dl,
+                                     "cannot read the loss mask of %zu tokens at token %llu of shard '%s': %s\n"
+                                     "  hint: was it changed after the loader started?",
+                                     count, (unsigned long long)first_token, shard->path,
+                                     ferror(dl->file) ? strerror(errno) : "end of file");
+        }
+    }
     for (size_t i = 0; i < count; i++) {
         const unsigned char *p = dl->raw + i * (size_t)bpt;
         uint32_t token = bpt == 2 ? (uint32_t)p[0] | ((uint32_t)p[1] << 8) : dataloader_read_u32le_(p);
@@ -441,11 +461,17 @@ static inline int dataloader_next_batch(DataLoader *dl)
                                      shard->path, (unsigned long)token, (unsigned long long)(first_token + i),
                                      dl->vocab_size);
         }
+        if (shard->has_mask && mask[i] > 1) {
+            return dataloader_error_(dl,
+                                     "shard '%s' has loss mask byte %d at position %llu; mask bytes are 0 or 1\n"
+                                     "  hint: the shard is corrupt; make it again with python3 data/prepare.py",
+                                     shard->path, mask[i], (unsigned long long)(first_token + i));
+        }
         if (i < (size_t)bt) {
             dl->inputs[i] = (int32_t)token;
         }
         if (i > 0) {
-            dl->targets[i - 1] = (int32_t)token;
+            dl->targets[i - 1] = shard->has_mask && mask[i] == 0 ? IGNORE_INDEX : (int32_t)token;
         }
     }
     /* Advance eagerly, so that the state always names the next window to read. */

@@ -59,9 +59,6 @@ typedef struct {
 #define LLAMA_MAX_HEAD_DIM 1024
 #define LLAMA_MAX_SEQ_LEN (1 << 24)
 
-/* Targets equal to IGNORE_INDEX (HF's -100) count for no loss: padding, masked prompts. */
-#define IGNORE_INDEX (-100)
-
 /* How many of targets[0..n) count for the loss. */
 static inline int64_t count_targets(const int *targets, int64_t n)
 {

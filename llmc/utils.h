@@ -16,6 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Targets equal to IGNORE_INDEX (HF's -100) count for no loss: padding, masked prompts
+ * (the data loader writes it where a shard's loss mask is 0). */
+#define IGNORE_INDEX (-100)
+
 /* Print "error: <message>" plus the source location, then exit(1). */
 static inline void fail_at(const char *file, int line, const char *fmt, ...)
 {

@@ -576,6 +576,60 @@ static void test_bad_inputs(void)
     free(t);
 }
 
+/* Version 2: the loss mask after the tokens. Targets whose token's mask byte is 0 become IGNORE_INDEX, the inputs
+ * stay; a mask byte other than 0 or 1, and a mask cut short, are errors naming the shard. */
+static void write_masked_shard(const char *name, int s, uint64_t n, const unsigned char *mask, uint64_t mask_bytes)
+{
+    char path[512];
+    uint32_t *t = make_tokens(s, n);
+    Header h = header_for(2, 65536, n);
+    h.version = DATALOADER_VERSION_MASKED;
+    write_shard(name, h, t, n, 0);
+    path_of(path, sizeof(path), name);
+    FILE *f = fopen_check(path, "ab");
+    fwrite_check(mask, 1, mask_bytes, f, "mask");
+    fclose(f);
+    free(t);
+}
+
+static void test_loss_mask(void)
+{
+    enum { N = 101, B = 2, T = 8 };
+    unsigned char mask[N];
+    for (int i = 0; i < N; i++)
+        mask[i] = (unsigned char)(i % 3 != 0); /* every third token's prediction does not count */
+    write_masked_shard("masked_000000.bin", 3, N, mask, N);
+    char pattern[512];
+    path_of(pattern, sizeof(pattern), "masked_*.bin");
+    DataLoader dl;
+    if (check_init(dataloader_init(&dl, pattern, B, T, 0, 1, 0, 0, 0), &dl, "masked shard")) {
+        int ok = 1;
+        for (int w = 0; w < 3 && ok; w++) {
+            ok = dataloader_next_batch(&dl) == 0;
+            for (int i = 0; i < B * T && ok; i++) {
+                uint64_t at = (uint64_t)w * B * T + i;
+                int want = mask[at + 1] ? (int)token_of(3, at + 1) : IGNORE_INDEX;
+                ok = dl.inputs[i] == (int)token_of(3, at) && dl.targets[i] == want;
+            }
+        }
+        check(ok, "masked shard: targets of mask-0 tokens are IGNORE_INDEX, the rest and every input as stored");
+        dataloader_free(&dl);
+    }
+    mask[20] = 2;
+    write_masked_shard("badmask_000000.bin", 3, N, mask, N);
+    path_of(pattern, sizeof(pattern), "badmask_*.bin");
+    if (check_init(dataloader_init(&dl, pattern, B, T, 0, 1, 0, 0, 0), &dl, "mask byte 2")) {
+        int rc = dataloader_next_batch(&dl);
+        rc = rc != 0 ? rc : dataloader_next_batch(&dl);
+        check(rc != 0 && strstr(dl.error, "loss mask byte 2") && strstr(dl.error, "badmask_000000.bin"),
+              "a mask byte of 2 is an error naming the shard: %s", dl.error);
+        dataloader_free(&dl);
+    }
+    write_masked_shard("cutmask_000000.bin", 3, N, mask, N - 1);
+    path_of(pattern, sizeof(pattern), "cutmask_*.bin");
+    check_init_error("a loss mask cut short", pattern, "truncated", B, T, 1, 0);
+}
+
 static void remove_tmpdir(void)
 {
     DIR *d = opendir(tmpdir);
@@ -610,6 +664,7 @@ int main(void)
     test_large_offsets();
     test_eval();
     test_bad_inputs();
+    test_loss_mask();
     remove_tmpdir();
     return check_summary();
 }

@@ -101,7 +101,7 @@ def test_header_dtype_and_round_trip(corpus, tmp_path, llama3):
     assert (magic, version, bpt, vocab, bos, eos) == (0x4C4C5453, 1, 4, 128256, 128000, 128001)
     assert raw[32:1024] == bytes(992)
     assert len(raw) == 1024 + 4 * count
-    header, tokens = prepare.read_shard(path)
+    header, tokens, _ = prepare.read_shard(path)
     assert tokens.itemsize == 4 and header["num_tokens"] == count == len(tokens)
     assert max(tokens) < 128256
     assert decoded_docs(tokens, llama3) == sorted(DOCS.values())
@@ -225,7 +225,7 @@ def test_gpt2_shards_are_uint16(corpus, tmp_path):
     out = tmp_path / "out"
     run_ok(corpus, "--out-dir", out, "--val-tokens", 0, "--tokenizer", "gpt2")
     [path] = shards(out, "train")
-    header, tokens = prepare.read_shard(path)
+    header, tokens, _ = prepare.read_shard(path)
     assert (header["bytes_per_token"], header["vocab_size"], header["bos_id"]) == (2, 50257, 50256)
     assert os.path.getsize(path) == 1024 + 2 * len(tokens)
     assert decoded_docs(tokens, gpt2) == sorted(DOCS.values())
@@ -303,3 +303,75 @@ def test_default_corpus_has_the_66_books_first():
     assert sum(d.startswith("Psalms 1\n") for d in docs[:66]) == 1
     if prepare.fortune_documents():
         assert len(docs) > 1000
+
+
+# ---------------------------------------------------------------- fine-tuning data: masked shards (issue 16)
+
+PAIRS = [{"prompt": "Q: Who built the ark?\nA:", "completion": " Noah."},
+         {"prompt": "Q: First book?\nA:", "completion": " Genesis."}]
+CHATS = [{"messages": [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "Ark?"},
+                       {"role": "assistant", "content": "Noah."}]},
+         {"messages": [{"role": "user", "content": "First?"}, {"role": "assistant", "content": "Genesis."},
+                       {"role": "user", "content": "Last?"}, {"role": "assistant", "content": "Revelation."}]}]
+
+
+def write_jsonl(path, records, extra=""):
+    import json
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n" + extra)
+    return path
+
+
+def examples_in(path):
+    """(tokens, mask) per example of a masked shard, cut at BOS."""
+    header, tokens, mask = prepare.read_shard(path)
+    assert header["version"] == prepare.VERSION_MASKED and len(mask) == len(tokens)
+    out = []
+    for t, m in zip(tokens, mask):
+        if t == header["bos_id"]:
+            out.append(([], []))
+        out[-1][0].append(t)
+        out[-1][1].append(m)
+    return out
+
+
+@needs_llama3
+def test_pairs_count_only_the_completion(tmp_path, llama3):
+    src = write_jsonl(tmp_path / "qa.jsonl", PAIRS)
+    out = tmp_path / "out"
+    result = run_ok("--format", "pairs", src, "--out-dir", out, "--name", "qa", "--val-tokens", 0)
+    assert "the loss counts" in result.stdout
+    got = sorted(examples_in(shards(out, "train", "qa")[0]))
+    want = []
+    for r in PAIRS:
+        p, c = llama3.encoding.encode_ordinary(r["prompt"]), llama3.encoding.encode_ordinary(r["completion"])
+        want.append(([llama3.bos_id] + p + c + [llama3.eos_id], [0] * (1 + len(p)) + [1] * (len(c) + 1)))
+    assert got == sorted(want)
+    assert "loss on" in run_ok("--check", shards(out, "train", "qa")[0]).stdout
+
+
+@needs_llama3
+def test_chat_counts_only_the_assistant_with_special_tokens(tmp_path, llama3):
+    src = write_jsonl(tmp_path / "chat.jsonl", CHATS)
+    out = tmp_path / "out"
+    run_ok("--format", "chat", src, "--out-dir", out, "--name", "chat", "--val-tokens", 0)
+    sp = llama3.specials
+    for tokens, mask in examples_in(shards(out, "train", "chat")[0]):
+        text = llama3.encoding.decode(tokens)
+        assert text.startswith("<|begin_of_text|><|start_header_id|>")
+        assert tokens.count(sp["<|start_header_id|>"]) == tokens.count(sp["<|eot_id|>"]) >= 2  # special, not text
+        counted = llama3.encoding.decode([t for t, m in zip(tokens, mask) if m])
+        assert counted in ("Noah.<|eot_id|>", "Genesis.<|eot_id|>Revelation.<|eot_id|>"), counted
+
+
+def test_bad_example_lines_name_the_file_and_line(tmp_path):
+    cases = [("pairs", '{"prompt": "x"}', "needs a string \"completion\""),
+             ("pairs", "not json", "not JSON"),
+             ("chat", '{"messages": [{"role": "user", "content": "hi"}]}', "no \"assistant\" message"),
+             ("chat", '{"messages": [{"role": "user"}]}', "message 0 needs a string")]
+    for fmt, line, needle in cases:
+        src = write_jsonl(tmp_path / "bad.jsonl", PAIRS if fmt == "pairs" else CHATS, line + "\n")
+        result = run("--format", fmt, src, "--out-dir", tmp_path / "out")
+        assert result.returncode == 1 and f"{src}:3:" in result.stderr and needle in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+    result = run("--format", "pairs", "--out-dir", tmp_path / "out")
+    assert result.returncode == 1 and "needs JSON lines files" in result.stderr

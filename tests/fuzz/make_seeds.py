@@ -62,10 +62,12 @@ def shard_seeds():
     for name, vocab, n, typecode, bos, eos, settings, position in (
             ("u16_shuffled.bin", 300, 200, "H", 1, 2, (1, 7, 1 | 2 | 4), (0, 0, 3, 1234, 0)),
             ("u16_in_order.bin", 300, 120, "H", 0, -1, (0, 15, 2), (1, 0, 1, 1234, 0)),
-            ("u32_big_vocab.bin", 100000, 90, "I", 99998, 99999, (3, 3, 1 | 2), (0, 0, 0, 7, 0))):
+            ("u32_big_vocab.bin", 100000, 90, "I", 99998, 99999, (3, 3, 1 | 2), (0, 0, 0, 7, 0)),
+            ("u16_loss_mask.bin", 300, 150, "H", 1, 2, (1, 7, 2 | 4), (0, 0, 2, 99, 0))):
         tokens = array(typecode, rng.integers(0, vocab, n).tolist())
         tmp = os.path.join(d, name + ".shard")
-        prepare.write_shard(tmp, tokens, types.SimpleNamespace(vocab_size=vocab, bos_id=bos, eos_id=eos))
+        mask = bytes(int(i % 4 != 0) for i in range(n)) if "mask" in name else None  # a version 2 shard
+        prepare.write_shard(tmp, tokens, types.SimpleNamespace(vocab_size=vocab, bos_id=bos, eos_id=eos), mask)
         with open(tmp, "rb") as f:
             shard = f.read()
         os.remove(tmp)

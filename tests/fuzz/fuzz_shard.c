@@ -37,11 +37,12 @@ static void expect_named(const DataLoader *dl)
         abort(); /* every error names the shard */
 }
 
+/* every token in the vocabulary; a target may also be IGNORE_INDEX (a version 2 shard's loss mask) */
 static void check_batch(const DataLoader *dl)
 {
     for (int i = 0; i < dl->B * dl->T; i++) {
-        if (dl->inputs[i] < 0 || dl->inputs[i] >= dl->vocab_size || dl->targets[i] < 0 ||
-            dl->targets[i] >= dl->vocab_size)
+        if (dl->inputs[i] < 0 || dl->inputs[i] >= dl->vocab_size ||
+            ((dl->targets[i] < 0 || dl->targets[i] >= dl->vocab_size) && dl->targets[i] != IGNORE_INDEX))
             abort();
     }
 }

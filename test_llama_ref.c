@@ -274,16 +274,23 @@ static void test_greedy_sample(const char *dump_path)
     llama_free(&m);
 }
 
+/* A preset's model with vocab tokens, initialised at random from seed; returns its config. */
+static LlamaConfig random_model(Llama *m, const char *preset, int vocab, uint64_t seed)
+{
+    LlamaConfig config;
+    llama_preset(preset, &config);
+    config.vocab_size = vocab;
+    llama_build(m, &config);
+    llama_init_random(m, seed);
+    return config;
+}
+
 /* --on-nan skip: a step whose gradient holds a NaN leaves the weights, the
  * moments and the step count untouched, and the next finite step trains. */
 static void test_nan_step_skipped(void)
 {
-    LlamaConfig config;
-    llama_preset("tiny", &config);
-    config.vocab_size = 1000;
     Llama m;
-    llama_build(&m, &config);
-    llama_init_random(&m, 1);
+    LlamaConfig config = random_model(&m, "tiny", 1000, 1);
     TrainFlags t = train_flags_defaults();
     t.batch.B = 2;
     t.batch.T = 16;
@@ -338,15 +345,13 @@ static float *row_logits_and_grads(Llama *m, const int *tokens, const int *targe
  * must give what each document gives alone: the same logits at each token, and gradients of the summed loss that
  * add up to the documents' own. The row starts inside a document (7 tokens before the first BOS), holds one of 10
  * tokens, one of a single BOS, and one of 6. Tolerance 1e-5 relative: the same sums, grouped differently by the
- * matmul's row tiles. Without the mask, or with positions running on across the row, they must differ. */
+ * matmul's row tiles. Without the mask they must differ. (Positions running on across the row would not change
+ * them: under the mask each score depends on the distance between two tokens of one document only, RoPE's
+ * relative form; restarting them follows HF's position_ids and keeps the angles, and their rounding, small.) */
 static void test_packed_documents(void)
 {
-    LlamaConfig config;
-    llama_preset("nano", &config);
-    config.vocab_size = 300;
     Llama m;
-    llama_build(&m, &config);
-    llama_init_random(&m, 11);
+    LlamaConfig config = random_model(&m, "nano", 300, 11);
     enum { T = 24, BOS = 1 };
     int starts[5] = {0, 7, 17, 18, T}, tokens[T], targets[T];
     uint64_t r = 12345;

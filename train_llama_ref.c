@@ -515,11 +515,13 @@ static void llama_alloc_activations(Llama *m, int B, int T)
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
         *bufs[i].ptr = (float *)malloc_check((size_t)bufs[i].n * sizeof(float), bufs[i].what);
     }
-    if (m->fp8) {
-        int64_t widest_in = C > HD ? C : HD, widest_out = 2 * F > QKV ? 2 * F : QKV;
-        widest_in = F > widest_in ? F : widest_in;
-        widest_out = C > widest_out ? C : widest_out;
-        int64_t largest_w = 2 * F * C > QKV * C ? 2 * F * C : QKV * C;
+    if (m->fp8) { /* room for any of the four Linear maps (in, out): qkv, o, gate_up, down */
+        int64_t shapes[4][2] = {{C, QKV}, {HD, C}, {C, 2 * F}, {F, C}}, widest_in = 0, widest_out = 0, largest_w = 0;
+        for (int i = 0; i < 4; i++) {
+            widest_in = shapes[i][0] > widest_in ? shapes[i][0] : widest_in;
+            widest_out = shapes[i][1] > widest_out ? shapes[i][1] : widest_out;
+            largest_w = shapes[i][0] * shapes[i][1] > largest_w ? shapes[i][0] * shapes[i][1] : largest_w;
+        }
         m->fp8_in = (float *)malloc_check((size_t)(BT * widest_in) * sizeof(float), "FP8 emulation: inputs");
         m->fp8_out = (float *)malloc_check((size_t)(BT * widest_out) * sizeof(float), "FP8 emulation: gradients");
         m->fp8_w = (float *)malloc_check((size_t)largest_w * sizeof(float), "FP8 emulation: weights");
@@ -566,6 +568,15 @@ static void llama_documents(int *first, int *pos, const int *inputs, int B, int 
             pos[bt] = t - start;
         }
     }
+}
+
+/* What attention and RoPE take of the last forward's documents: where each
+ * token's document starts, and its position, or NULL (one document per row;
+ * positions along the row). */
+static void llama_document_views(const Llama *m, const int **first, const int **pos)
+{
+    *first = m->doc_bos >= 0 ? m->doc_first : NULL;
+    *pos = m->doc_bos >= 0 && m->doc_positions ? m->doc_pos : NULL;
 }
 
 /* FP8 training's GEMMs (--fp8, issue 15), emulated: each operand is rounded
@@ -648,12 +659,10 @@ static void llama_forward(Llama *m, const int *inputs, const int *targets, int B
     const float *embed = param(m, 0);
     for (int64_t i = 0; i < BT; i++)
         memcpy(a->resid + i * C, embed + (int64_t)inputs[i] * C, C * sizeof(float));
-    const int *first = NULL, *pos = NULL; /* one document per row */
-    if (m->doc_bos >= 0) {
+    if (m->doc_bos >= 0)
         llama_documents(m->doc_first, m->doc_pos, inputs, B, T, m->doc_bos);
-        first = m->doc_first;
-        pos = m->doc_positions ? m->doc_pos : NULL;
-    }
+    const int *first, *pos;
+    llama_document_views(m, &first, &pos);
 
     for (int l = 0; l < L; l++) {
         float *x = a->resid + l * BT * C, *x_mid = a->resid_mid + l * BT * C, *x_out = a->resid + (l + 1) * BT * C;
@@ -726,8 +735,8 @@ static void llama_backward(Llama *m, float loss_scale)
     if (m->targets == NULL)
         FAIL("llama_backward needs a forward pass with targets first");
     int B = m->fwd_B, T = m->fwd_T;
-    const int *first = m->doc_bos >= 0 ? m->doc_first : NULL; /* the last forward's documents */
-    const int *pos = m->doc_bos >= 0 && m->doc_positions ? m->doc_pos : NULL;
+    const int *first, *pos; /* the last forward's documents */
+    llama_document_views(m, &first, &pos);
     int64_t L = c->n_layer, C = c->d_model, V = c->vocab_size, F = c->ffn_dim;
     int H = c->n_head, KV = c->n_kv_head, D = c->head_dim;
     int64_t BT = (int64_t)B * T, HD = (int64_t)H * D, QKV = (int64_t)(H + 2 * KV) * D;

@@ -431,19 +431,25 @@ def read_shard_header(path):
             "bos_id": bos, "eos_id": eos}
 
 
+def read_shard_mask(path, header):
+    """The loss mask of a checked shard (bytes, one per token; None in a version 1 shard), read past its tokens."""
+    if header["version"] != VERSION_MASKED:
+        return None
+    with open(path, "rb") as f:
+        f.seek(HEADER_BYTES + header["num_tokens"] * header["bytes_per_token"])
+        return f.read(header["num_tokens"])
+
+
 def read_shard(path):
     """The header, the tokens and the loss mask (bytes; None in a version 1 shard)."""
     header = read_shard_header(path)
     tokens = array("H" if header["bytes_per_token"] == 2 else "I")
-    mask = None
     with open(path, "rb") as f:
         f.seek(HEADER_BYTES)
         tokens.fromfile(f, header["num_tokens"])
-        if header["version"] == VERSION_MASKED:
-            mask = f.read(header["num_tokens"])
     if sys.byteorder != "little":
         tokens.byteswap()
-    return header, tokens, mask
+    return header, tokens, read_shard_mask(path, header)
 
 
 def check_shards(paths):
@@ -456,9 +462,9 @@ def check_shards(paths):
             bad += 1
             continue
         counted = ""
-        if h["version"] == VERSION_MASKED:
-            _, _, mask = read_shard(path)
-            if any(b > 1 for b in mask):
+        mask = read_shard_mask(path, h)
+        if mask is not None:
+            if max(mask) > 1:
                 print(f"BAD {path}: loss mask bytes other than 0 and 1")
                 bad += 1
                 continue
@@ -514,6 +520,13 @@ def read_examples(files, fmt):
         except OSError as e:
             raise PrepareError(f"cannot read {path}: {e.strerror}") from None
     return examples
+
+
+def example_chars(record):
+    """The characters of an example's texts (its prompt and completion, or its messages' contents)."""
+    if "messages" in record:
+        return sum(len(m["content"]) for m in record["messages"])
+    return len(record["prompt"]) + len(record["completion"])
 
 
 def encode_text(tokenizer, text):
@@ -610,7 +623,7 @@ def prepare(docs, tokenizer, out_dir, name, shard_tokens, val_tokens, seed, batc
         batch, chars = [], 0
         while pos < len(order) and (not batch or chars < batch_chars):
             batch.append(docs[order[pos]])
-            chars += len(batch[-1]) if not masked else 1000
+            chars += example_chars(batch[-1][1]) if masked else len(batch[-1])
             pos += 1
         if masked:
             encoded = [encode_example(tokenizer, record, fmt) for _, record in batch]

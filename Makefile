@@ -54,8 +54,12 @@ build/attention_cudnn.o: llmc/attention_cudnn.cu llmc/attention.h llmc/cuda_comm
 	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
 train_llama: train_llama.cu build/attention_cudnn.o $(LLMC_HEADERS)
 	$(NVCC) $(NVCC_FLAGS) $< build/attention_cudnn.o -o $@ $(NVCC_LDLIBS)
-test_llama: test_llama.cu build/attention_cudnn.o $(LLMC_HEADERS) tests/check.h tests/dump_check.h
-	$(NVCC) $(NVCC_FLAGS) $< build/attention_cudnn.o -o $@ $(NVCC_LDLIBS)
+# test_llama also checks FP8 against the CPU reference itself (tests/ref_capi.h), compiled by the C compiler
+build/ref_capi.o: tests/ref_capi.c tests/ref_capi.h train_llama_ref.c $(LLMC_HEADERS)
+	@mkdir -p build
+	$(CC) $(CFLAGS) -c $< -o $@
+test_llama: test_llama.cu build/attention_cudnn.o build/ref_capi.o $(LLMC_HEADERS) tests/check.h tests/dump_check.h
+	$(NVCC) $(NVCC_FLAGS) $< build/attention_cudnn.o build/ref_capi.o -o $@ $(NVCC_LDLIBS)
 
 train_llama_ref: train_llama_ref.c $(LLMC_HEADERS)
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)

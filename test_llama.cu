@@ -27,6 +27,7 @@
 #include "llmc/tensorfile.h"
 #include "tests/check.h"
 #include "tests/dump_check.h"
+#include "tests/ref_capi.h"
 
 /* Tolerances. The reference is fp32; the GPU stores weights and activations
  * in bf16 (8 significant bits, relative rounding 2^-9 = 0.2%) and accumulates
@@ -40,10 +41,16 @@ static Dist single_process; /* test_llama runs on one GPU */
 static double worst_forward = 0, worst_grad = 0, worst_steps = 0;
 
 /* A small model per case: logits chunks of 64 MB exercise the chunking. */
+static void build_fp8(Llama *m, const LlamaConfig *c, int B, int T, int recompute, int micro_steps, int zero_stage,
+                      int fp8)
+{
+    LlamaOptions opt = {B, T, recompute, micro_steps, (size_t)64 << 20, &single_process, zero_stage, fp8};
+    llama_build(m, c, &opt);
+}
+
 static void build(Llama *m, const LlamaConfig *c, int B, int T, int recompute, int micro_steps, int zero_stage)
 {
-    LlamaOptions opt = {B, T, recompute, micro_steps, (size_t)64 << 20, &single_process, zero_stage};
-    llama_build(m, c, &opt);
+    build_fp8(m, c, B, T, recompute, micro_steps, zero_stage, 0);
 }
 
 static float *download_bf16(const bf16 *d, int64_t n)
@@ -188,6 +195,76 @@ static void test_zero_stages(const LlamaConfig *c, const char *weights_path, con
     }
 }
 
+/* ||got - ref|| / ||ref|| over n values. */
+static double normwise_error(const float *got, const float *ref, int64_t n)
+{
+    double diff = 0.0, norm = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        diff += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
+        norm += (double)ref[i] * ref[i];
+    }
+    return norm > 0.0 ? sqrt(diff / norm) : sqrt(diff);
+}
+
+/* --fp8 (linear.h) against the CPU reference's emulation of it (train_llama_ref --fp8, tests/ref_capi.h), which no
+ * HF dump has: one step on random tokens, B=2, T=64 (N=128: FP8 weight gradients sum over a multiple of 16 tokens).
+ * Both round the same operands to the same codes, but the GPU's operands are bf16 and the CPU's fp32, so a value
+ * near a rounding midpoint can land one FP8 step apart (1/16 of it for E4M3, 1/8 for E5M2) in a few percent of the
+ * elements; over sums of 64-352 terms that stays around 1-2% of a gradient's norm. Tolerances: the loss within
+ * 1e-2, the whole gradient within 5% normwise, each tensor's within 10%; and the GPU must be much closer to the
+ * emulation than to the reference without FP8 (half the distance at most), or it is not rounding as FP8 does. */
+static void test_fp8(const LlamaConfig *c, const char *weights_path, cudaStream_t s)
+{
+    int B = 2, T = c->max_seq_len < 64 ? c->max_seq_len : 64;
+    int64_t N = (int64_t)B * T;
+    if (N % 16 != 0) {
+        check(0, "fp8: B*T = %lld must be a multiple of 16 for this check", (long long)N);
+        return;
+    }
+    int *tokens = (int *)malloc_check((size_t)N * sizeof(int), "tokens"), *targets = (int *)malloc_check((size_t)N * sizeof(int), "targets");
+    uint64_t r = 0x9e3779b97f4a7c15ull;
+    for (int64_t i = 0; i < N; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        tokens[i] = (int)((r >> 33) % (uint64_t)c->vocab_size);
+        targets[i] = (int)((r >> 13) % (uint64_t)c->vocab_size);
+    }
+    Llama m;
+    build_fp8(&m, c, B, T, 0, 1, 0, 1);
+    llama_load_weights(&m, weights_path);
+    float loss = run_micro_step(&m, tokens, targets, s);
+    float *grads = download_grads(&m);
+    int64_t P = m.layout.total;
+    float *ref8 = (float *)malloc_check((size_t)P * 4, "ref fp8"), *ref32 = (float *)malloc_check((size_t)P * 4, "ref");
+    float loss8 = ref_loss_and_grads(weights_path, tokens, targets, B, T, 1, ref8, P);
+    float loss32 = ref_loss_and_grads(weights_path, tokens, targets, B, T, 0, ref32, P);
+    check(fabsf(loss - loss8) <= 1e-2f * fabsf(loss8), "fp8: loss %.6f, CPU emulation %.6f (fp32 reference %.6f)", loss,
+          loss8, loss32);
+    double err8 = normwise_error(grads, ref8, P), err32 = normwise_error(grads, ref32, P);
+    check(err8 <= 5e-2, "fp8: all gradients within %.3f normwise of the CPU emulation (tol 5e-2)", err8);
+    check(err8 <= 0.5 * err32, "fp8: the GPU is nearer the emulation (%.3f) than the fp32 reference (%.3f)", err8, err32);
+    double worst = 0.0;
+    const char *worst_name = "";
+    for (int i = 0; i < m.layout.n_tensors; i++) {
+        const ParamTensor *t = &m.layout.tensors[i];
+        double e = normwise_error(grads + t->offset, ref8 + t->offset, t->numel);
+        if (!(e <= worst)) {
+            worst = e;
+            worst_name = t->name;
+        }
+    }
+    check(worst <= 0.1, "fp8: every tensor's gradient within 10%% normwise of the emulation (worst %.3f, %s)", worst,
+          worst_name);
+    llama_free(&m);
+    /* recomputation reruns the same FP8 forward: gradients bit-identical at level 3 */
+    build_fp8(&m, c, B, T, 3, 1, 0, 1);
+    llama_load_weights(&m, weights_path);
+    run_micro_step(&m, tokens, targets, s);
+    float *grads3 = download_grads(&m);
+    check(memcmp(grads, grads3, (size_t)P * 4) == 0, "fp8: recompute level 3 gives bit-identical gradients");
+    llama_free(&m);
+    free(grads3), free(grads), free(ref8), free(ref32), free(tokens), free(targets);
+}
+
 /* Logits, loss, block outputs and final norm of one forward at recompute level 0. */
 static void test_forward(TensorFile *dump, Llama *m, float loss, cudaStream_t s)
 {
@@ -306,6 +383,7 @@ static void test_dump(const char *dump_path)
         llama_free(&r);
     }
     test_accumulation(&c, weights_path, tokens, targets, B, T, loss, grads, s);
+    test_fp8(&c, weights_path, s);
     free(grads);
 
     /* N AdamW steps on the same batch, as the reference did */

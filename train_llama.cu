@@ -42,7 +42,7 @@
 
 typedef struct {
     TrainFlags t;
-    int recompute, profile_step;
+    int recompute, profile_step, fp8;
     float logits_budget_mb;
     int zero_stage;
     LaunchFlags launch;
@@ -56,6 +56,10 @@ static const Flag FLAGS[] = {
     FLAG_NUM("--recompute", FLAG_INT, Args, recompute, 0, 3, FLAG_CLOSED,
              "0: store every activation; 1: recompute norms and SwiGLU; 2: also the gate/up GEMM; 3: keep only "
              "each layer's input and run its forward again in backward (least memory, for long contexts)"),
+    FLAG("--fp8", FLAG_SWITCH, Args, fp8,
+         "the layers' Linear maps (qkv, o, gate/up, down) on FP8: inputs and weights E4M3, output gradients E5M2, one "
+         "scale per tensor from its current amax (lm_head, attention, norms and AdamW stay as they are; MFU still "
+         "counts bf16 FLOPs)"),
     FLAG_NUM("--logits-budget-mb", FLAG_FLOAT, Args, logits_budget_mb, 0, 1 << 20, FLAG_LO_OPEN,
              "memory for one chunk of logits"),
     FLAG_NUM("--profile-step", FLAG_INT, Args, profile_step, 0, INT_MAX, FLAG_CLOSED,
@@ -121,6 +125,11 @@ static LlamaConfig parse_args(Args *a, int argc, char **argv, HfTokenIds *init_i
              c.head_dim, c.ffn_dim);
     if (a->t.batch.T > c.max_seq_len)
         FAIL("-T %d exceeds the model's max_seq_len %d\n  hint: lower -T", a->t.batch.T, c.max_seq_len);
+    if (a->fp8 && ((int64_t)a->t.batch.B * a->t.batch.T % 16 != 0 || c.d_model % 16 != 0 || c.ffn_dim % 16 != 0 ||
+                   c.n_head * c.head_dim % 16 != 0))
+        FAIL("--fp8 needs B*T, d_model, ffn_dim and n_head*head_dim to be multiples of 16 (FP8 GEMMs sum over 16-byte "
+             "rows); got B*T %lld, %d, %d, %d",
+             (long long)a->t.batch.B * a->t.batch.T, c.d_model, c.ffn_dim, c.n_head * c.head_dim);
     return c;
 }
 
@@ -332,7 +341,7 @@ int main(int argc, char **argv)
     cudaStream_t s = gpus.stream;
     llama_config_print(&config, stdout);
     LlamaOptions options = {t->batch.B, t->batch.T,  a.recompute, accum, (size_t)(a.logits_budget_mb * 1048576.0),
-                            &gpus.dist, a.zero_stage};
+                            &gpus.dist, a.zero_stage, a.fp8};
     Llama model;
     llama_build(&model, &config, &options);
     char resumed_from[LLMC_PATH_MAX];
@@ -342,8 +351,9 @@ int main(int argc, char **argv)
     run_log_open(&log, rank == 0 ? t->run.log : NULL, t->ckpt.resume, run_id, resumed_from, argc, argv, &config, FLAGS,
                  N_FLAGS, &a);
     printf("parameters: %.3f M; batch %d x %d x %d accum x %d GPUs = %d tokens/step; recompute %d; logits chunk %d "
-           "rows\ndata: %s\n",
+           "rows%s\ndata: %s\n",
            model.layout.total / 1e6, t->batch.B, t->batch.T, accum, world, total_batch, a.recompute, model.logits_chunk,
+           a.fp8 ? "; layer GEMMs in FP8" : "",
            t->data.random ? "random tokens" : t->data.train);
     watchdog_progress(&gpus.watchdog, "model ready");
 

@@ -14,7 +14,7 @@
  * Memory: fp8_amax reads x once (16-byte loads; n a multiple of 8, x 16-byte
  * aligned) and does one float atomic max per block into amax; fp8_quantize
  * reads x and writes n bytes; the transposed one reads x and writes R * C
- * bytes through a 128 x 32 tile in shared memory (R a multiple of 128, C of 32).
+ * bytes through 128 x 32 tiles in shared memory (R a multiple of 4, C of 8).
  */
 #ifndef LLMC_FP8_QUANTIZE_H
 #define LLMC_FP8_QUANTIZE_H
@@ -72,17 +72,23 @@ __global__ void __launch_bounds__(FP8_THREADS)
 }
 
 /* A tile of 128 rows x 32 columns of x per block: 16-byte loads along the rows, scaled into shared memory
- * transposed, then each of the tile's 32 output rows written as 128 bytes, 4 codes per thread and store. */
+ * transposed, then each of the tile's 32 output rows written as up to 128 bytes, 4 codes per thread and store.
+ * Edge tiles: rows past R and columns past C are neither read nor written (R % 4 == 0, C % 8 == 0). */
 #define FP8_T_ROWS 128
 #define FP8_T_COLS 32
-__global__ void __launch_bounds__(FP8_THREADS)
-    fp8_quantize_transposed_kernel(uint8_t *codes_t, const bf16 *x, const float *amax, int R, int C, Fp8Format f)
+__global__ void __launch_bounds__(FP8_THREADS) fp8_quantize_transposed_kernel(uint8_t *codes_t, float *inv_scale,
+                                                                              const bf16 *x, const float *amax, int R,
+                                                                              int C, Fp8Format f)
 {
     __shared__ __align__(16) float tile[FP8_T_COLS][FP8_T_ROWS + 4]; /* [column][row]; +4 keeps rows 16-byte aligned */
     float scale = fp8_scale_from_amax(*amax, f);
+    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && inv_scale)
+        *inv_scale = 1.0f / scale;
     int64_t r0 = (int64_t)blockIdx.y * FP8_T_ROWS, c0 = (int64_t)blockIdx.x * FP8_T_COLS;
     for (int v = threadIdx.x; v < FP8_T_ROWS * FP8_T_COLS / 8; v += FP8_THREADS) {
         int r = v / (FP8_T_COLS / 8), c = v % (FP8_T_COLS / 8) * 8;
+        if (r0 + r >= R || c0 + c >= C)
+            continue;
         bf16x8 in = load16(x + (r0 + r) * C + c0 + c);
         for (int j = 0; j < 8; j++)
             tile[c + j][r] = __bfloat162float(in.v[j]) * scale;
@@ -90,6 +96,8 @@ __global__ void __launch_bounds__(FP8_THREADS)
     __syncthreads();
     for (int v = threadIdx.x; v < FP8_T_COLS * FP8_T_ROWS / 4; v += FP8_THREADS) {
         int c = v / (FP8_T_ROWS / 4), r = v % (FP8_T_ROWS / 4) * 4;
+        if (r0 + r >= R || c0 + c >= C)
+            continue;
         float4 q = *reinterpret_cast<const float4 *>(&tile[c][r]);
         uint32_t packed = (uint32_t)fp8_code(q.x, f) | (uint32_t)fp8_code(q.y, f) << 8 |
                           (uint32_t)fp8_code(q.z, f) << 16 | (uint32_t)fp8_code(q.w, f) << 24;
@@ -128,17 +136,18 @@ static inline void fp8_quantize(uint8_t *codes, float *inv_scale, const bf16 *x,
     profile_pop(stream);
 }
 
-/* codes_t[C, R] = fp8(x[R, C]^T * scale) with the scale of amax[0]; x 16-byte aligned, codes_t 4-byte. */
-static inline void fp8_quantize_transposed(uint8_t *codes_t, const bf16 *x, const float *amax, int R, int C,
-                                           Fp8Format f, cudaStream_t stream)
+/* codes_t[C, R] = fp8(x[R, C]^T * scale) with the scale of amax[0]; inv_scale[0] = 1 / scale (may be NULL).
+ * R a multiple of 4, C of 8, x 16-byte and codes_t 4-byte aligned. */
+static inline void fp8_quantize_transposed(uint8_t *codes_t, float *inv_scale, const bf16 *x, const float *amax, int R,
+                                           int C, Fp8Format f, cudaStream_t stream)
 {
-    if (R <= 0 || C <= 0 || R % FP8_T_ROWS != 0 || C % FP8_T_COLS != 0 || (uintptr_t)x % 16 || (uintptr_t)codes_t % 4)
-        FAIL("fp8_quantize_transposed: x [%d, %d] must have rows a multiple of %d and columns of %d, x 16-byte and "
+    if (R <= 0 || C <= 0 || R % 4 != 0 || C % 8 != 0 || (uintptr_t)x % 16 || (uintptr_t)codes_t % 4)
+        FAIL("fp8_quantize_transposed: x [%d, %d] needs rows a multiple of 4 and columns of 8, x 16-byte and "
              "codes_t 4-byte aligned",
-             R, C, FP8_T_ROWS, FP8_T_COLS);
+             R, C);
     profile_push(PROF_FP8, stream);
-    fp8_quantize_transposed_kernel<<<dim3(C / FP8_T_COLS, R / FP8_T_ROWS), FP8_THREADS, 0, stream>>>(codes_t, x, amax,
-                                                                                                     R, C, f);
+    dim3 grid(ceil_div(C, FP8_T_COLS), ceil_div(R, FP8_T_ROWS));
+    fp8_quantize_transposed_kernel<<<grid, FP8_THREADS, 0, stream>>>(codes_t, inv_scale, x, amax, R, C, f);
     CUDA_CHECK_LAST();
     profile_pop(stream);
 }

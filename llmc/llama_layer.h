@@ -12,6 +12,7 @@
  *   res_mid  = res_in + branch, ln_mlp = rmsnorm(res_mid) * w.mlp_norm   (one kernel)
  *   gate_up  = ln_mlp @ w.gate_up^T, swiglu_out = silu(gate) * up
  *   branch   = swiglu_out @ w.down^T            added by the next layer or the final norm
+ * The four Linear maps (qkv, o, gate_up, down) run in bf16 or FP8 (linear.h).
  * Ending a layer at its last GEMM keeps each layer's kernels on its own weights,
  * so the ZeRO hooks (llama_model.h) sit between layers.
  *
@@ -30,8 +31,8 @@
 #include "attention.h"
 #include "cuda_common.h"
 #include "llama_acts.h"
+#include "linear.h"
 #include "llama_params.h"
-#include "matmul.h"
 #include "rmsnorm.h"
 #include "rope.h"
 #include "swiglu.h"
@@ -43,12 +44,14 @@ typedef struct {
     float eps;
     int recompute;          /* 0 to 3 (llama_acts.h) */
     const float *freqs_cis; /* RoPE table [T, D / 2, 2] */
+    Fp8Scratch *fp8;        /* the Linear maps' FP8 codes (linear.h), or NULL: bf16 GEMMs */
 } LayerSpec;
 
-static inline LayerSpec layer_spec(const LlamaConfig *c, int B, int T, int recompute, const float *freqs_cis)
+static inline LayerSpec layer_spec(const LlamaConfig *c, int B, int T, int recompute, const float *freqs_cis,
+                                   Fp8Scratch *fp8)
 {
     LayerSpec sp = {B,           T,          B * T,       c->d_model, c->n_head, c->n_kv_head,
-                    c->head_dim, c->ffn_dim, c->norm_eps, recompute,  freqs_cis};
+                    c->head_dim, c->ffn_dim, c->norm_eps, recompute,  freqs_cis, fp8};
     return sp;
 }
 
@@ -63,13 +66,13 @@ static inline void layer_forward_inner_(const LayerSpec *sp, const LayerTensors 
 {
     LayerActs *a = &acts->layers[l];
     int N = sp->N, C = sp->C, HD = sp->H * sp->D;
-    matmul_forward(a->qkv, a->ln_attn, w->qkv, N, C, layer_qkv_dim(sp), s);
+    linear_forward(a->qkv, a->ln_attn, w->qkv, N, C, layer_qkv_dim(sp), sp->fp8, s);
     rope_forward(a->qkv, sp->freqs_cis, sp->B, sp->T, sp->H, sp->KV, sp->D, s);
     attention_forward(a->att_out, a->att_stats, a->qkv, sp->B, sp->T, sp->H, sp->KV, sp->D, s);
-    matmul_forward(acts->branch, a->att_out, w->o, N, HD, C, s);
+    linear_forward(acts->branch, a->att_out, w->o, N, HD, C, sp->fp8, s);
     fused_residual_rmsnorm_forward(a->res_mid, a->ln_mlp, a->rstd_mlp, a->res_in, acts->branch, w->mlp_norm, N, C,
                                    sp->eps, s);
-    matmul_forward(a->gate_up, a->ln_mlp, w->gate_up, N, C, 2 * sp->F, s);
+    linear_forward(a->gate_up, a->ln_mlp, w->gate_up, N, C, 2 * sp->F, sp->fp8, s);
     swiglu_forward(a->swiglu_out, a->gate_up, N, sp->F, s);
 }
 
@@ -83,7 +86,7 @@ static inline void layer_forward(const LayerSpec *sp, const LayerTensors *w, Act
         fused_residual_rmsnorm_forward(a->res_in, a->ln_attn, a->rstd_attn, acts->layers[l - 1].res_mid, acts->branch,
                                        w->attn_norm, N, C, sp->eps, s);
     layer_forward_inner_(sp, w, acts, l, s);
-    matmul_forward(acts->branch, a->swiglu_out, w->down, N, sp->F, C, s);
+    linear_forward(acts->branch, a->swiglu_out, w->down, N, sp->F, C, sp->fp8, s);
 }
 
 /* From the gradient of the layer's output to that of res_mid, in d_res. */
@@ -95,14 +98,12 @@ static inline void layer_mlp_backward(const LayerSpec *sp, const LayerTensors *w
     if (partly && sp->recompute >= 1)
         rmsnorm_forward(a->ln_mlp, a->rstd_mlp, a->res_mid, w->mlp_norm, N, C, sp->eps, s);
     if (partly && sp->recompute >= 2)
-        matmul_forward(a->gate_up, a->ln_mlp, w->gate_up, N, C, 2 * F, s);
+        linear_forward(a->gate_up, a->ln_mlp, w->gate_up, N, C, 2 * F, sp->fp8, s);
     if (partly && sp->recompute >= 1)
         swiglu_forward(a->swiglu_out, a->gate_up, N, F, s);
-    matmul_backward_weight(g->down, acts->d_res, a->swiglu_out, N, F, C, accumulate, s);
-    matmul_backward_input(acts->d_swiglu, acts->d_res, w->down, N, F, C, s);
+    linear_backward(acts->d_swiglu, g->down, acts->d_res, a->swiglu_out, w->down, N, F, C, accumulate, sp->fp8, s);
     swiglu_backward(a->gate_up, acts->d_swiglu, a->gate_up, N, F, s); /* in place: now d gate_up */
-    matmul_backward_weight(g->gate_up, a->gate_up, a->ln_mlp, N, C, 2 * F, accumulate, s);
-    matmul_backward_input(acts->d_ln, a->gate_up, w->gate_up, N, C, 2 * F, s);
+    linear_backward(acts->d_ln, g->gate_up, a->gate_up, a->ln_mlp, w->gate_up, N, C, 2 * F, accumulate, sp->fp8, s);
     rmsnorm_backward(acts->d_res, g->mlp_norm, acts->norm_scratch, acts->d_ln, a->res_mid, w->mlp_norm, a->rstd_mlp, N,
                      C, accumulate, s);
 }
@@ -113,15 +114,13 @@ static inline void layer_attention_backward(const LayerSpec *sp, const LayerTens
 {
     LayerActs *a = &acts->layers[l];
     int N = sp->N, C = sp->C, HD = sp->H * sp->D, QKV = layer_qkv_dim(sp);
-    matmul_backward_weight(g->o, acts->d_res, a->att_out, N, HD, C, accumulate, s);
-    matmul_backward_input(acts->d_att_out, acts->d_res, w->o, N, HD, C, s);
+    linear_backward(acts->d_att_out, g->o, acts->d_res, a->att_out, w->o, N, HD, C, accumulate, sp->fp8, s);
     attention_backward(acts->d_qkv, acts->d_att_out, a->qkv, a->att_out, a->att_stats, sp->B, sp->T, sp->H, sp->KV,
                        sp->D, s);
     rope_backward(acts->d_qkv, sp->freqs_cis, sp->B, sp->T, sp->H, sp->KV, sp->D, s);
     if (sp->recompute == 1 || sp->recompute == 2) /* level 3's is still there */
         rmsnorm_forward(a->ln_attn, a->rstd_attn, a->res_in, w->attn_norm, N, C, sp->eps, s);
-    matmul_backward_weight(g->qkv, acts->d_qkv, a->ln_attn, N, C, QKV, accumulate, s);
-    matmul_backward_input(acts->d_ln, acts->d_qkv, w->qkv, N, C, QKV, s);
+    linear_backward(acts->d_ln, g->qkv, acts->d_qkv, a->ln_attn, w->qkv, N, C, QKV, accumulate, sp->fp8, s);
     rmsnorm_backward(acts->d_res, g->attn_norm, acts->norm_scratch, acts->d_ln, a->res_in, w->attn_norm, a->rstd_attn,
                      N, C, accumulate, s);
 }

@@ -57,6 +57,7 @@ typedef struct {
     size_t logits_budget_bytes; /* memory for one chunk of the classifier's logits */
     const Dist *dist;           /* the ranks, over which ZeRO shards */
     int zero_stage;             /* 0 to 3 (llmc/zero.h) */
+    int fp8;                    /* the layers' Linear maps on FP8 codes (linear.h) */
 } LlamaOptions;
 
 /* A micro-batch on the device, and its embedding backward plan (embedding.h),
@@ -83,6 +84,7 @@ typedef struct {
     bf16 *logits;      /* [logits_chunk, V] */
     float *losses;     /* [N] per token */
     float *loss_parts; /* [max_micro_steps] each micro-step's summed loss */
+    Fp8Scratch fp8;    /* with opt.fp8: the Linear maps' codes */
 } Llama;
 
 static inline int64_t llama_tokens(const Llama *m)
@@ -144,7 +146,18 @@ static inline void llama_build(Llama *m, const LlamaConfig *config, const LlamaO
     CUDA_CHECK(cudaMemcpy(m->freqs_cis, table, (size_t)opt->T * c->head_dim * sizeof(float), cudaMemcpyHostToDevice));
     free(table);
     llama_batch_build(&m->batch, N, (int)V, opt->max_micro_steps);
-    m->spec = layer_spec(c, opt->B, opt->T, opt->recompute, m->freqs_cis);
+    if (opt->fp8) {
+        int64_t C = c->d_model, F = c->ffn_dim, HD = (int64_t)c->n_head * c->head_dim;
+        int64_t QKV = (int64_t)(c->n_head + 2 * c->n_kv_head) * c->head_dim;
+        int64_t widest_in = C > HD ? C : HD, widest_out = QKV > 2 * F ? QKV : 2 * F;
+        widest_in = F > widest_in ? F : widest_in;
+        widest_out = C > widest_out ? C : widest_out;
+        int64_t sizes[4] = {QKV * C, C * HD, 2 * F * C, C * F}, largest_w = 0; /* qkv, o, gate_up, down */
+        for (int i = 0; i < 4; i++)
+            largest_w = sizes[i] > largest_w ? sizes[i] : largest_w;
+        fp8_scratch_build(&m->fp8, N * widest_in, N * widest_out, largest_w);
+    }
+    m->spec = layer_spec(c, opt->B, opt->T, opt->recompute, m->freqs_cis, opt->fp8 ? &m->fp8 : NULL);
 }
 
 static inline void llama_free(Llama *m)
@@ -157,6 +170,8 @@ static inline void llama_free(Llama *m)
     cuda_free(m->losses);
     cuda_free(m->loss_parts);
     cuda_free(m->freqs_cis);
+    if (m->opt.fp8)
+        fp8_scratch_free(&m->fp8);
     llama_param_layout_free(&m->layout);
     memset(m, 0, sizeof(*m));
 }

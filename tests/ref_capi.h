@@ -1,0 +1,25 @@
+/*
+ * ref_capi.h: the CPU reference (train_llama_ref.c) behind one plain C
+ * function, so that test_llama can check the GPU against it where no HF dump
+ * exists: FP8 training, which only the reference emulates (train_llama_ref
+ * --fp8). Built from tests/ref_capi.c by the C compiler, linked into test_llama.
+ */
+#ifndef TESTS_REF_CAPI_H
+#define TESTS_REF_CAPI_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The model of weights_path (an .llmt weights file), one forward and backward in
+ * fp32 on tokens and targets [B * T], with the layers' GEMMs on FP8 values when
+ * fp8: returns the mean loss and writes every gradient of the mean loss into
+ * grads, in llama_param_layout's order (n_params floats, checked). */
+float ref_loss_and_grads(const char *weights_path, const int *tokens, const int *targets, int B, int T, int fp8,
+                         float *grads, long long n_params);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TESTS_REF_CAPI_H */

@@ -211,8 +211,8 @@ static double normwise_error(const float *got, const float *ref, int64_t n)
  * Both round the same operands to the same codes, but the GPU's operands are bf16 and the CPU's fp32, so a value
  * near a rounding midpoint can land one FP8 step apart (1/16 of it for E4M3, 1/8 for E5M2) in a few percent of the
  * elements; over sums of 64-352 terms that stays around 1-2% of a gradient's norm. Tolerances: the loss within
- * 1e-2, the whole gradient within 5% normwise, each tensor's within 10%; and the GPU must be much closer to the
- * emulation than to the reference without FP8 (half the distance at most), or it is not rounding as FP8 does. */
+ * 1e-2, the whole gradient within 5% normwise, each tensor's within 10%; and the GPU must be nearer the emulation
+ * than the reference without FP8: a GPU that did not round would be nearer the fp32 one. */
 static void test_fp8(const LlamaConfig *c, const char *weights_path, cudaStream_t s)
 {
     int B = 2, T = c->max_seq_len < 64 ? c->max_seq_len : 64;
@@ -221,7 +221,8 @@ static void test_fp8(const LlamaConfig *c, const char *weights_path, cudaStream_
         check(0, "fp8: B*T = %lld must be a multiple of 16 for this check", (long long)N);
         return;
     }
-    int *tokens = (int *)malloc_check((size_t)N * sizeof(int), "tokens"), *targets = (int *)malloc_check((size_t)N * sizeof(int), "targets");
+    int *tokens = (int *)malloc_check((size_t)N * sizeof(int), "tokens"),
+        *targets = (int *)malloc_check((size_t)N * sizeof(int), "targets");
     uint64_t r = 0x9e3779b97f4a7c15ull;
     for (int64_t i = 0; i < N; i++) {
         r = r * 6364136223846793005ull + 1442695040888963407ull;
@@ -241,7 +242,7 @@ static void test_fp8(const LlamaConfig *c, const char *weights_path, cudaStream_
           loss8, loss32);
     double err8 = normwise_error(grads, ref8, P), err32 = normwise_error(grads, ref32, P);
     check(err8 <= 5e-2, "fp8: all gradients within %.3f normwise of the CPU emulation (tol 5e-2)", err8);
-    check(err8 <= 0.5 * err32, "fp8: the GPU is nearer the emulation (%.3f) than the fp32 reference (%.3f)", err8, err32);
+    check(err8 < err32, "fp8: the GPU is nearer the emulation (%.3f) than the fp32 reference (%.3f)", err8, err32);
     double worst = 0.0;
     const char *worst_name = "";
     for (int i = 0; i < m.layout.n_tensors; i++) {

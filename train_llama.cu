@@ -340,7 +340,7 @@ int main(int argc, char **argv)
     gpus_start(&gpus, &a, &config);
     cudaStream_t s = gpus.stream;
     llama_config_print(&config, stdout);
-    LlamaOptions options = {t->batch.B, t->batch.T,  a.recompute, accum, (size_t)(a.logits_budget_mb * 1048576.0),
+    LlamaOptions options = {t->batch.B, t->batch.T,   a.recompute, accum, (size_t)(a.logits_budget_mb * 1048576.0),
                             &gpus.dist, a.zero_stage, a.fp8};
     Llama model;
     llama_build(&model, &config, &options);
@@ -353,8 +353,7 @@ int main(int argc, char **argv)
     printf("parameters: %.3f M; batch %d x %d x %d accum x %d GPUs = %d tokens/step; recompute %d; logits chunk %d "
            "rows%s\ndata: %s\n",
            model.layout.total / 1e6, t->batch.B, t->batch.T, accum, world, total_batch, a.recompute, model.logits_chunk,
-           a.fp8 ? "; layer GEMMs in FP8" : "",
-           t->data.random ? "random tokens" : t->data.train);
+           a.fp8 ? "; layer GEMMs in FP8" : "", t->data.random ? "random tokens" : t->data.train);
     watchdog_progress(&gpus.watchdog, "model ready");
 
     int *tokens; /* pinned, so the uploads are truly asynchronous: inputs, then targets */

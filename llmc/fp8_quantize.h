@@ -76,9 +76,9 @@ __global__ void __launch_bounds__(FP8_THREADS)
  * Edge tiles: rows past R and columns past C are neither read nor written (R % 4 == 0, C % 8 == 0). */
 #define FP8_T_ROWS 128
 #define FP8_T_COLS 32
-__global__ void __launch_bounds__(FP8_THREADS) fp8_quantize_transposed_kernel(uint8_t *codes_t, float *inv_scale,
-                                                                              const bf16 *x, const float *amax, int R,
-                                                                              int C, Fp8Format f)
+__global__ void __launch_bounds__(FP8_THREADS)
+    fp8_quantize_transposed_kernel(uint8_t *codes_t, float *inv_scale, const bf16 *x, const float *amax, int R, int C,
+                                   Fp8Format f)
 {
     __shared__ __align__(16) float tile[FP8_T_COLS][FP8_T_ROWS + 4]; /* [column][row]; +4 keeps rows 16-byte aligned */
     float scale = fp8_scale_from_amax(*amax, f);

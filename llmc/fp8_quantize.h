@@ -6,15 +6,16 @@
  *   codes_i   = fp8(x_i * scale), ties to even, saturating     (fp8_quantize)
  *   inv_scale = 1 / scale, what the GEMM multiplies its sums by
  * and the transposed codes of a row-major [R, C] x, codes_t[c, r] =
- * fp8(x[r, c] * scale) (fp8_quantize_transposed), which the backward GEMMs
- * need: Hopper's FP8 kernels take both operands contiguous along the summed
- * dimension only. The codes are the ones llmc/fp8.h computes on the host, bit
- * for bit (dev/cuda/fp8_matmul_check).
+ * fp8(x[r, c] * scale) (fp8_quantize_transposed, which can write the plain
+ * codes in the same pass), which the backward GEMMs need: Hopper's FP8
+ * kernels take both operands contiguous along the summed dimension only. The codes are the ones llmc/fp8.h computes on
+ * the host, bit for bit (dev/cuda/fp8_matmul_check).
  *
  * Memory: fp8_amax reads x once (16-byte loads; n a multiple of 8, x 16-byte
  * aligned) and does one float atomic max per block into amax; fp8_quantize
  * reads x and writes n bytes; the transposed one reads x and writes R * C
- * bytes through 128 x 32 tiles in shared memory (R a multiple of 4, C of 8).
+ * bytes (2 R * C with the plain codes too) through 128 x 32 tiles in shared
+ * memory (R a multiple of 4, C of 8).
  */
 #ifndef LLMC_FP8_QUANTIZE_H
 #define LLMC_FP8_QUANTIZE_H
@@ -72,13 +73,14 @@ __global__ void __launch_bounds__(FP8_THREADS)
 }
 
 /* A tile of 128 rows x 32 columns of x per block: 16-byte loads along the rows, scaled into shared memory
- * transposed, then each of the tile's 32 output rows written as up to 128 bytes, 4 codes per thread and store.
+ * transposed (and, when codes is not NULL, written as plain codes 8 bytes a thread), then each of the tile's 32
+ * output rows written as up to 128 bytes, 4 codes per thread and store.
  * Edge tiles: rows past R and columns past C are neither read nor written (R % 4 == 0, C % 8 == 0). */
 #define FP8_T_ROWS 128
 #define FP8_T_COLS 32
 __global__ void __launch_bounds__(FP8_THREADS)
-    fp8_quantize_transposed_kernel(uint8_t *codes_t, float *inv_scale, const bf16 *x, const float *amax, int R, int C,
-                                   Fp8Format f)
+    fp8_quantize_transposed_kernel(uint8_t *codes_t, uint8_t *codes, float *inv_scale, const bf16 *x, const float *amax,
+                                   int R, int C, Fp8Format f)
 {
     __shared__ __align__(16) float tile[FP8_T_COLS][FP8_T_ROWS + 4]; /* [column][row]; +4 keeps rows 16-byte aligned */
     float scale = fp8_scale_from_amax(*amax, f);
@@ -90,8 +92,13 @@ __global__ void __launch_bounds__(FP8_THREADS)
         if (r0 + r >= R || c0 + c >= C)
             continue;
         bf16x8 in = load16(x + (r0 + r) * C + c0 + c);
-        for (int j = 0; j < 8; j++)
+        uint8_t out[8];
+        for (int j = 0; j < 8; j++) {
             tile[c + j][r] = __bfloat162float(in.v[j]) * scale;
+            out[j] = fp8_code(tile[c + j][r], f);
+        }
+        if (codes)
+            *reinterpret_cast<uint2 *>(codes + (r0 + r) * C + c0 + c) = *reinterpret_cast<const uint2 *>(out);
     }
     __syncthreads();
     for (int v = threadIdx.x; v < FP8_T_COLS * FP8_T_ROWS / 4; v += FP8_THREADS) {
@@ -136,18 +143,20 @@ static inline void fp8_quantize(uint8_t *codes, float *inv_scale, const bf16 *x,
     profile_pop(stream);
 }
 
-/* codes_t[C, R] = fp8(x[R, C]^T * scale) with the scale of amax[0]; inv_scale[0] = 1 / scale (may be NULL).
- * R a multiple of 4, C of 8, x 16-byte and codes_t 4-byte aligned. */
-static inline void fp8_quantize_transposed(uint8_t *codes_t, float *inv_scale, const bf16 *x, const float *amax, int R,
-                                           int C, Fp8Format f, cudaStream_t stream)
+/* codes_t[C, R] = fp8(x[R, C]^T * scale) with the scale of amax[0], and codes[R, C] = fp8(x * scale) in the same
+ * pass unless codes is NULL; inv_scale[0] = 1 / scale (may be NULL). R a multiple of 4, C of 8, x 16-byte, codes_t
+ * 4-byte and codes 8-byte aligned. */
+static inline void fp8_quantize_transposed(uint8_t *codes_t, uint8_t *codes, float *inv_scale, const bf16 *x,
+                                           const float *amax, int R, int C, Fp8Format f, cudaStream_t stream)
 {
-    if (R <= 0 || C <= 0 || R % 4 != 0 || C % 8 != 0 || (uintptr_t)x % 16 || (uintptr_t)codes_t % 4)
-        FAIL("fp8_quantize_transposed: x [%d, %d] needs rows a multiple of 4 and columns of 8, x 16-byte and "
-             "codes_t 4-byte aligned",
+    if (R <= 0 || C <= 0 || R % 4 != 0 || C % 8 != 0 || (uintptr_t)x % 16 || (uintptr_t)codes_t % 4 ||
+        (uintptr_t)codes % 8)
+        FAIL("fp8_quantize_transposed: x [%d, %d] needs rows a multiple of 4 and columns of 8, x 16-byte, "
+             "codes_t 4-byte and codes 8-byte aligned",
              R, C);
     profile_push(PROF_FP8, stream);
     dim3 grid(ceil_div(C, FP8_T_COLS), ceil_div(R, FP8_T_ROWS));
-    fp8_quantize_transposed_kernel<<<grid, FP8_THREADS, 0, stream>>>(codes_t, inv_scale, x, amax, R, C, f);
+    fp8_quantize_transposed_kernel<<<grid, FP8_THREADS, 0, stream>>>(codes_t, codes, inv_scale, x, amax, R, C, f);
     CUDA_CHECK_LAST();
     profile_pop(stream);
 }

@@ -14,8 +14,11 @@
  *
  * Memory: with FP8, an Fp8Scratch holds the codes of one Linear at a time
  * (x and its transpose, dy and its transpose, W and its transpose: about
- * 2 * N * (widest in + widest out) + 4 * largest W bytes) and six floats; each
- * operand is read twice more than in bf16 (its amax, then its codes).
+ * 2 * N * (widest in + widest out) + 4 * largest W bytes), 24 floats, and the
+ * amax of each Linear's x and W from its forward, which its backward reuses
+ * (the same tensors; recomputation reproduces them bit for bit): 2 floats a
+ * map (its slot). Each operand is read for its amax once per step, then once
+ * per pass that makes codes: dy's two layouts come from one pass.
  */
 #ifndef LLMC_LINEAR_H
 #define LLMC_LINEAR_H
@@ -28,14 +31,19 @@ typedef struct {
     uint8_t *x, *x_t; /* [N, in] and [in, N] */
     uint8_t *g, *g_t; /* the output gradient's: [N, out] and [out, N] */
     uint8_t *w, *w_t; /* [out, in] and [in, out] */
-    float *amax;      /* [3]: x, g, w */
-    float *inv;       /* [3]: their dequantisation scales */
+    float *amax;      /* x, g, w at FP8_X, FP8_G, FP8_W */
+    float *inv;       /* their dequantisation scales, at the same offsets */
+    float *saved;     /* [slots][2]: each Linear's x and W amax from its forward */
+    int n_slots;
 } Fp8Scratch;
 
-enum { FP8_X, FP8_G, FP8_W };
+/* Offsets of the three operands' scales, 16 bytes apart: cuBLASLt rejects a scale pointer that is only 4-byte
+ * aligned (CUBLAS_STATUS_NOT_SUPPORTED at run time, measured on the H100 with cuBLAS 13.1). */
+enum { FP8_X = 0, FP8_G = 4, FP8_W = 8, FP8_SCALE_FLOATS = 12 };
 
-/* Room for the codes of inputs of up to x_elems, output gradients of up to g_elems, weights of up to w_elems. */
-static inline void fp8_scratch_build(Fp8Scratch *q, int64_t x_elems, int64_t g_elems, int64_t w_elems)
+/* Room for the codes of inputs of up to x_elems, output gradients of up to g_elems, weights of up to w_elems, and
+ * the saved amax of n_slots Linear maps. */
+static inline void fp8_scratch_build(Fp8Scratch *q, int64_t x_elems, int64_t g_elems, int64_t w_elems, int n_slots)
 {
     q->x = (uint8_t *)cuda_malloc_named((size_t)x_elems, "FP8 codes: Linear inputs");
     q->x_t = (uint8_t *)cuda_malloc_named((size_t)x_elems, "FP8 codes: Linear inputs, transposed");
@@ -43,8 +51,10 @@ static inline void fp8_scratch_build(Fp8Scratch *q, int64_t x_elems, int64_t g_e
     q->g_t = (uint8_t *)cuda_malloc_named((size_t)g_elems, "FP8 codes: output gradients, transposed");
     q->w = (uint8_t *)cuda_malloc_named((size_t)w_elems, "FP8 codes: weights");
     q->w_t = (uint8_t *)cuda_malloc_named((size_t)w_elems, "FP8 codes: weights, transposed");
-    q->amax = (float *)cuda_malloc_named(6 * sizeof(float), "FP8 scales");
-    q->inv = q->amax + 3;
+    q->amax = (float *)cuda_malloc_named(2 * FP8_SCALE_FLOATS * sizeof(float), "FP8 scales");
+    q->inv = q->amax + FP8_SCALE_FLOATS;
+    q->saved = (float *)cuda_malloc_named((size_t)n_slots * 2 * sizeof(float), "FP8 amax of each Linear's forward");
+    q->n_slots = n_slots;
 }
 
 static inline void fp8_scratch_free(Fp8Scratch *q)
@@ -56,42 +66,51 @@ static inline void fp8_scratch_free(Fp8Scratch *q)
     cuda_free(q->w);
     cuda_free(q->w_t);
     cuda_free(q->amax);
+    cuda_free(q->saved);
     memset(q, 0, sizeof(*q));
 }
 
-/* out[N, out_dim] = x[N, in] @ w[out_dim, in]^T; q NULL: bf16 GEMM. */
+/* The saved amax of slot's Linear: [0] its input's, [1] its weight's. */
+static inline float *fp8_saved_amax(Fp8Scratch *q, int slot)
+{
+    if (slot < 0 || slot >= q->n_slots)
+        FAIL("FP8 Linear slot %d outside the %d built", slot, q->n_slots);
+    return q->saved + 2 * (int64_t)slot;
+}
+
+/* out[N, out_dim] = x[N, in] @ w[out_dim, in]^T; q NULL: bf16 GEMM. slot: which Linear map this is (its saved amax,
+ * which the backward of the same slot reads). */
 static inline void linear_forward(bf16 *out, const bf16 *x, const bf16 *w, int N, int in, int out_dim, Fp8Scratch *q,
-                                  cudaStream_t s)
+                                  int slot, cudaStream_t s)
 {
     if (!q) {
         matmul_forward(out, x, w, N, in, out_dim, s);
         return;
     }
-    fp8_amax(q->amax + FP8_X, x, (int64_t)N * in, s);
-    fp8_quantize(q->x, q->inv + FP8_X, x, q->amax + FP8_X, (int64_t)N * in, FP8_E4M3, s);
-    fp8_amax(q->amax + FP8_W, w, (int64_t)out_dim * in, s);
-    fp8_quantize(q->w, q->inv + FP8_W, w, q->amax + FP8_W, (int64_t)out_dim * in, FP8_E4M3, s);
+    float *saved = fp8_saved_amax(q, slot);
+    fp8_amax(saved, x, (int64_t)N * in, s);
+    fp8_quantize(q->x, q->inv + FP8_X, x, saved, (int64_t)N * in, FP8_E4M3, s);
+    fp8_amax(saved + 1, w, (int64_t)out_dim * in, s);
+    fp8_quantize(q->w, q->inv + FP8_W, w, saved + 1, (int64_t)out_dim * in, FP8_E4M3, s);
     matmul_fp8(out, q->x, FP8_E4M3, q->w, q->inv + FP8_X, q->inv + FP8_W, N, in, out_dim, 0, s);
 }
 
 /* dweight[out_dim, in] (= or += when accumulate) = dout^T @ x, then dinp[N, in] = dout @ w (not aliasing dout);
- * q NULL: bf16 GEMMs. With FP8, N must be a multiple of 16 (the weight gradient sums over tokens). */
+ * q NULL: bf16 GEMMs. With FP8, N must be a multiple of 16 (the weight gradient sums over tokens), and x and w
+ * must be what slot's last linear_forward saw. */
 static inline void linear_backward(bf16 *dinp, bf16 *dweight, const bf16 *dout, const bf16 *x, const bf16 *w, int N,
-                                   int in, int out_dim, int accumulate, Fp8Scratch *q, cudaStream_t s)
+                                   int in, int out_dim, int accumulate, Fp8Scratch *q, int slot, cudaStream_t s)
 {
     if (!q) {
         matmul_backward_weight(dweight, dout, x, N, in, out_dim, accumulate, s);
         matmul_backward_input(dinp, dout, w, N, in, out_dim, s);
         return;
     }
-    int64_t ng = (int64_t)N * out_dim, nx = (int64_t)N * in, nw = (int64_t)out_dim * in;
-    fp8_amax(q->amax + FP8_G, dout, ng, s);
-    fp8_quantize(q->g, q->inv + FP8_G, dout, q->amax + FP8_G, ng, FP8_E5M2, s);
-    fp8_quantize_transposed(q->g_t, NULL, dout, q->amax + FP8_G, N, out_dim, FP8_E5M2, s);
-    fp8_amax(q->amax + FP8_X, x, nx, s);
-    fp8_quantize_transposed(q->x_t, q->inv + FP8_X, x, q->amax + FP8_X, N, in, FP8_E4M3, s);
-    fp8_amax(q->amax + FP8_W, w, nw, s);
-    fp8_quantize_transposed(q->w_t, q->inv + FP8_W, w, q->amax + FP8_W, out_dim, in, FP8_E4M3, s);
+    const float *saved = fp8_saved_amax(q, slot);
+    fp8_amax(q->amax + FP8_G, dout, (int64_t)N * out_dim, s);
+    fp8_quantize_transposed(q->g_t, q->g, q->inv + FP8_G, dout, q->amax + FP8_G, N, out_dim, FP8_E5M2, s);
+    fp8_quantize_transposed(q->x_t, NULL, q->inv + FP8_X, x, saved, N, in, FP8_E4M3, s);
+    fp8_quantize_transposed(q->w_t, NULL, q->inv + FP8_W, w, saved + 1, out_dim, in, FP8_E4M3, s);
     /* dW[out, in] = g_t[out, N] @ x_t[in, N]^T;  dx[N, in] = g[N, out] @ w_t[in, out]^T */
     matmul_fp8(dweight, q->g_t, FP8_E5M2, q->x_t, q->inv + FP8_G, q->inv + FP8_X, out_dim, N, in, accumulate, s);
     matmul_fp8(dinp, q->g, FP8_E5M2, q->w_t, q->inv + FP8_G, q->inv + FP8_W, N, out_dim, in, 0, s);

@@ -55,6 +55,13 @@ static inline LayerSpec layer_spec(const LlamaConfig *c, int B, int T, int recom
     return sp;
 }
 
+/* A layer's four Linear maps; with FP8 each has its own slot of saved amax (linear.h). */
+enum { LINEAR_QKV, LINEAR_O, LINEAR_GATE_UP, LINEAR_DOWN, LINEAR_MAPS };
+static inline int linear_slot(int layer, int map)
+{
+    return layer * LINEAR_MAPS + map;
+}
+
 static inline int layer_qkv_dim(const LayerSpec *sp)
 {
     return (sp->H + 2 * sp->KV) * sp->D;
@@ -66,13 +73,13 @@ static inline void layer_forward_inner_(const LayerSpec *sp, const LayerTensors 
 {
     LayerActs *a = &acts->layers[l];
     int N = sp->N, C = sp->C, HD = sp->H * sp->D;
-    linear_forward(a->qkv, a->ln_attn, w->qkv, N, C, layer_qkv_dim(sp), sp->fp8, s);
+    linear_forward(a->qkv, a->ln_attn, w->qkv, N, C, layer_qkv_dim(sp), sp->fp8, linear_slot(l, LINEAR_QKV), s);
     rope_forward(a->qkv, sp->freqs_cis, sp->B, sp->T, sp->H, sp->KV, sp->D, s);
     attention_forward(a->att_out, a->att_stats, a->qkv, sp->B, sp->T, sp->H, sp->KV, sp->D, s);
-    linear_forward(acts->branch, a->att_out, w->o, N, HD, C, sp->fp8, s);
+    linear_forward(acts->branch, a->att_out, w->o, N, HD, C, sp->fp8, linear_slot(l, LINEAR_O), s);
     fused_residual_rmsnorm_forward(a->res_mid, a->ln_mlp, a->rstd_mlp, a->res_in, acts->branch, w->mlp_norm, N, C,
                                    sp->eps, s);
-    linear_forward(a->gate_up, a->ln_mlp, w->gate_up, N, C, 2 * sp->F, sp->fp8, s);
+    linear_forward(a->gate_up, a->ln_mlp, w->gate_up, N, C, 2 * sp->F, sp->fp8, linear_slot(l, LINEAR_GATE_UP), s);
     swiglu_forward(a->swiglu_out, a->gate_up, N, sp->F, s);
 }
 
@@ -86,7 +93,7 @@ static inline void layer_forward(const LayerSpec *sp, const LayerTensors *w, Act
         fused_residual_rmsnorm_forward(a->res_in, a->ln_attn, a->rstd_attn, acts->layers[l - 1].res_mid, acts->branch,
                                        w->attn_norm, N, C, sp->eps, s);
     layer_forward_inner_(sp, w, acts, l, s);
-    linear_forward(acts->branch, a->swiglu_out, w->down, N, sp->F, C, sp->fp8, s);
+    linear_forward(acts->branch, a->swiglu_out, w->down, N, sp->F, C, sp->fp8, linear_slot(l, LINEAR_DOWN), s);
 }
 
 /* From the gradient of the layer's output to that of res_mid, in d_res. */
@@ -98,12 +105,14 @@ static inline void layer_mlp_backward(const LayerSpec *sp, const LayerTensors *w
     if (partly && sp->recompute >= 1)
         rmsnorm_forward(a->ln_mlp, a->rstd_mlp, a->res_mid, w->mlp_norm, N, C, sp->eps, s);
     if (partly && sp->recompute >= 2)
-        linear_forward(a->gate_up, a->ln_mlp, w->gate_up, N, C, 2 * F, sp->fp8, s);
+        linear_forward(a->gate_up, a->ln_mlp, w->gate_up, N, C, 2 * F, sp->fp8, linear_slot(l, LINEAR_GATE_UP), s);
     if (partly && sp->recompute >= 1)
         swiglu_forward(a->swiglu_out, a->gate_up, N, F, s);
-    linear_backward(acts->d_swiglu, g->down, acts->d_res, a->swiglu_out, w->down, N, F, C, accumulate, sp->fp8, s);
+    linear_backward(acts->d_swiglu, g->down, acts->d_res, a->swiglu_out, w->down, N, F, C, accumulate, sp->fp8,
+                    linear_slot(l, LINEAR_DOWN), s);
     swiglu_backward(a->gate_up, acts->d_swiglu, a->gate_up, N, F, s); /* in place: now d gate_up */
-    linear_backward(acts->d_ln, g->gate_up, a->gate_up, a->ln_mlp, w->gate_up, N, C, 2 * F, accumulate, sp->fp8, s);
+    linear_backward(acts->d_ln, g->gate_up, a->gate_up, a->ln_mlp, w->gate_up, N, C, 2 * F, accumulate, sp->fp8,
+                    linear_slot(l, LINEAR_GATE_UP), s);
     rmsnorm_backward(acts->d_res, g->mlp_norm, acts->norm_scratch, acts->d_ln, a->res_mid, w->mlp_norm, a->rstd_mlp, N,
                      C, accumulate, s);
 }
@@ -114,13 +123,15 @@ static inline void layer_attention_backward(const LayerSpec *sp, const LayerTens
 {
     LayerActs *a = &acts->layers[l];
     int N = sp->N, C = sp->C, HD = sp->H * sp->D, QKV = layer_qkv_dim(sp);
-    linear_backward(acts->d_att_out, g->o, acts->d_res, a->att_out, w->o, N, HD, C, accumulate, sp->fp8, s);
+    linear_backward(acts->d_att_out, g->o, acts->d_res, a->att_out, w->o, N, HD, C, accumulate, sp->fp8,
+                    linear_slot(l, LINEAR_O), s);
     attention_backward(acts->d_qkv, acts->d_att_out, a->qkv, a->att_out, a->att_stats, sp->B, sp->T, sp->H, sp->KV,
                        sp->D, s);
     rope_backward(acts->d_qkv, sp->freqs_cis, sp->B, sp->T, sp->H, sp->KV, sp->D, s);
     if (sp->recompute == 1 || sp->recompute == 2) /* level 3's is still there */
         rmsnorm_forward(a->ln_attn, a->rstd_attn, a->res_in, w->attn_norm, N, C, sp->eps, s);
-    linear_backward(acts->d_ln, g->qkv, acts->d_qkv, a->ln_attn, w->qkv, N, C, QKV, accumulate, sp->fp8, s);
+    linear_backward(acts->d_ln, g->qkv, acts->d_qkv, a->ln_attn, w->qkv, N, C, QKV, accumulate, sp->fp8,
+                    linear_slot(l, LINEAR_QKV), s);
     rmsnorm_backward(acts->d_res, g->attn_norm, acts->norm_scratch, acts->d_ln, a->res_in, w->attn_norm, a->rstd_attn,
                      N, C, accumulate, s);
 }

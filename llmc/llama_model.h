@@ -155,7 +155,7 @@ static inline void llama_build(Llama *m, const LlamaConfig *config, const LlamaO
         int64_t sizes[4] = {QKV * C, C * HD, 2 * F * C, C * F}, largest_w = 0; /* qkv, o, gate_up, down */
         for (int i = 0; i < 4; i++)
             largest_w = sizes[i] > largest_w ? sizes[i] : largest_w;
-        fp8_scratch_build(&m->fp8, N * widest_in, N * widest_out, largest_w);
+        fp8_scratch_build(&m->fp8, N * widest_in, N * widest_out, largest_w, c->n_layer * LINEAR_MAPS);
     }
     m->spec = layer_spec(c, opt->B, opt->T, opt->recompute, m->freqs_cis, opt->fp8 ? &m->fp8 : NULL);
 }

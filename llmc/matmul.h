@@ -245,6 +245,9 @@ static inline void matmul_fp8(bf16 *out, const uint8_t *x, Fp8Format x_format, c
 {
     if (in_dim % 16 != 0)
         FAIL("matmul_fp8: in_dim %d must be a multiple of 16 (16-byte rows of fp8 codes)", in_dim);
+    if (matmul_alignment(x_inv_scale) < 16 || matmul_alignment(w_inv_scale) < 16)
+        FAIL("matmul_fp8: the scale pointers %p and %p must be 16-byte aligned (cuBLASLt rejects others)",
+             (const void *)x_inv_scale, (const void *)w_inv_scale);
     cudaDataType_t x_type = x_format == FP8_E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
     /* column-major: A = w as [in, out] (op T), B = x as [in, N]: the forward form */
     const MatmulPlan *plan = matmul_plan(MATMUL_FP8, N, in_dim, out_dim, CUDA_R_8F_E4M3, x_type, w, x, out, out);

@@ -24,3 +24,19 @@ float ref_loss_and_grads(const char *weights_path, const int *tokens, const int 
     llama_free(&m);
     return loss;
 }
+
+void ref_fp8_linear(float *out, float *dinp, float *dweight, const float *x, const float *w, const float *dout, int N,
+                    int IC, int OC)
+{
+    Llama m; /* only its FP8 switch and scratch are read */
+    memset(&m, 0, sizeof(m));
+    m.fp8 = 1;
+    m.fp8_in = (float *)malloc_check((size_t)N * IC * sizeof(float), "FP8 emulation: inputs");
+    m.fp8_out = (float *)malloc_check((size_t)N * OC * sizeof(float), "FP8 emulation: gradients");
+    m.fp8_w = (float *)malloc_check((size_t)OC * IC * sizeof(float), "FP8 emulation: weights");
+    linear_forward(&m, out, x, w, N, IC, OC);
+    memset(dinp, 0, (size_t)N * IC * sizeof(float)); /* matmul_backward accumulates */
+    memset(dweight, 0, (size_t)OC * IC * sizeof(float));
+    linear_backward(&m, dinp, dweight, dout, x, w, N, IC, OC);
+    free(m.fp8_in), free(m.fp8_out), free(m.fp8_w);
+}

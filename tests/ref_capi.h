@@ -2,7 +2,7 @@
  * ref_capi.h: the CPU reference (train_llama_ref.c) behind one plain C
  * function, so that test_llama can check the GPU against it where no HF dump
  * exists: FP8 training, which only the reference emulates (train_llama_ref
- * --fp8). Built from tests/ref_capi.c by the C compiler, linked into test_llama.
+ * --fp8), whole or one Linear map at a time. Built from tests/ref_capi.c by the C compiler, linked into test_llama.
  */
 #ifndef TESTS_REF_CAPI_H
 #define TESTS_REF_CAPI_H
@@ -17,6 +17,11 @@ extern "C" {
  * grads, in llama_param_layout's order (n_params floats, checked). */
 float ref_loss_and_grads(const char *weights_path, const int *tokens, const int *targets, int B, int T, int fp8,
                          float *grads, long long n_params);
+
+/* One Linear map on FP8 values, as train_llama_ref --fp8 runs it: out[N, OC] = x[N, IC] @ w[OC, IC]^T, then, for
+ * the output gradient dout[N, OC], dinp[N, IC] and dweight[OC, IC] (both overwritten). */
+void ref_fp8_linear(float *out, float *dinp, float *dweight, const float *x, const float *w, const float *dout, int N,
+                    int IC, int OC);
 
 #ifdef __cplusplus
 }

@@ -28,6 +28,7 @@ import json
 import math
 import os
 import re
+import statistics
 import sys
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
@@ -489,7 +490,55 @@ def load_profiles(results_dir):
     return profiles
 
 
-def write_report(e2e, kernels, docs_dir, plot=True, profiles=()):
+def fp8_section(results_dir):
+    """Issue 15's --fp8 against bf16: issue15_fp8_speed.jsonl (dev/bench/train_llama_settings.sh fp8, records with
+    "flags") and issue15_fp8_convergence.json (dev/bench/fp8_convergence.sh, whose plot is img/fp8_convergence.png)."""
+    speed = [r for r in load_jsonl(os.path.join(results_dir, "issue15_fp8_speed.jsonl")) if r.get("status") == "ok"]
+    conv_path = os.path.join(results_dir, "issue15_fp8_convergence.json")
+    if not speed and not os.path.exists(conv_path):
+        return []
+    lines = ["## FP8 (`--fp8`)", "",
+             "The layers' Linear maps on FP8 (E4M3 inputs and weights, E5M2 output gradients, one scale per tensor "
+             "from its current amax; llmc/linear.h) against bf16, alternating in one run "
+             "(`dev/bench/train_llama_settings.sh fp8`), median tokens/s of each run's steps after the first, the "
+             "median over its rounds. MFU counts bf16 FLOPs against the bf16 peak for both, so the FP8 gain shows "
+             "as MFU above the bf16 run's.", ""]
+    groups = {}
+    for r in speed:
+        fp8 = "--fp8" in r.get("flags", "")
+        shape = r.get("flags", "").replace("--fp8", "").strip()
+        key = (r["model"] + (" " + shape if shape else ""), r["B"], r["T"], r["recompute"])
+        groups.setdefault(key, {}).setdefault(fp8, []).append(r)
+    rows = []
+    for (model, B, T, rec), runs in sorted(groups.items()):
+        if False in runs and True in runs:
+            b = statistics.median(x["tokens_per_s"] for x in runs[False])
+            f = statistics.median(x["tokens_per_s"] for x in runs[True])
+            rows.append([model, B, T, rec, "%.0f" % b, "%.0f" % f, "%.3fx" % (f / b),
+                         "%.1f%% / %.1f%%" % (100 * statistics.median(x["mfu"] for x in runs[False]),
+                                              100 * statistics.median(x["mfu"] for x in runs[True])),
+                         "%.1f / %.1f" % (max(x["peak_mem_gib"] for x in runs[False]),
+                                          max(x["peak_mem_gib"] for x in runs[True])),
+                         "%d" % len(runs[True])])
+    if rows:
+        lines += [md_table(["model", "B", "T", "recompute", "bf16 tok/s", "fp8 tok/s", "speed-up",
+                            "MFU bf16 / fp8", "peak GiB bf16 / fp8", "rounds"], rows), ""]
+        lines += ["train_llama commit: %s." % (", ".join(sorted(distinct(speed, "commit"))) or "not recorded"), ""]
+    if os.path.exists(conv_path):
+        c = json.load(open(conv_path))
+        lines += ["Convergence (`dev/bench/fp8_convergence.sh`): a 174M-parameter model (d_model 768, 12 layers, "
+                  "Llama 3 vocabulary), the default corpus, the same seed and batch order, B=16, T=1024, "
+                  "%d steps. Mean train loss over the last 100 steps: bf16 %.4f, fp8 %.4f (%+.2f%%); last val "
+                  "loss: bf16 %.4f, fp8 %.4f (%+.2f%%). Speed at this size: %.2fx%s." % (
+                      c.get("steps", 1000), c["bf16"]["last100_loss"], c["fp8"]["last100_loss"],
+                      100 * c["loss_rel_diff"], c["bf16"]["val_loss"], c["fp8"]["val_loss"], 100 * c["val_rel_diff"],
+                      c["speedup"], " (the quantisation passes cost more than the small GEMMs save)"
+                      if c["speedup"] < 1 else ""), "",
+                  "![fp8_convergence](img/fp8_convergence.png)", ""]
+    return lines
+
+
+def write_report(e2e, kernels, docs_dir, plot=True, profiles=(), extra=()):
     img_dir = os.path.join(docs_dir, "img")
     os.makedirs(img_dir, exist_ok=True)
     plt = None
@@ -523,6 +572,7 @@ def write_report(e2e, kernels, docs_dir, plot=True, profiles=()):
         lines += kernel_section(kernels, img_dir, plt)
     if profiles:
         lines += profile_section(profiles)
+    lines += list(extra)
     if not e2e and not kernels:
         lines += ["No benchmark records yet: run `dev/bench/run_all.sh` on the GPU machine.", ""]
     lines.append("Generated %s by `dev/bench/report.py`." %
@@ -548,7 +598,8 @@ def main(argv):
     kernels = [r for f in k_files for r in load_jsonl(f)]
     e2e = [r for r in e2e if all(k in r for k in ("system", "model", "B", "T", "status"))]
     kernels = [r for r in kernels if "kernel" in r and ("system" in r or "impl" in r)]
-    path = write_report(e2e, kernels, args.docs_dir, plot=not args.no_plots, profiles=load_profiles(args.results_dir))
+    path = write_report(e2e, kernels, args.docs_dir, plot=not args.no_plots, profiles=load_profiles(args.results_dir),
+                        extra=fp8_section(args.results_dir))
     print("wrote %s (%d e2e records, %d kernel records)" % (os.path.relpath(path, os.getcwd()), len(e2e),
                                                           len(kernels)))
     return 0

@@ -10,11 +10,15 @@
 #   shrinks per token);
 #   long8b: Llama 3.1 8B on one GPU (an H200: its weights, gradients and AdamW
 #   state take ~105 GiB), the longest T at B=1 per recompute level 1-3, each
-#   level's T rising until the first OOM.
+#   level's T rising until the first OOM;
+#   fp8: issue 15's --fp8 against bf16, side by side (alternating, 2 rounds):
+#   the 1B at B=8 and 16, T=2048, recompute 0, and the Llama 3.1 8B shape cut
+#   to 8 layers (untied) at B=2, T=2048, recompute 1.
 # Each setting runs a few steps; the summary line per setting is the median
 # tokens/s of the steps after the first, the MFU and the peak memory, or OOM.
 # Writes $OUT/settings.jsonl (or ./settings.jsonl) and prints a table.
-# Usage: dev/bench/train_llama_settings.sh [throughput] [longest] [level3] [bestb] [long8b]
+# Usage: dev/bench/train_llama_settings.sh [throughput] [longest] [level3] [bestb] [long8b] [fp8]
+# Extra train_llama flags for one run: FLAGS="..." (recorded as "flags").
 set -u
 cd "$(dirname "$0")/../.."
 out="${OUT:-.}"
@@ -22,18 +26,25 @@ results="$out/settings.jsonl"
 parts="${*:-throughput longest}"
 
 run() { # B T recompute steps [model]
-    local B=$1 T=$2 r=$3 steps=$4 model=${5:-llama3.2-1b} log="$out/run_${5:+$5_}B$1_T$2_r$3"
+    local B=$1 T=$2 r=$3 steps=$4 model=${5:-llama3.2-1b} flags="${FLAGS:-}"
+    local log="$out/run_${5:+$5_}B$1_T$2_r$3$(echo "$flags" | tr -d ' -')"
+    # shellcheck disable=SC2086 # FLAGS is a list of flags
     timeout 300 ./train_llama --preset "$model" --random-data -B "$B" -T "$T" --recompute "$r" \
-        --steps "$steps" --warmup 1 --lr 1e-4 --log "$log.jsonl" > "$log.log" 2>&1
+        --steps "$steps" --warmup 1 --lr 1e-4 --log "$log.jsonl" $flags > "$log.log" 2>&1
     local rc=$?
-    python3 - "$B" "$T" "$r" "$rc" "$log" "$model" >> "$results" <<'PY'
+    python3 - "$B" "$T" "$r" "$rc" "$log" "$model" "$flags" >> "$results" <<'PY'
 import json, statistics, sys
 B, T, r, rc, log, model = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
 rec = {"system": "train_llama", "model": model, "B": B, "T": T, "recompute": r}
+if sys.argv[7]:
+    rec["flags"] = sys.argv[7]
 steps = []
 try:
-    steps = [json.loads(l) for l in open(log + ".jsonl") if '"loss"' in l]
-except OSError:
+    recs = [json.loads(l) for l in open(log + ".jsonl") if l.strip()]
+    steps = [s for s in recs if "loss" in s]
+    if recs and "run" in recs[0]:
+        rec["commit"] = recs[0]["run"].get("commit")
+except (OSError, ValueError):
     pass
 text = open(log + ".log").read()
 if rc != 0 or len(steps) < 2:
@@ -51,6 +62,11 @@ PY
 
 for p in $parts; do
     case "$p" in
+    fp8)
+        for round in 1 2; do
+            for B in 8 16; do FLAGS="" run $B 2048 0 12; FLAGS="--fp8" run $B 2048 0 12; done
+            for f in "" "--fp8"; do FLAGS="--n-layer 8 --untied $f" run 2 2048 1 10 llama3.1-8b; done
+        done;;
     throughput)
         for r in 0 1 2; do run 4 2048 $r 12; done
         run 8 2048 1 10

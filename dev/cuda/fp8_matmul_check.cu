@@ -127,7 +127,7 @@ static void check_quantize(int R, int C)
     float *x = (float *)malloc_check(n * 4, "x f");
     fill_bf16(xb, x, n, 3.0f);
     bf16 *dx = (bf16 *)dev_upload(xb, n * 2);
-    uint8_t *dq = (uint8_t *)dev_alloc(n), *got = (uint8_t *)malloc_check(n, "got"),
+    uint8_t *dq = (uint8_t *)dev_alloc(n), *dq2 = (uint8_t *)dev_alloc(n), *got = (uint8_t *)malloc_check(n, "got"),
             *want = (uint8_t *)malloc_check(n, "want");
     float *damax = (float *)dev_alloc(4), *dinv = (float *)dev_alloc(4 * (size_t)R), amax = 0.0f, inv;
     for (int64_t i = 0; i < n; i++)
@@ -145,13 +145,20 @@ static void check_quantize(int R, int C)
         char what[64];
         snprintf(what, sizeof(what), "%s per-tensor codes against fp8.h", FORMAT_NAMES[f]);
         check_identical(what, got, want, n);
-        fp8_quantize_transposed(dq, NULL, dx, damax, R, C, fmt, 0);
+        CUDA_CHECK(cudaMemset(dq, 0, (size_t)n));
+        fp8_quantize_transposed(dq, NULL, NULL, dx, damax, R, C, fmt, 0);
         download(got, dq, n);
         int64_t wrong = 0;
         for (int r = 0; r < R; r++)
             for (int c = 0; c < C; c++)
                 wrong += got[(int64_t)c * R + r] != want[(int64_t)r * C + c];
         check(wrong == 0, "%s transposed codes against fp8.h (%lld wrong)", FORMAT_NAMES[f], (long long)wrong);
+        /* both layouts from one pass: the plain codes as fp8_quantize's */
+        CUDA_CHECK(cudaMemset(dq, 0, (size_t)n));
+        fp8_quantize_transposed(dq2, dq, NULL, dx, damax, R, C, fmt, 0);
+        download(got, dq, n);
+        snprintf(what, sizeof(what), "%s plain codes beside the transposed", FORMAT_NAMES[f]);
+        check_identical(what, got, want, n);
     }
     quantize_rows(dq, dinv, dx, R, C);
     download(got, dq, n);
@@ -169,7 +176,7 @@ static void check_quantize(int R, int C)
     }
     check(wrong == 0, "per-row E4M3 codes and scales against fp8.h (%lld wrong)", (long long)wrong);
     free(xb), free(x), free(got), free(want), free(got_inv);
-    cuda_free(dx), cuda_free(dq), cuda_free(damax), cuda_free(dinv);
+    cuda_free(dx), cuda_free(dq), cuda_free(dq2), cuda_free(damax), cuda_free(dinv);
 }
 
 enum { RECIPE_TENSOR, RECIPE_ROW, RECIPES };
@@ -282,7 +289,7 @@ static void run_quantize_t(void *ctx, int set)
 {
     Bench *b = (Bench *)ctx;
     (void)set;
-    fp8_quantize_transposed(b->qx, NULL, b->x, b->amax, b->M, b->K, FP8_E4M3, 0);
+    fp8_quantize_transposed(b->qx, NULL, NULL, b->x, b->amax, b->M, b->K, FP8_E4M3, 0);
 }
 static void run_quantize_rows(void *ctx, int set)
 {

@@ -245,11 +245,11 @@ static void test_fp8_linear(cudaStream_t s)
          *dw_d = (bf16 *)cuda_malloc_named((size_t)nw * 2, "dw");
     Fp8Scratch q;
     fp8_scratch_build(&q, nx, ny, nw, 1);
-    linear_forward(y_d, x_d, w_d, N, IC, OC, &q, 0, s);
-    linear_backward(dx_d, dw_d, dy_d, x_d, w_d, N, IC, OC, 0, &q, 0, s);
+    linear_forward(y_d, x_d, w_d, N, IC, OC, &q, 0, 0, s);
+    linear_backward(dx_d, dw_d, dy_d, x_d, w_d, N, IC, OC, 0, &q, 0, 0, s);
     CUDA_CHECK(cudaStreamSynchronize(s));
     float *y = download_bf16(y_d, ny), *dx = download_bf16(dx_d, nx), *dw = download_bf16(dw_d, nw);
-    linear_backward(dx_d, dw_d, dy_d, x_d, w_d, N, IC, OC, 1, &q, 0, s); /* dW += the same gradient */
+    linear_backward(dx_d, dw_d, dy_d, x_d, w_d, N, IC, OC, 1, &q, 0, 0, s); /* dW += the same gradient */
     CUDA_CHECK(cudaStreamSynchronize(s));
     float *dw2 = download_bf16(dw_d, nw);
     float *ry = (float *)malloc_check((size_t)ny * 4, "ref y"), *rdx = (float *)malloc_check((size_t)nx * 4, "ref dx"),

@@ -158,4 +158,22 @@ __device__ __forceinline__ float block_sum(float x, float *shared)
     return warp_sum(x);
 }
 
+/* target[0] = max(target[0], max over the block of x), one atomic per block, for x >= 0 (non-negative floats order
+ * as their bits do, so an int atomicMax is a float max). For FP8 scales: the amax of a tensor its producer writes,
+ * without another pass over it (linear.h). Block size a multiple of 32; shared must hold 32 floats. */
+__device__ __forceinline__ void block_max_into(float *target, float x, float *shared)
+{
+    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, n_warps = blockDim.x / WARP_SIZE;
+    x = warp_max(x);
+    __syncthreads(); /* shared may still be read by a previous call */
+    if (lane == 0)
+        shared[warp] = x;
+    __syncthreads();
+    if (warp == 0) {
+        x = warp_max(lane < n_warps ? shared[lane] : 0.0f);
+        if (lane == 0)
+            atomicMax((int *)target, __float_as_int(x));
+    }
+}
+
 #endif /* LLMC_CUDA_COMMON_H */

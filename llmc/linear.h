@@ -18,7 +18,9 @@
  * amax of each Linear's x and W from its forward, which its backward reuses
  * (the same tensors; recomputation reproduces them bit for bit): 2 floats a
  * map (its slot). Each operand is read for its amax once per step, then once
- * per pass that makes codes: dy's two layouts come from one pass.
+ * per pass that makes codes: dy's two layouts come from one pass. Where the
+ * kernel that writes x or dy can fold in its amax (RMSNorm, SwiGLU: their
+ * *_amax launchers), the caller says so (amax_ready) and the amax pass goes.
  */
 #ifndef LLMC_LINEAR_H
 #define LLMC_LINEAR_H
@@ -78,17 +80,32 @@ static inline float *fp8_saved_amax(Fp8Scratch *q, int slot)
     return q->saved + 2 * (int64_t)slot;
 }
 
+/* Where the producer of slot's input puts its amax (NULL without FP8): pass to the *_amax launchers, then call
+ * linear_forward with amax_ready. */
+static inline float *fp8_input_amax(Fp8Scratch *q, int slot)
+{
+    return q ? fp8_saved_amax(q, slot) : NULL;
+}
+
+/* Where the producer of the next output gradient puts its amax (NULL without FP8): then linear_backward with
+ * amax_ready. */
+static inline float *fp8_grad_amax(Fp8Scratch *q)
+{
+    return q ? q->amax + FP8_G : NULL;
+}
+
 /* out[N, out_dim] = x[N, in] @ w[out_dim, in]^T; q NULL: bf16 GEMM. slot: which Linear map this is (its saved amax,
- * which the backward of the same slot reads). */
+ * which the backward of the same slot reads). amax_ready: x's producer wrote fp8_input_amax(q, slot) already. */
 static inline void linear_forward(bf16 *out, const bf16 *x, const bf16 *w, int N, int in, int out_dim, Fp8Scratch *q,
-                                  int slot, cudaStream_t s)
+                                  int slot, int amax_ready, cudaStream_t s)
 {
     if (!q) {
         matmul_forward(out, x, w, N, in, out_dim, s);
         return;
     }
     float *saved = fp8_saved_amax(q, slot);
-    fp8_amax(saved, x, (int64_t)N * in, s);
+    if (!amax_ready)
+        fp8_amax(saved, x, (int64_t)N * in, s);
     fp8_quantize(q->x, q->inv + FP8_X, x, saved, (int64_t)N * in, FP8_E4M3, s);
     fp8_amax(saved + 1, w, (int64_t)out_dim * in, s);
     fp8_quantize(q->w, q->inv + FP8_W, w, saved + 1, (int64_t)out_dim * in, FP8_E4M3, s);
@@ -97,9 +114,10 @@ static inline void linear_forward(bf16 *out, const bf16 *x, const bf16 *w, int N
 
 /* dweight[out_dim, in] (= or += when accumulate) = dout^T @ x, then dinp[N, in] = dout @ w (not aliasing dout);
  * q NULL: bf16 GEMMs. With FP8, N must be a multiple of 16 (the weight gradient sums over tokens), and x and w
- * must be what slot's last linear_forward saw. */
+ * must be what slot's last linear_forward saw. amax_ready: dout's producer wrote fp8_grad_amax(q) already. */
 static inline void linear_backward(bf16 *dinp, bf16 *dweight, const bf16 *dout, const bf16 *x, const bf16 *w, int N,
-                                   int in, int out_dim, int accumulate, Fp8Scratch *q, int slot, cudaStream_t s)
+                                   int in, int out_dim, int accumulate, Fp8Scratch *q, int slot, int amax_ready,
+                                   cudaStream_t s)
 {
     if (!q) {
         matmul_backward_weight(dweight, dout, x, N, in, out_dim, accumulate, s);
@@ -107,7 +125,8 @@ static inline void linear_backward(bf16 *dinp, bf16 *dweight, const bf16 *dout, 
         return;
     }
     const float *saved = fp8_saved_amax(q, slot);
-    fp8_amax(q->amax + FP8_G, dout, (int64_t)N * out_dim, s);
+    if (!amax_ready)
+        fp8_amax(q->amax + FP8_G, dout, (int64_t)N * out_dim, s);
     fp8_quantize_transposed(q->g_t, q->g, q->inv + FP8_G, dout, q->amax + FP8_G, N, out_dim, FP8_E5M2, s);
     fp8_quantize_transposed(q->x_t, NULL, q->inv + FP8_X, x, saved, N, in, FP8_E4M3, s);
     fp8_quantize_transposed(q->w_t, NULL, q->inv + FP8_W, w, saved + 1, out_dim, in, FP8_E4M3, s);

@@ -67,73 +67,89 @@ static inline int layer_qkv_dim(const LayerSpec *sp)
     return (sp->H + 2 * sp->KV) * sp->D;
 }
 
-/* The layer's forward from ln_attn to swiglu_out: all but its input norm and its down_proj. */
+/* The layer's forward from ln_attn to swiglu_out: all but its input norm and its down_proj. With FP8 the norms and
+ * SwiGLU write the amax of what they produce for the Linear map that reads it (linear.h); attention's output gets
+ * an amax pass inside linear_forward. */
 static inline void layer_forward_inner_(const LayerSpec *sp, const LayerTensors *w, Activations *acts, int l,
                                         cudaStream_t s)
 {
     LayerActs *a = &acts->layers[l];
-    int N = sp->N, C = sp->C, HD = sp->H * sp->D;
-    linear_forward(a->qkv, a->ln_attn, w->qkv, N, C, layer_qkv_dim(sp), sp->fp8, linear_slot(l, LINEAR_QKV), s);
+    int N = sp->N, C = sp->C, HD = sp->H * sp->D, fp8 = sp->fp8 != NULL;
+    linear_forward(a->qkv, a->ln_attn, w->qkv, N, C, layer_qkv_dim(sp), sp->fp8, linear_slot(l, LINEAR_QKV), fp8, s);
     rope_forward(a->qkv, sp->freqs_cis, sp->B, sp->T, sp->H, sp->KV, sp->D, s);
     attention_forward(a->att_out, a->att_stats, a->qkv, sp->B, sp->T, sp->H, sp->KV, sp->D, s);
-    linear_forward(acts->branch, a->att_out, w->o, N, HD, C, sp->fp8, linear_slot(l, LINEAR_O), s);
-    fused_residual_rmsnorm_forward(a->res_mid, a->ln_mlp, a->rstd_mlp, a->res_in, acts->branch, w->mlp_norm, N, C,
-                                   sp->eps, s);
-    linear_forward(a->gate_up, a->ln_mlp, w->gate_up, N, C, 2 * sp->F, sp->fp8, linear_slot(l, LINEAR_GATE_UP), s);
-    swiglu_forward(a->swiglu_out, a->gate_up, N, sp->F, s);
+    linear_forward(acts->branch, a->att_out, w->o, N, HD, C, sp->fp8, linear_slot(l, LINEAR_O), 0, s);
+    fused_residual_rmsnorm_forward_amax(a->res_mid, a->ln_mlp, a->rstd_mlp, a->res_in, acts->branch, w->mlp_norm, N, C,
+                                        sp->eps, fp8_input_amax(sp->fp8, linear_slot(l, LINEAR_GATE_UP)), s);
+    linear_forward(a->gate_up, a->ln_mlp, w->gate_up, N, C, 2 * sp->F, sp->fp8, linear_slot(l, LINEAR_GATE_UP), fp8, s);
+    swiglu_forward_amax(a->swiglu_out, a->gate_up, N, sp->F, fp8_input_amax(sp->fp8, linear_slot(l, LINEAR_DOWN)), s);
+}
+
+/* ln_attn from the layer's input: the first layer's plain norm, later ones' fused with the residual add. */
+static inline void layer_input_norm_(const LayerSpec *sp, const LayerTensors *w, Activations *acts, int l,
+                                     cudaStream_t s)
+{
+    LayerActs *a = &acts->layers[l];
+    float *amax = fp8_input_amax(sp->fp8, linear_slot(l, LINEAR_QKV));
+    if (l == 0)
+        rmsnorm_forward_amax(a->ln_attn, a->rstd_attn, a->res_in, w->attn_norm, sp->N, sp->C, sp->eps, amax, s);
+    else
+        fused_residual_rmsnorm_forward_amax(a->res_in, a->ln_attn, a->rstd_attn, acts->layers[l - 1].res_mid,
+                                            acts->branch, w->attn_norm, sp->N, sp->C, sp->eps, amax, s);
 }
 
 static inline void layer_forward(const LayerSpec *sp, const LayerTensors *w, Activations *acts, int l, cudaStream_t s)
 {
-    LayerActs *a = &acts->layers[l];
-    int N = sp->N, C = sp->C;
-    if (l == 0)
-        rmsnorm_forward(a->ln_attn, a->rstd_attn, a->res_in, w->attn_norm, N, C, sp->eps, s);
-    else
-        fused_residual_rmsnorm_forward(a->res_in, a->ln_attn, a->rstd_attn, acts->layers[l - 1].res_mid, acts->branch,
-                                       w->attn_norm, N, C, sp->eps, s);
+    layer_input_norm_(sp, w, acts, l, s);
     layer_forward_inner_(sp, w, acts, l, s);
-    linear_forward(acts->branch, a->swiglu_out, w->down, N, sp->F, C, sp->fp8, linear_slot(l, LINEAR_DOWN), s);
+    linear_forward(acts->branch, acts->layers[l].swiglu_out, w->down, sp->N, sp->F, sp->C, sp->fp8,
+                   linear_slot(l, LINEAR_DOWN), sp->fp8 != NULL, s);
 }
 
-/* From the gradient of the layer's output to that of res_mid, in d_res. */
+/* From the gradient of the layer's output to that of res_mid, in d_res. With FP8, d_res arrives with its amax in
+ * fp8_grad_amax (llama_backward's final norm, or the next layer's input norm backward), and each norm and SwiGLU
+ * backward here writes the amax of the gradient it produces. */
 static inline void layer_mlp_backward(const LayerSpec *sp, const LayerTensors *w, const LayerTensors *g,
                                       Activations *acts, int l, int accumulate, cudaStream_t s)
 {
     LayerActs *a = &acts->layers[l];
     int N = sp->N, C = sp->C, F = sp->F, partly = sp->recompute < 3; /* level 3 recomputed all before */
+    int fp8 = sp->fp8 != NULL;
     if (partly && sp->recompute >= 1)
-        rmsnorm_forward(a->ln_mlp, a->rstd_mlp, a->res_mid, w->mlp_norm, N, C, sp->eps, s);
+        rmsnorm_forward_amax(a->ln_mlp, a->rstd_mlp, a->res_mid, w->mlp_norm, N, C, sp->eps,
+                             fp8_input_amax(sp->fp8, linear_slot(l, LINEAR_GATE_UP)), s);
     if (partly && sp->recompute >= 2)
-        linear_forward(a->gate_up, a->ln_mlp, w->gate_up, N, C, 2 * F, sp->fp8, linear_slot(l, LINEAR_GATE_UP), s);
+        linear_forward(a->gate_up, a->ln_mlp, w->gate_up, N, C, 2 * F, sp->fp8, linear_slot(l, LINEAR_GATE_UP), fp8, s);
     if (partly && sp->recompute >= 1)
-        swiglu_forward(a->swiglu_out, a->gate_up, N, F, s);
+        swiglu_forward_amax(a->swiglu_out, a->gate_up, N, F, fp8_input_amax(sp->fp8, linear_slot(l, LINEAR_DOWN)), s);
     linear_backward(acts->d_swiglu, g->down, acts->d_res, a->swiglu_out, w->down, N, F, C, accumulate, sp->fp8,
-                    linear_slot(l, LINEAR_DOWN), s);
-    swiglu_backward(a->gate_up, acts->d_swiglu, a->gate_up, N, F, s); /* in place: now d gate_up */
+                    linear_slot(l, LINEAR_DOWN), fp8, s);
+    swiglu_backward_amax(a->gate_up, acts->d_swiglu, a->gate_up, N, F, fp8_grad_amax(sp->fp8), s); /* in place */
     linear_backward(acts->d_ln, g->gate_up, a->gate_up, a->ln_mlp, w->gate_up, N, C, 2 * F, accumulate, sp->fp8,
-                    linear_slot(l, LINEAR_GATE_UP), s);
-    rmsnorm_backward(acts->d_res, g->mlp_norm, acts->norm_scratch, acts->d_ln, a->res_mid, w->mlp_norm, a->rstd_mlp, N,
-                     C, accumulate, s);
+                    linear_slot(l, LINEAR_GATE_UP), fp8, s);
+    rmsnorm_backward_amax(acts->d_res, g->mlp_norm, acts->norm_scratch, acts->d_ln, a->res_mid, w->mlp_norm,
+                          a->rstd_mlp, N, C, accumulate, fp8_grad_amax(sp->fp8), s);
 }
 
-/* From the gradient of res_mid to that of res_in, in d_res. */
+/* From the gradient of res_mid to that of res_in, in d_res (with its amax under FP8, for the previous layer). */
 static inline void layer_attention_backward(const LayerSpec *sp, const LayerTensors *w, const LayerTensors *g,
                                             Activations *acts, int l, int accumulate, cudaStream_t s)
 {
     LayerActs *a = &acts->layers[l];
-    int N = sp->N, C = sp->C, HD = sp->H * sp->D, QKV = layer_qkv_dim(sp);
+    int N = sp->N, C = sp->C, HD = sp->H * sp->D, QKV = layer_qkv_dim(sp), fp8 = sp->fp8 != NULL;
     linear_backward(acts->d_att_out, g->o, acts->d_res, a->att_out, w->o, N, HD, C, accumulate, sp->fp8,
-                    linear_slot(l, LINEAR_O), s);
+                    linear_slot(l, LINEAR_O), fp8, s);
     attention_backward(acts->d_qkv, acts->d_att_out, a->qkv, a->att_out, a->att_stats, sp->B, sp->T, sp->H, sp->KV,
                        sp->D, s);
     rope_backward(acts->d_qkv, sp->freqs_cis, sp->B, sp->T, sp->H, sp->KV, sp->D, s);
     if (sp->recompute == 1 || sp->recompute == 2) /* level 3's is still there */
-        rmsnorm_forward(a->ln_attn, a->rstd_attn, a->res_in, w->attn_norm, N, C, sp->eps, s);
+        rmsnorm_forward_amax(a->ln_attn, a->rstd_attn, a->res_in, w->attn_norm, N, C, sp->eps,
+                             fp8_input_amax(sp->fp8, linear_slot(l, LINEAR_QKV)), s);
+    /* d_qkv's amax is a pass of its own: RoPE leaves the values' part untouched, attention is cuDNN's */
     linear_backward(acts->d_ln, g->qkv, acts->d_qkv, a->ln_attn, w->qkv, N, C, QKV, accumulate, sp->fp8,
-                    linear_slot(l, LINEAR_QKV), s);
-    rmsnorm_backward(acts->d_res, g->attn_norm, acts->norm_scratch, acts->d_ln, a->res_in, w->attn_norm, a->rstd_attn,
-                     N, C, accumulate, s);
+                    linear_slot(l, LINEAR_QKV), 0, s);
+    rmsnorm_backward_amax(acts->d_res, g->attn_norm, acts->norm_scratch, acts->d_ln, a->res_in, w->attn_norm,
+                          a->rstd_attn, N, C, accumulate, fp8_grad_amax(sp->fp8), s);
 }
 
 static inline void layer_backward(const LayerSpec *sp, const LayerTensors *w, const LayerTensors *g, Activations *acts,
@@ -141,7 +157,8 @@ static inline void layer_backward(const LayerSpec *sp, const LayerTensors *w, co
 {
     if (sp->recompute >= 3) { /* the layer's forward again, from its kept input */
         LayerActs *a = &acts->layers[l];
-        rmsnorm_forward(a->ln_attn, a->rstd_attn, a->res_in, w->attn_norm, sp->N, sp->C, sp->eps, s);
+        rmsnorm_forward_amax(a->ln_attn, a->rstd_attn, a->res_in, w->attn_norm, sp->N, sp->C, sp->eps,
+                             fp8_input_amax(sp->fp8, linear_slot(l, LINEAR_QKV)), s);
         layer_forward_inner_(sp, w, acts, l, s);
     }
     layer_mlp_backward(sp, w, g, acts, l, accumulate, s);

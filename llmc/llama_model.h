@@ -262,8 +262,9 @@ static inline void llama_backward(Llama *m, int micro, int accumulate, cudaStrea
     Zero *z = &m->params.zero;
     int N = (int)llama_tokens(m), C = m->config.d_model;
     PROFILED(PROF_OTHER, s, CUDA_CHECK(cudaMemsetAsync(acts->d_res, 0, (size_t)N * C * sizeof(bf16), s)));
-    rmsnorm_backward(acts->d_res, g->final_norm, acts->norm_scratch, acts->d_ln, acts->res_final, w->final_norm,
-                     acts->rstd_final, N, C, accumulate, s);
+    /* with FP8 also d_res's amax, for the last layer's down_proj (llama_layer.h) */
+    rmsnorm_backward_amax(acts->d_res, g->final_norm, acts->norm_scratch, acts->d_ln, acts->res_final, w->final_norm,
+                          acts->rstd_final, N, C, accumulate, fp8_grad_amax(m->spec.fp8), s);
     zero_grads_done(z, llama_last_bucket(m), micro, s);
     for (int l = m->config.n_layer - 1; l >= 0; l--) {
         zero_weights_ready(z, l + 1, s);

@@ -18,6 +18,9 @@
  * backward reads dout, x, dinp once and writes dinp once. The weight is re-read from
  * cache. A row lives in registers: RMSNORM_VPT 16-byte vectors per thread, so C must
  * be a multiple of 8 and at most RMSNORM_MAX_C, and pointers 16-byte aligned.
+ * With FP8 (linear.h) the forward can also fold max |out| into amax[0] and the
+ * backward max |dinp| (the *_amax launchers; amax is zeroed first), which the
+ * next Linear map's quantisation needs, at one block reduction per block.
  * The forward's loads carry no cache hint: evict-first loads there measured 1-2%
  * slower in the per-kernel benchmark (docs/performance.md).
  * residual_out may alias residual_in (each element is read before it is written);
@@ -56,7 +59,7 @@ static inline size_t rmsnorm_backward_scratch_floats(int N, int C)
  * first forms residual_out = bf16(inp + branch). */
 __global__ void __launch_bounds__(RMSNORM_MAX_THREADS)
     rmsnorm_forward_kernel(bf16 *residual_out, bf16 *__restrict__ out, float *__restrict__ rstd, const bf16 *inp,
-                           const bf16 *branch, const bf16 *__restrict__ weight, int C, float eps)
+                           const bf16 *branch, const bf16 *__restrict__ weight, int C, float eps, float *amax)
 {
     __shared__ float shared[WARP_SIZE];
     int64_t row_offset = (int64_t)blockIdx.x * C;
@@ -89,6 +92,7 @@ __global__ void __launch_bounds__(RMSNORM_MAX_THREADS)
     float r = 1.0f / sqrtf(sumsq / (float)C + eps);
     if (threadIdx.x == 0)
         rstd[blockIdx.x] = r;
+    float m = 0.0f;
 #pragma unroll
     for (int k = 0; k < RMSNORM_VPT; k++) {
         int j = threadIdx.x + k * blockDim.x;
@@ -96,11 +100,15 @@ __global__ void __launch_bounds__(RMSNORM_MAX_THREADS)
             bf16x8 w = load16(weight + j * 8);
             bf16x8 o;
 #pragma unroll
-            for (int i = 0; i < 8; i++)
+            for (int i = 0; i < 8; i++) {
                 o.v[i] = __float2bfloat16_rn(x[k][i] * r * __bfloat162float(w.v[i]));
+                m = fmaxf(m, fabsf(__bfloat162float(o.v[i])));
+            }
             store16(out + row_offset + (int64_t)j * 8, o);
         }
     }
+    if (amax != NULL)
+        block_max_into(amax, m, shared);
 }
 
 /* Block b handles rows [b*RMSNORM_BWD_ROWS, ...), one at a time: the next row's dout
@@ -109,13 +117,13 @@ __global__ void __launch_bounds__(RMSNORM_MAX_THREADS)
 __global__ void __launch_bounds__(RMSNORM_MAX_THREADS)
     rmsnorm_backward_kernel(bf16 *__restrict__ dinp, float *__restrict__ scratch, const bf16 *__restrict__ dout,
                             const bf16 *__restrict__ inp, const bf16 *__restrict__ weight,
-                            const float *__restrict__ rstd, int N, int C)
+                            const float *__restrict__ rstd, int N, int C, float *amax)
 {
     __shared__ float shared[WARP_SIZE];
     int vectors = C / 8;
     int row0 = blockIdx.x * RMSNORM_BWD_ROWS;
     int rows = min(RMSNORM_BWD_ROWS, N - row0);
-    float dw[RMSNORM_VPT][8];
+    float dw[RMSNORM_VPT][8], m = 0.0f;
     bf16x8 w[RMSNORM_VPT], d_next[RMSNORM_VPT], x_next[RMSNORM_VPT];
 #pragma unroll
     for (int k = 0; k < RMSNORM_VPT; k++) {
@@ -172,6 +180,7 @@ __global__ void __launch_bounds__(RMSNORM_MAX_THREADS)
                     float xhat = __bfloat162float(x[k].v[i]) * rs;
                     float dx = rs * (__bfloat162float(w[k].v[i]) * __bfloat162float(d[k].v[i]) - xhat * mean);
                     o.v[i] = __float2bfloat16_rn(__bfloat162float(g[k].v[i]) + dx);
+                    m = fmaxf(m, fabsf(__bfloat162float(o.v[i])));
                 }
                 store16(dinp + row_offset + (int64_t)j * 8, o);
             }
@@ -192,6 +201,8 @@ __global__ void __launch_bounds__(RMSNORM_MAX_THREADS)
             store16(dst + 4, hi);
         }
     }
+    if (amax != NULL)
+        block_max_into(amax, m, shared);
 }
 
 /* dweight[c] (+)= sum_b scratch[b, c]: thread row y sums partials y, y+16, ... in order,
@@ -229,12 +240,17 @@ static inline void rmsnorm_check_size(int N, int C)
     }
 }
 
-static inline void rmsnorm_forward(bf16 *out, float *rstd, const bf16 *inp, const bf16 *weight, int N, int C, float eps,
-                                   cudaStream_t stream)
+/* amax: NULL, or where max |out| goes (zeroed here first) */
+static inline void fused_residual_rmsnorm_forward_amax(bf16 *residual_out, bf16 *out, float *rstd,
+                                                       const bf16 *residual_in, const bf16 *branch, const bf16 *weight,
+                                                       int N, int C, float eps, float *amax, cudaStream_t stream)
 {
     rmsnorm_check_size(N, C);
     profile_push(PROF_NORM, stream);
-    rmsnorm_forward_kernel<<<N, rmsnorm_threads(C), 0, stream>>>(NULL, out, rstd, inp, NULL, weight, C, eps);
+    if (amax != NULL)
+        CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), stream));
+    rmsnorm_forward_kernel<<<N, rmsnorm_threads(C), 0, stream>>>(residual_out, out, rstd, residual_in, branch, weight,
+                                                                 C, eps, amax);
     CUDA_CHECK_LAST();
     profile_pop(stream);
 }
@@ -243,31 +259,48 @@ static inline void fused_residual_rmsnorm_forward(bf16 *residual_out, bf16 *out,
                                                   const bf16 *branch, const bf16 *weight, int N, int C, float eps,
                                                   cudaStream_t stream)
 {
-    rmsnorm_check_size(N, C);
-    profile_push(PROF_NORM, stream);
-    rmsnorm_forward_kernel<<<N, rmsnorm_threads(C), 0, stream>>>(residual_out, out, rstd, residual_in, branch, weight,
-                                                                 C, eps);
-    CUDA_CHECK_LAST();
-    profile_pop(stream);
+    fused_residual_rmsnorm_forward_amax(residual_out, out, rstd, residual_in, branch, weight, N, C, eps, NULL, stream);
+}
+
+static inline void rmsnorm_forward_amax(bf16 *out, float *rstd, const bf16 *inp, const bf16 *weight, int N, int C,
+                                        float eps, float *amax, cudaStream_t stream)
+{
+    fused_residual_rmsnorm_forward_amax(NULL, out, rstd, inp, NULL, weight, N, C, eps, amax, stream);
+}
+
+static inline void rmsnorm_forward(bf16 *out, float *rstd, const bf16 *inp, const bf16 *weight, int N, int C, float eps,
+                                   cudaStream_t stream)
+{
+    fused_residual_rmsnorm_forward_amax(NULL, out, rstd, inp, NULL, weight, N, C, eps, NULL, stream);
 }
 
 /* scratch: rmsnorm_backward_scratch_floats(N, C) floats, no initialisation needed.
- * accumulate: add to dweight (later micro-steps) instead of overwriting it. */
-static inline void rmsnorm_backward(bf16 *dinp, bf16 *dweight, float *scratch, const bf16 *dout, const bf16 *inp,
-                                    const bf16 *weight, const float *rstd, int N, int C, int accumulate,
-                                    cudaStream_t stream)
+ * accumulate: add to dweight (later micro-steps) instead of overwriting it.
+ * amax: NULL, or where max |dinp| goes (zeroed here first). */
+static inline void rmsnorm_backward_amax(bf16 *dinp, bf16 *dweight, float *scratch, const bf16 *dout, const bf16 *inp,
+                                         const bf16 *weight, const float *rstd, int N, int C, int accumulate,
+                                         float *amax, cudaStream_t stream)
 {
     rmsnorm_check_size(N, C);
     profile_push(PROF_NORM, stream);
+    if (amax != NULL)
+        CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), stream));
     int n_partials = ceil_div(N, RMSNORM_BWD_ROWS);
-    rmsnorm_backward_kernel<<<n_partials, rmsnorm_threads(C), 0, stream>>>(dinp, scratch, dout, inp, weight, rstd, N,
-                                                                           C);
+    rmsnorm_backward_kernel<<<n_partials, rmsnorm_threads(C), 0, stream>>>(dinp, scratch, dout, inp, weight, rstd, N, C,
+                                                                           amax);
     CUDA_CHECK_LAST();
     dim3 block(WARP_SIZE, RMSNORM_REDUCE_Y);
     rmsnorm_dweight_reduce_kernel<<<ceil_div(C, WARP_SIZE), block, 0, stream>>>(dweight, scratch, n_partials, C,
                                                                                 accumulate);
     CUDA_CHECK_LAST();
     profile_pop(stream);
+}
+
+static inline void rmsnorm_backward(bf16 *dinp, bf16 *dweight, float *scratch, const bf16 *dout, const bf16 *inp,
+                                    const bf16 *weight, const float *rstd, int N, int C, int accumulate,
+                                    cudaStream_t stream)
+{
+    rmsnorm_backward_amax(dinp, dweight, scratch, dout, inp, weight, rstd, N, C, accumulate, NULL, stream);
 }
 
 #endif /* LLMC_RMSNORM_H */

@@ -16,6 +16,8 @@
  * gate_up and dout once and writes dgate_up [N, 2F] once. dgate_up may alias
  * gate_up (in place): each thread reads its g and u before it writes dg and du.
  * F must be a multiple of 8 (16-byte bf16 vectors) and pointers 16-byte aligned.
+ * With FP8 (linear.h), the *_amax launchers also fold max |out| (or max
+ * |dgate_up|) into amax[0]: the next Linear map's scale, without a pass of its own.
  */
 #ifndef LLMC_SWIGLU_H
 #define LLMC_SWIGLU_H
@@ -32,8 +34,10 @@
 
 /* Grid (N, row pieces): the row comes from blockIdx.x, so no 64-bit division. */
 __global__ void __launch_bounds__(SWIGLU_MAX_THREADS)
-    swiglu_forward_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ gate_up, int F)
+    swiglu_forward_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ gate_up, int F, float *amax)
 {
+    __shared__ float shared[WARP_SIZE];
+    float m = 0.0f;
     const bf16 *row = gate_up + (int64_t)blockIdx.x * 2 * F;
     int base = (blockIdx.y * blockDim.x * SWIGLU_VPT + threadIdx.x) * 8;
     bf16x8 g[SWIGLU_VPT], u[SWIGLU_VPT];
@@ -55,15 +59,20 @@ __global__ void __launch_bounds__(SWIGLU_MAX_THREADS)
         for (int i = 0; i < 8; i++) {
             float gf = __bfloat162float(g[k].v[i]);
             o.v[i] = __float2bfloat16_rn(__fdividef(gf, 1.0f + __expf(-gf)) * __bfloat162float(u[k].v[i]));
+            m = fmaxf(m, fabsf(__bfloat162float(o.v[i])));
         }
         store16(out + (int64_t)blockIdx.x * F + j, o);
     }
+    if (amax != NULL)
+        block_max_into(amax, m, shared);
 }
 
 /* No __restrict__ on gate_up and dgate_up: they may be the same buffer. */
 __global__ void __launch_bounds__(SWIGLU_MAX_THREADS)
-    swiglu_backward_kernel(bf16 *dgate_up, const bf16 *__restrict__ dout, const bf16 *gate_up, int F)
+    swiglu_backward_kernel(bf16 *dgate_up, const bf16 *__restrict__ dout, const bf16 *gate_up, int F, float *amax)
 {
+    __shared__ float shared[WARP_SIZE];
+    float m = 0.0f;
     int64_t row = (int64_t)blockIdx.x * 2 * F;
     int base = (blockIdx.y * blockDim.x * SWIGLU_VPT + threadIdx.x) * 8;
     bf16x8 g[SWIGLU_VPT], u[SWIGLU_VPT], d[SWIGLU_VPT];
@@ -89,10 +98,13 @@ __global__ void __launch_bounds__(SWIGLU_MAX_THREADS)
             float sig = __fdividef(1.0f, 1.0f + __expf(-gf));
             dg.v[i] = __float2bfloat16_rn(df * uf * sig * (1.0f + gf * (1.0f - sig)));
             du.v[i] = __float2bfloat16_rn(df * gf * sig);
+            m = fmaxf(m, fmaxf(fabsf(__bfloat162float(dg.v[i])), fabsf(__bfloat162float(du.v[i]))));
         }
         store16(dgate_up + row + j, dg);
         store16(dgate_up + row + F + j, du);
     }
+    if (amax != NULL)
+        block_max_into(amax, m, shared);
 }
 
 /* Threads per block: the whole row when it fits, in whole warps. */
@@ -110,22 +122,38 @@ static inline dim3 swiglu_grid(int N, int F)
     return dim3(N, ceil_div(F / 8, swiglu_threads(F) * SWIGLU_VPT));
 }
 
-static inline void swiglu_forward(bf16 *out, const bf16 *gate_up, int N, int F, cudaStream_t stream)
+/* amax: NULL, or where max |out| goes (zeroed here first; FP8 scales, linear.h) */
+static inline void swiglu_forward_amax(bf16 *out, const bf16 *gate_up, int N, int F, float *amax, cudaStream_t stream)
 {
     profile_push(PROF_SWIGLU, stream);
-    swiglu_forward_kernel<<<swiglu_grid(N, F), swiglu_threads(F), 0, stream>>>(out, gate_up, F);
+    if (amax != NULL)
+        CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), stream));
+    swiglu_forward_kernel<<<swiglu_grid(N, F), swiglu_threads(F), 0, stream>>>(out, gate_up, F, amax);
     CUDA_CHECK_LAST();
     profile_pop(stream);
 }
 
-/* dgate_up may be gate_up itself. */
+static inline void swiglu_forward(bf16 *out, const bf16 *gate_up, int N, int F, cudaStream_t stream)
+{
+    swiglu_forward_amax(out, gate_up, N, F, NULL, stream);
+}
+
+/* dgate_up may be gate_up itself. amax: NULL, or where max |dgate_up| goes (zeroed here first). */
+static inline void swiglu_backward_amax(bf16 *dgate_up, const bf16 *dout, const bf16 *gate_up, int N, int F,
+                                        float *amax, cudaStream_t stream)
+{
+    profile_push(PROF_SWIGLU, stream);
+    if (amax != NULL)
+        CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), stream));
+    swiglu_backward_kernel<<<swiglu_grid(N, F), swiglu_threads(F), 0, stream>>>(dgate_up, dout, gate_up, F, amax);
+    CUDA_CHECK_LAST();
+    profile_pop(stream);
+}
+
 static inline void swiglu_backward(bf16 *dgate_up, const bf16 *dout, const bf16 *gate_up, int N, int F,
                                    cudaStream_t stream)
 {
-    profile_push(PROF_SWIGLU, stream);
-    swiglu_backward_kernel<<<swiglu_grid(N, F), swiglu_threads(F), 0, stream>>>(dgate_up, dout, gate_up, F);
-    CUDA_CHECK_LAST();
-    profile_pop(stream);
+    swiglu_backward_amax(dgate_up, dout, gate_up, N, F, NULL, stream);
 }
 
 #endif /* LLMC_SWIGLU_H */

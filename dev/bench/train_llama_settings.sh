@@ -11,9 +11,9 @@
 #   long8b: Llama 3.1 8B on one GPU (an H200: its weights, gradients and AdamW
 #   state take ~105 GiB), the longest T at B=1 per recompute level 1-3, each
 #   level's T rising until the first OOM;
-#   fp8: issue 15's --fp8 against bf16, side by side (alternating, 2 rounds):
-#   the 1B at B=8 and 16, T=2048, recompute 0, and the Llama 3.1 8B shape cut
-#   to 8 layers (untied) at B=2, T=2048, recompute 1.
+#   fp8: issue 15's --fp8 against bf16, side by side (alternating, ROUNDS=2
+#   rounds): the 1B at B=8 and 16, T=2048, recompute 0, and the Llama 3.1 8B
+#   shape cut to 8 layers (untied) at B=2 and 4, T=2048, recompute 1.
 # Each setting runs a few steps; the summary line per setting is the median
 # tokens/s of the steps after the first, the MFU and the peak memory, or OOM.
 # Writes $OUT/settings.jsonl (or ./settings.jsonl) and prints a table.
@@ -63,9 +63,11 @@ PY
 for p in $parts; do
     case "$p" in
     fp8)
-        for round in 1 2; do
+        for round in $(seq "${ROUNDS:-2}"); do
             for B in 8 16; do FLAGS="" run $B 2048 0 12; FLAGS="--fp8" run $B 2048 0 12; done
-            for f in "" "--fp8"; do FLAGS="--n-layer 8 --untied $f" run 2 2048 1 10 llama3.1-8b; done
+            for B in 2 4; do
+                for f in "" "--fp8"; do FLAGS="--n-layer 8 --untied $f" run $B 2048 1 10 llama3.1-8b; done
+            done
         done;;
     throughput)
         for r in 0 1 2; do run 4 2048 $r 12; done

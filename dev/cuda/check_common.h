@@ -215,6 +215,27 @@ static inline void check_identical(const char *what, const void *a, const void *
     check(memcmp(a, b, bytes) == 0, "%-46s bit-identical (%zu bytes)", what, bytes);
 }
 
+/* The amax a kernel's *_amax launcher wrote (*d_amax, on the device) against max |x| of what it wrote (x: n bf16
+ * values, downloaded): equal bit for bit, a max being exact. d_amax is set to 1e30 first by the caller's poison_amax,
+ * so a launcher that did not zero it first fails. */
+static inline void poison_amax(float *d_amax)
+{
+    const float big = 1e30f;
+    CUDA_CHECK(cudaMemcpy(d_amax, &big, sizeof(big), cudaMemcpyHostToDevice));
+}
+static inline void check_amax(const char *what, const float *d_amax, const uint16_t *x, int64_t n)
+{
+    float got, want = 0.0f;
+    download(&got, d_amax, sizeof(got));
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)x[i] << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        want = fmaxf(want, fabsf(f));
+    }
+    check(got == want, "%-46s amax %.6g, max |x| of the output %.6g", what, got, want);
+}
+
 /* ---- timing ---- */
 
 /* Runs the kernel(s) under test on input set `set`. */

@@ -136,7 +136,7 @@ static void check_size(int N, int C, int bench)
     bf16 *d_inp = (bf16 *)dev_upload(inp_b, bf), *d_branch = (bf16 *)dev_upload(branch_b, bf);
     bf16 *d_w = (bf16 *)dev_upload(w_b, (size_t)C * 2), *d_dout = (bf16 *)dev_upload(dout_b, bf);
     bf16 *d_out = (bf16 *)dev_alloc(bf), *d_res = (bf16 *)dev_alloc(bf), *d_dinp = (bf16 *)dev_alloc(bf);
-    float *d_rstd = (float *)dev_alloc((size_t)N * 4);
+    float *d_rstd = (float *)dev_alloc((size_t)N * 4), *d_amax = (float *)dev_alloc(4);
     bf16 *d_dw = (bf16 *)dev_alloc((size_t)C * 2);
     float *d_scratch = (float *)dev_alloc(rmsnorm_backward_scratch_floats(N, C) * 4);
 
@@ -144,12 +144,14 @@ static void check_size(int N, int C, int bench)
     ref_forward(ref_out, ref_rstd, NULL, inp, NULL, w, N, C);
     poison(d_out, bf);
     poison(d_rstd, (size_t)N * 4);
-    rmsnorm_forward(d_out, d_rstd, d_inp, d_w, N, C, EPS, 0);
+    poison_amax(d_amax);
+    rmsnorm_forward_amax(d_out, d_rstd, d_inp, d_w, N, C, EPS, d_amax, 0);
     download(got_b, d_out, bf);
     download(got_rstd, d_rstd, (size_t)N * 4);
     bf16_to_float(got, got_b, NC);
     snprintf(what, sizeof(what), "rmsnorm_forward out N=%d C=%d", N, C);
     check_close(what, got, ref_out, NC, 4e-3, 1e-2);
+    check_amax(what, d_amax, got_b, NC);
     snprintf(what, sizeof(what), "rmsnorm_forward rstd N=%d C=%d", N, C);
     check_close(what, got_rstd, ref_rstd, N, 1e-5, 0.0);
 
@@ -158,7 +160,8 @@ static void check_size(int N, int C, int bench)
     poison(d_out, bf);
     poison(d_res, bf);
     poison(d_rstd, (size_t)N * 4);
-    fused_residual_rmsnorm_forward(d_res, d_out, d_rstd, d_inp, d_branch, d_w, N, C, EPS, 0);
+    poison_amax(d_amax);
+    fused_residual_rmsnorm_forward_amax(d_res, d_out, d_rstd, d_inp, d_branch, d_w, N, C, EPS, d_amax, 0);
     download(got_b, d_res, bf);
     bf16_to_float(got, got_b, NC);
     snprintf(what, sizeof(what), "fused_residual residual_out N=%d C=%d", N, C);
@@ -168,6 +171,7 @@ static void check_size(int N, int C, int bench)
     bf16_to_float(got, got_b, NC);
     snprintf(what, sizeof(what), "fused_residual out N=%d C=%d", N, C);
     check_close(what, got, ref_out, NC, 4e-3, 1e-2);
+    check_amax(what, d_amax, got_b, NC);
     snprintf(what, sizeof(what), "fused_residual rstd N=%d C=%d", N, C);
     check_close(what, got_rstd, ref_rstd, N, 1e-5, 0.0);
 
@@ -182,13 +186,15 @@ static void check_size(int N, int C, int bench)
         fill_bf16(junk_b, NULL, C, 100.0f * sqrtf((float)N)); /* 100x the sums */
         CUDA_CHECK(cudaMemcpy(d_dw, junk_b, (size_t)C * 2, cudaMemcpyHostToDevice));
         poison(d_scratch, rmsnorm_backward_scratch_floats(N, C) * 4);
-        rmsnorm_backward(d_dinp, d_dw, d_scratch, d_dout, d_inp, d_w, d_rstd, N, C, 0, 0);
+        poison_amax(d_amax);
+        rmsnorm_backward_amax(d_dinp, d_dw, d_scratch, d_dout, d_inp, d_w, d_rstd, N, C, 0, d_amax, 0);
         download(rep ? got_b2 : got_b, d_dinp, bf);
         download(rep ? got_dw_b2 : got_dw_b, d_dw, (size_t)C * 2);
     }
     bf16_to_float(got, got_b, NC);
     snprintf(what, sizeof(what), "rmsnorm_backward dinp N=%d C=%d", N, C);
     check_close(what, got, ref_dinp, NC, 4e-3, 1e-2);
+    check_amax(what, d_amax, got_b2, NC); /* the second run's */
     for (int c = 0; c < C; c++)
         ref_dw[c] = (float)dw_sum[c];
     bf16_to_float(got_dw, got_dw_b, C);
@@ -252,7 +258,7 @@ static void check_size(int N, int C, int bench)
         free(b.rstd);
     }
 
-    void *dev[] = {d_inp, d_branch, d_w, d_dout, d_out, d_res, d_dinp, d_rstd, d_dw, d_scratch};
+    void *dev[] = {d_inp, d_branch, d_w, d_dout, d_out, d_res, d_dinp, d_rstd, d_dw, d_scratch, d_amax};
     for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
         cuda_free(dev[i]);
     void *host[] = {inp_b, branch_b, w_b,      dout_b,    dinp_b,   got_b,  got_b2,   inp,      branch,

@@ -59,20 +59,25 @@ static void check_size(int N, int F, int bench)
 
     bf16 *d_gu = (bf16 *)dev_upload(gu_b, n2f * 2), *d_dout = (bf16 *)dev_upload(dout_b, nf * 2);
     bf16 *d_out = (bf16 *)dev_alloc(nf * 2), *d_dgu = (bf16 *)dev_alloc(n2f * 2);
+    float *d_amax = (float *)dev_alloc(4);
 
     poison(d_out, nf * 2);
-    swiglu_forward(d_out, d_gu, N, F, 0);
+    poison_amax(d_amax);
+    swiglu_forward_amax(d_out, d_gu, N, F, d_amax, 0);
     download(got_b, d_out, nf * 2);
     bf16_to_float(got, got_b, nf);
     snprintf(what, sizeof(what), "swiglu_forward N=%d F=%d", N, F);
     check_close(what, got, ref_out, nf, 4e-3, 1e-2);
+    check_amax(what, d_amax, got_b, nf);
 
     poison(d_dgu, n2f * 2);
-    swiglu_backward(d_dgu, d_dout, d_gu, N, F, 0);
+    poison_amax(d_amax);
+    swiglu_backward_amax(d_dgu, d_dout, d_gu, N, F, d_amax, 0);
     download(got_b, d_dgu, n2f * 2);
     bf16_to_float(got, got_b, n2f);
     snprintf(what, sizeof(what), "swiglu_backward N=%d F=%d", N, F);
     check_close(what, got, ref_dgu, n2f, 4e-3, 1e-2);
+    check_amax(what, d_amax, got_b, n2f);
 
     /* in place: d_dgu becomes a copy of gate_up, then is overwritten by its gradient */
     CUDA_CHECK(cudaMemcpy(d_dgu, d_gu, n2f * 2, cudaMemcpyDeviceToDevice));
@@ -105,7 +110,7 @@ static void check_size(int N, int F, int bench)
             free(*lists[l]);
     }
 
-    void *dev[] = {d_gu, d_dout, d_out, d_dgu};
+    void *dev[] = {d_gu, d_dout, d_out, d_dgu, d_amax};
     for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
         cuda_free(dev[i]);
     void *host[] = {gu_b, dout_b, got_b, got2_b, gu, dout, ref_out, ref_dgu, got};

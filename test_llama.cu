@@ -9,7 +9,7 @@
  * model it builds it frees, so compute-sanitizer's leak check has nothing to
  * report.
  *
- *   ./test_llama [DUMP.dump.llmt ...]     (default: both committed dumps)
+ *   ./test_llama [DUMP.dump.llmt ...]     (default: the committed dumps, the packed documents' too)
  *
  * Error metric, per tensor: tests/check.h's check_rel, the max relative error
  * max|gpu - ref| / max|ref|, with the normwise one printed beside it.
@@ -40,11 +40,16 @@
 static Dist single_process; /* test_llama runs on one GPU */
 static double worst_forward = 0, worst_grad = 0, worst_steps = 0;
 
+/* The packed documents of the dump under test (its dump.doc_bos, -1: none; llmc/documents.h): every model built for
+ * it runs so. */
+static int dump_doc_bos = -1, dump_doc_positions = 1;
+
 /* A small model per case: logits chunks of 64 MB exercise the chunking. */
 static void build_fp8(Llama *m, const LlamaConfig *c, int B, int T, int recompute, int micro_steps, int zero_stage,
                       int fp8)
 {
-    LlamaOptions opt = {B, T, recompute, micro_steps, (size_t)64 << 20, &single_process, zero_stage, fp8};
+    LlamaOptions opt = {B,          T,   recompute,         micro_steps,  (size_t)64 << 20,  &single_process,
+                        zero_stage, fp8, dump_doc_bos >= 0, dump_doc_bos, dump_doc_positions};
     llama_build(m, c, &opt);
 }
 
@@ -379,11 +384,12 @@ static void test_dump(const char *dump_path)
     printf("== %s\n", dump_path);
     TensorFile dump;
     tensorfile_open(&dump, dump_path);
-    if (tensorfile_meta(&dump, "dump.doc_bos")) {
-        check(0, "%s is of packed documents (--doc-mask), which train_llama does not do yet: test_llama_ref checks it",
-              dump_path);
-        tensorfile_close(&dump);
-        return;
+    dump_doc_bos = -1;
+    if (tensorfile_meta(&dump, "dump.doc_bos")) { /* HF's position_ids and block-causal mask: --doc-mask */
+        dump_doc_bos = (int)dump_meta_double(&dump, "dump.doc_bos");
+        dump_doc_positions = (int)dump_meta_double(&dump, "dump.doc_positions");
+        printf("packed documents at token %d, positions %s\n", dump_doc_bos,
+               dump_doc_positions ? "restarting in each" : "along the row");
     }
     LlamaConfig c = llama_config_from_tensorfile(&dump);
     int B = (int)dump_meta_double(&dump, "dump.B"), T = (int)dump_meta_double(&dump, "dump.T");
@@ -438,7 +444,8 @@ static void test_dump(const char *dump_path)
         llama_free(&r);
     }
     test_accumulation(&c, weights_path, tokens, targets, B, T, loss, grads, s);
-    test_fp8(&c, weights_path, s);
+    if (dump_doc_bos < 0) /* the CPU emulation it compares with runs without documents */
+        test_fp8(&c, weights_path, s);
     free(grads);
 
     /* N AdamW steps on the same batch, as the reference did */
@@ -487,6 +494,8 @@ int main(int argc, char **argv)
     dist_init_single(&single_process);
     for (int i = 1; i < (argc > 1 ? argc : N_DEFAULT_DUMPS + 1); i++)
         test_dump(argc > 1 ? argv[i] : DEFAULT_DUMPS[i - 1]);
+    if (argc == 1)
+        test_dump("testdata/packed_docs_gqa.dump.llmt"); /* --doc-mask */
     cudaStream_t s;
     CUDA_CHECK(cudaStreamCreate(&s));
     test_fp8_linear(s);

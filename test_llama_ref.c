@@ -395,7 +395,7 @@ int main(int argc, char **argv)
 {
     for (int i = 1; i < (argc > 1 ? argc : N_DEFAULT_DUMPS + 1); i++)
         test_dump(argc > 1 ? argv[i] : DEFAULT_DUMPS[i - 1]);
-    if (argc == 1) /* packed documents (--doc-mask): the CPU reference's alone until the GPU trainer has them */
+    if (argc == 1) /* packed documents (--doc-mask), which test_llama checks on the GPU too */
         test_dump("testdata/packed_docs_gqa.dump.llmt");
     test_schedule_and_init();
     test_greedy_sample(DEFAULT_DUMPS[0]);

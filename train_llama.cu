@@ -340,8 +340,11 @@ int main(int argc, char **argv)
     gpus_start(&gpus, &a, &config);
     cudaStream_t s = gpus.stream;
     llama_config_print(&config, stdout);
-    LlamaOptions options = {t->batch.B, t->batch.T,   a.recompute, accum, (size_t)(a.logits_budget_mb * 1048576.0),
-                            &gpus.dist, a.zero_stage, a.fp8};
+    int doc_bos = train_doc_bos(&t->data, src.random ? -1 : src.loader.bos_id);
+    LlamaOptions options = {
+        t->batch.B,           t->batch.T,   a.recompute, accum,        (size_t)(a.logits_budget_mb * 1048576.0),
+        &gpus.dist,           a.zero_stage, a.fp8,       doc_bos >= 0, doc_bos,
+        t->data.doc_positions};
     Llama model;
     llama_build(&model, &config, &options);
     char resumed_from[LLMC_PATH_MAX];

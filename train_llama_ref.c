@@ -29,6 +29,7 @@
 #include "llmc/batch_source.h"
 #include "llmc/checkpoint.h"
 #include "llmc/dataloader.h"
+#include "llmc/documents.h"
 #include "llmc/flags.h"
 #include "llmc/fp8.h"
 #include "llmc/llama_config.h"
@@ -426,7 +427,7 @@ typedef struct {
     int64_t n_counted;           /* targets != IGNORE_INDEX in the last forward */
     float mean_loss;             /* loss_sum / n_counted, as F.cross_entropy reports it; NaN if none counted */
     int fp8;                     /* the layers' GEMMs on FP8 values (linear_forward); set before the first forward */
-    int doc_bos;                 /* packed documents (llama_documents): the token that starts one, or -1: none */
+    int doc_bos;                 /* packed documents (llmc/documents.h): the token that starts one, or -1: none */
     int doc_positions;           /* with doc_bos: RoPE positions restart at 0 in each document */
     int *doc_first, *doc_pos;    /* BT each: where a token's document starts in its row, and the token's position */
     float *fp8_in, *fp8_out, *fp8_w; /* their quantised operands: BT x widest input, BT x widest output, largest W */
@@ -550,26 +551,6 @@ static void llama_free(Llama *m)
     memset(m, 0, sizeof(*m));
 }
 
-/* Packed documents (--doc-mask, issue 16): each row of inputs [B, T] is cut into
- * documents at every doc_bos token, and the row's first token starts one too
- * (a row may begin inside a document). first[bt] is where token bt's document
- * starts in its row, pos[bt] its position in it (t - first[bt]): attention stays
- * inside the document, and RoPE restarts at each document's start, as HF computes
- * with position_ids and a block-causal mask. */
-static void llama_documents(int *first, int *pos, const int *inputs, int B, int T, int doc_bos)
-{
-    for (int b = 0; b < B; b++) {
-        int start = 0;
-        for (int t = 0; t < T; t++) {
-            int64_t bt = (int64_t)b * T + t;
-            if (inputs[bt] == doc_bos)
-                start = t;
-            first[bt] = start;
-            pos[bt] = t - start;
-        }
-    }
-}
-
 /* What attention and RoPE take of the last forward's documents: where each
  * token's document starts, and its position, or NULL (one document per row;
  * positions along the row). */
@@ -660,7 +641,7 @@ static void llama_forward(Llama *m, const int *inputs, const int *targets, int B
     for (int64_t i = 0; i < BT; i++)
         memcpy(a->resid + i * C, embed + (int64_t)inputs[i] * C, C * sizeof(float));
     if (m->doc_bos >= 0)
-        llama_documents(m->doc_first, m->doc_pos, inputs, B, T, m->doc_bos);
+        documents_find(m->doc_first, m->doc_pos, inputs, B, T, m->doc_bos);
     const int *first, *pos;
     llama_document_views(m, &first, &pos);
 
@@ -930,21 +911,15 @@ static void train_step(Llama *m, BatchSource *src, const TrainFlags *t, int step
 
 typedef struct {
     TrainFlags t;
-    int fp8, doc_mask, doc_positions;
+    int fp8;
 } Args;
 
 static const Flag FLAGS[] = {
     TRAIN_FLAGS(Args, t),
-    FLAG_SECTION("numerics and packed documents (the CPU reference's own, for now)"),
+    FLAG_SECTION("numerics (the CPU reference's own, for now)"),
     FLAG("--fp8", FLAG_SWITCH, Args, fp8,
          "the layers' GEMMs on FP8 values, as GPU FP8 training rounds them: inputs and weights E4M3, output "
          "gradients E5M2, one scale per tensor from its current amax (lm_head stays fp32)"),
-    FLAG("--doc-mask", FLAG_SWITCH, Args, doc_mask,
-         "attention only within each document of a packed row: documents start at the shards' BOS token, and a row's "
-         "first token starts one"),
-    FLAG_NUM("--doc-positions", FLAG_INT, Args, doc_positions, 0, 1, FLAG_CLOSED,
-             "with --doc-mask: 1 restarts RoPE positions at each document (HF's position_ids), 0 counts on along "
-             "the row"),
 };
 #define N_FLAGS ((int)(sizeof(FLAGS) / sizeof(FLAGS[0])))
 
@@ -954,7 +929,6 @@ static Args default_args(void)
     memset(&a, 0, sizeof(a));
     a.t = train_flags_defaults();
     a.t.run.log = "log/train_llama_ref.jsonl";
-    a.doc_positions = 1;
     return a;
 }
 
@@ -1051,15 +1025,8 @@ int main(int argc, char **argv)
     BatchSource src;
     batch_source_open(&src, t->data.train, t->data.random, t->batch.B, t->batch.T, 0, 1, (uint64_t)t->run.seed,
                       config.vocab_size);
-    if (a.doc_mask) {
-        if (src.random || src.loader.bos_id < 0)
-            FAIL("--doc-mask finds documents at the shards' BOS token: it needs --train shards whose header names one "
-                 "(not --random-data)");
-        model.doc_bos = src.loader.bos_id;
-        model.doc_positions = a.doc_positions;
-        printf("packed documents: attention within each, starting at token %d; RoPE positions %s\n", model.doc_bos,
-               model.doc_positions ? "restart in each" : "run on along the row");
-    }
+    model.doc_bos = train_doc_bos(&t->data, src.random ? -1 : src.loader.bos_id);
+    model.doc_positions = t->data.doc_positions;
     const char *val_shards = train_val_shards(t);
     int have_val = val_shards != NULL;
     DataLoader val;

@@ -16,6 +16,12 @@
  * read by backward. Backward reads qkv, out, dout, stats and writes dq, dk, dv
  * into dqkv in the same fused layout as qkv (every element of dqkv is written).
  *
+ * Packed documents (--doc-mask, llmc/documents.h): with an AttentionDocs, each
+ * document is a sequence of its own (cuDNN's ragged layout with a padding mask:
+ * the same buffers, offsets per document), so a token attends causally within
+ * its document only and no T x T mask is ever formed; stats is then [N, H]
+ * (token-major). NULL: one causal sequence per row, as above.
+ *
  * Needs D % 8 == 0 and D <= 256 (cuDNN's limits), 16-byte aligned pointers.
  * cuDNN graphs are built on the first call of each shape and cached; the
  * shared workspace grows to the largest one needed (attention_workspace_bytes).
@@ -58,11 +64,26 @@ static inline int attention_deterministic_fits(int B, int H, int T)
     return (double)B * H * T64 * T64 * 2.0 <= ATTENTION_DETERMINISTIC_MAX_BYTES;
 }
 
+/* A batch's documents as cuDNN's ragged sequences (documents_pack's, on the device; int32: the offsets in elements
+ * must stay below 2^31, which attention_forward checks). */
+typedef struct {
+    int slots;          /* sequences, a power of two; those past the documents have length 0 */
+    int max_len;        /* the longest sequence's length or more, at most T */
+    const int *seq_len; /* [slots] */
+    const int *start;   /* [slots + 1] token index of each sequence's start in the batch */
+    int *qkv_offsets;   /* [slots + 1] start * (H + 2 KV) * D, */
+    int *out_offsets;   /* start * H * D and */
+    int *stats_offsets; /* start * H: filled by attention_documents_offsets */
+} AttentionDocs;
+
+/* Fills docs' offsets from its starts for heads H and KV of size D, on stream. */
+void attention_documents_offsets(AttentionDocs *docs, int H, int KV, int D, cudaStream_t stream);
+
 void attention_forward(__nv_bfloat16 *out, float *stats, const __nv_bfloat16 *qkv, int B, int T, int H, int KV, int D,
-                       cudaStream_t stream);
+                       const AttentionDocs *docs, cudaStream_t stream);
 void attention_backward(__nv_bfloat16 *dqkv, const __nv_bfloat16 *dout, const __nv_bfloat16 *qkv,
                         const __nv_bfloat16 *out, const float *stats, int B, int T, int H, int KV, int D,
-                        cudaStream_t stream);
+                        const AttentionDocs *docs, cudaStream_t stream);
 
 /* The cuDNN version loaded at run time (e.g. 91400 for 9.14.0). */
 int attention_library_version(void);

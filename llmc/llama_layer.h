@@ -42,16 +42,18 @@ typedef struct {
     int B, T, N; /* N = B * T tokens */
     int C, H, KV, D, F;
     float eps;
-    int recompute;          /* 0 to 3 (llama_acts.h) */
-    const float *freqs_cis; /* RoPE table [T, D / 2, 2] */
-    Fp8Scratch *fp8;        /* the Linear maps' FP8 codes (linear.h), or NULL: bf16 GEMMs */
+    int recompute;             /* 0 to 3 (llama_acts.h) */
+    const float *freqs_cis;    /* RoPE table [T, D / 2, 2] */
+    Fp8Scratch *fp8;           /* the Linear maps' FP8 codes (linear.h), or NULL: bf16 GEMMs */
+    const AttentionDocs *docs; /* packed documents (attention.h), or NULL: one causal sequence per row */
+    const int *positions;      /* each token's RoPE position [N], or NULL: its place in its row */
 } LayerSpec;
 
 static inline LayerSpec layer_spec(const LlamaConfig *c, int B, int T, int recompute, const float *freqs_cis,
                                    Fp8Scratch *fp8)
 {
-    LayerSpec sp = {B,           T,          B * T,       c->d_model, c->n_head, c->n_kv_head,
-                    c->head_dim, c->ffn_dim, c->norm_eps, recompute,  freqs_cis, fp8};
+    LayerSpec sp = {B,          T,           B * T,     c->d_model, c->n_head, c->n_kv_head, c->head_dim,
+                    c->ffn_dim, c->norm_eps, recompute, freqs_cis,  fp8,       NULL,         NULL};
     return sp;
 }
 
@@ -76,8 +78,8 @@ static inline void layer_forward_inner_(const LayerSpec *sp, const LayerTensors 
     LayerActs *a = &acts->layers[l];
     int N = sp->N, C = sp->C, HD = sp->H * sp->D, fp8 = sp->fp8 != NULL;
     linear_forward(a->qkv, a->ln_attn, w->qkv, N, C, layer_qkv_dim(sp), sp->fp8, linear_slot(l, LINEAR_QKV), fp8, s);
-    rope_forward(a->qkv, sp->freqs_cis, sp->B, sp->T, sp->H, sp->KV, sp->D, s);
-    attention_forward(a->att_out, a->att_stats, a->qkv, sp->B, sp->T, sp->H, sp->KV, sp->D, s);
+    rope_forward(a->qkv, sp->freqs_cis, sp->positions, sp->B, sp->T, sp->H, sp->KV, sp->D, s);
+    attention_forward(a->att_out, a->att_stats, a->qkv, sp->B, sp->T, sp->H, sp->KV, sp->D, sp->docs, s);
     linear_forward(acts->branch, a->att_out, w->o, N, HD, C, sp->fp8, linear_slot(l, LINEAR_O), 0, s);
     fused_residual_rmsnorm_forward_amax(a->res_mid, a->ln_mlp, a->rstd_mlp, a->res_in, acts->branch, w->mlp_norm, N, C,
                                         sp->eps, fp8_input_amax(sp->fp8, linear_slot(l, LINEAR_GATE_UP)), s);
@@ -140,8 +142,8 @@ static inline void layer_attention_backward(const LayerSpec *sp, const LayerTens
     linear_backward(acts->d_att_out, g->o, acts->d_res, a->att_out, w->o, N, HD, C, accumulate, sp->fp8,
                     linear_slot(l, LINEAR_O), fp8, s);
     attention_backward(acts->d_qkv, acts->d_att_out, a->qkv, a->att_out, a->att_stats, sp->B, sp->T, sp->H, sp->KV,
-                       sp->D, s);
-    rope_backward(acts->d_qkv, sp->freqs_cis, sp->B, sp->T, sp->H, sp->KV, sp->D, s);
+                       sp->D, sp->docs, s);
+    rope_backward(acts->d_qkv, sp->freqs_cis, sp->positions, sp->B, sp->T, sp->H, sp->KV, sp->D, s);
     if (sp->recompute == 1 || sp->recompute == 2) /* level 3's is still there */
         rmsnorm_forward_amax(a->ln_attn, a->rstd_attn, a->res_in, w->attn_norm, N, C, sp->eps,
                              fp8_input_amax(sp->fp8, linear_slot(l, LINEAR_QKV)), s);

@@ -32,6 +32,7 @@
 
 #include "cuda_common.h"
 #include "distributed.h"
+#include "documents.h"
 #include "embedding.h"
 #include "fused_classifier.h"
 #include "hf_model.h"
@@ -58,6 +59,9 @@ typedef struct {
     const Dist *dist;           /* the ranks, over which ZeRO shards */
     int zero_stage;             /* 0 to 3 (llmc/zero.h) */
     int fp8;                    /* the layers' Linear maps on FP8 codes (linear.h) */
+    int doc_mask;               /* packed documents (llmc/documents.h): attention within each document, */
+    int doc_bos;                /* which starts at this token; */
+    int doc_positions;          /* and RoPE positions restart at each document's start */
 } LlamaOptions;
 
 /* A micro-batch on the device, and its embedding backward plan (embedding.h),
@@ -68,6 +72,11 @@ typedef struct {
     int n_buckets;
     int *h_bucket_token, *h_bucket_start, *h_positions; /* pinned host slots, [max_micro_steps] plans */
     int *h_workspace;
+    /* with opt.doc_mask: the micro-batch's documents (attention.h's ragged sequences, RoPE positions) */
+    AttentionDocs docs;
+    int *doc_seq_len, *doc_start, *doc_positions;       /* device: [N + 1], [N + 1], [N] */
+    int *h_doc_seq_len, *h_doc_start, *h_doc_positions; /* pinned host slots per micro-step, as the plans' */
+    int *h_doc_first;                                   /* [N] */
 } LlamaBatch;
 
 typedef struct {
@@ -96,7 +105,7 @@ static inline int llama_last_bucket(const Llama *m)
     return m->params.zero.plan.n_buckets - 1;
 }
 
-static inline void llama_batch_build(LlamaBatch *b, int64_t N, int V, int max_micro_steps)
+static inline void llama_batch_build(LlamaBatch *b, int64_t N, int V, int max_micro_steps, int doc_mask)
 {
     b->tokens = (int *)cuda_malloc_named((size_t)N * sizeof(int), "tokens");
     b->targets = (int *)cuda_malloc_named((size_t)N * sizeof(int), "targets");
@@ -108,6 +117,21 @@ static inline void llama_batch_build(LlamaBatch *b, int64_t N, int V, int max_mi
     CUDA_CHECK(cudaMallocHost(&b->h_positions, (size_t)N * max_micro_steps * sizeof(int)));
     b->h_workspace =
         (int *)malloc_check(embedding_backward_plan_workspace_ints((int)N, V) * sizeof(int), "embedding backward plan");
+    if (doc_mask) {
+        size_t ends = (size_t)(N + 1) * sizeof(int);
+        b->doc_seq_len = (int *)cuda_malloc_named(ends, "packed documents: lengths");
+        b->doc_start = (int *)cuda_malloc_named(ends, "packed documents: starts");
+        b->doc_positions = (int *)cuda_malloc_named((size_t)N * sizeof(int), "packed documents: RoPE positions");
+        b->docs.qkv_offsets = (int *)cuda_malloc_named(ends, "packed documents: qkv offsets");
+        b->docs.out_offsets = (int *)cuda_malloc_named(ends, "packed documents: output offsets");
+        b->docs.stats_offsets = (int *)cuda_malloc_named(ends, "packed documents: stats offsets");
+        b->docs.seq_len = b->doc_seq_len;
+        b->docs.start = b->doc_start;
+        CUDA_CHECK(cudaMallocHost(&b->h_doc_seq_len, ends * max_micro_steps));
+        CUDA_CHECK(cudaMallocHost(&b->h_doc_start, ends * max_micro_steps));
+        CUDA_CHECK(cudaMallocHost(&b->h_doc_positions, (size_t)N * sizeof(int) * max_micro_steps));
+        b->h_doc_first = (int *)malloc_check((size_t)N * sizeof(int), "packed documents");
+    }
 }
 
 static inline void llama_batch_free(LlamaBatch *b)
@@ -121,6 +145,18 @@ static inline void llama_batch_free(LlamaBatch *b)
     CUDA_CHECK(cudaFreeHost(b->h_bucket_start));
     CUDA_CHECK(cudaFreeHost(b->h_positions));
     free(b->h_workspace);
+    if (b->h_doc_first != NULL) {
+        cuda_free(b->doc_seq_len);
+        cuda_free(b->doc_start);
+        cuda_free(b->doc_positions);
+        cuda_free(b->docs.qkv_offsets);
+        cuda_free(b->docs.out_offsets);
+        cuda_free(b->docs.stats_offsets);
+        CUDA_CHECK(cudaFreeHost(b->h_doc_seq_len));
+        CUDA_CHECK(cudaFreeHost(b->h_doc_start));
+        CUDA_CHECK(cudaFreeHost(b->h_doc_positions));
+        free(b->h_doc_first);
+    }
 }
 
 /* Allocates everything a model of config needs to train as opt says; the
@@ -145,7 +181,7 @@ static inline void llama_build(Llama *m, const LlamaConfig *config, const LlamaO
     m->freqs_cis = (float *)cuda_malloc_named((size_t)opt->T * c->head_dim * sizeof(float), "RoPE table");
     CUDA_CHECK(cudaMemcpy(m->freqs_cis, table, (size_t)opt->T * c->head_dim * sizeof(float), cudaMemcpyHostToDevice));
     free(table);
-    llama_batch_build(&m->batch, N, (int)V, opt->max_micro_steps);
+    llama_batch_build(&m->batch, N, (int)V, opt->max_micro_steps, opt->doc_mask);
     if (opt->fp8) {
         int64_t C = c->d_model, F = c->ffn_dim, HD = (int64_t)c->n_head * c->head_dim;
         int64_t QKV = (int64_t)(c->n_head + 2 * c->n_kv_head) * c->head_dim;
@@ -158,6 +194,10 @@ static inline void llama_build(Llama *m, const LlamaConfig *config, const LlamaO
         fp8_scratch_build(&m->fp8, N * widest_in, N * widest_out, largest_w, c->n_layer * LINEAR_MAPS);
     }
     m->spec = layer_spec(c, opt->B, opt->T, opt->recompute, m->freqs_cis, opt->fp8 ? &m->fp8 : NULL);
+    if (opt->doc_mask) {
+        m->spec.docs = &m->batch.docs;
+        m->spec.positions = opt->doc_positions ? m->batch.doc_positions : NULL;
+    }
 }
 
 static inline void llama_free(Llama *m)
@@ -202,6 +242,26 @@ static inline void llama_load_weights(Llama *m, const char *path)
     free(host);
 }
 
+/* The documents of micro-batch `micro`'s tokens (opt.doc_mask), found on the host (llmc/documents.h) into its
+ * slots, for attention and RoPE on the device. */
+static inline void llama_set_documents(Llama *m, const int *tokens, int micro, cudaStream_t s)
+{
+    LlamaBatch *b = &m->batch;
+    int B = m->opt.B, T = m->opt.T;
+    int64_t N = llama_tokens(m);
+    int *seq_len = b->h_doc_seq_len + (int64_t)micro * (N + 1), *start = b->h_doc_start + (int64_t)micro * (N + 1);
+    int *pos = b->h_doc_positions + (int64_t)micro * N;
+    documents_find(b->h_doc_first, pos, tokens, B, T, m->opt.doc_bos);
+    DocumentsShape d = documents_pack(start, seq_len, b->h_doc_first, B, T);
+    b->docs.slots = d.slots;
+    b->docs.max_len = d.max_len;
+    CUDA_CHECK(cudaMemcpyAsync(b->doc_seq_len, seq_len, (size_t)d.slots * sizeof(int), cudaMemcpyHostToDevice, s));
+    CUDA_CHECK(cudaMemcpyAsync(b->doc_start, start, (size_t)(d.slots + 1) * sizeof(int), cudaMemcpyHostToDevice, s));
+    if (m->opt.doc_positions)
+        CUDA_CHECK(cudaMemcpyAsync(b->doc_positions, pos, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, s));
+    attention_documents_offsets(&b->docs, m->config.n_head, m->config.n_kv_head, m->config.head_dim, s);
+}
+
 /* Copies micro-batch `micro` of the step to the device and plans its embedding
  * backward. Each micro-batch has its own host plan slot, so no host buffer is
  * reused before the end-of-step sync and nothing here waits for the GPU. */
@@ -221,6 +281,8 @@ static inline void llama_set_batch(Llama *m, const int *tokens, const int *targe
     CUDA_CHECK(cudaMemcpyAsync(b->bucket_start, bucket_start, (size_t)(b->n_buckets + 1) * sizeof(int),
                                cudaMemcpyHostToDevice, s));
     CUDA_CHECK(cudaMemcpyAsync(b->positions, positions, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, s));
+    if (m->opt.doc_mask)
+        llama_set_documents(m, tokens, micro, s);
 }
 
 /* Forward through the final norm (ln_final) of sp->B rows (at most the
@@ -334,6 +396,8 @@ static inline void llama_last_logits(Llama *m, const int *tokens, int n, float *
     LayerSpec one = m->spec;
     one.B = 1;
     one.N = T;
+    one.docs = NULL; /* the sample is one document from position 0 */
+    one.positions = NULL;
     llama_forward_rows(m, &one, s);
     fused_classifier_logits(m->logits, m->acts.ln_final + (int64_t)(n - 1) * C, m->params.weights.lm_head, 1, C, V, s);
     uint16_t *bits = (uint16_t *)malloc_check(sizeof(uint16_t) * (size_t)V, "sample logits");

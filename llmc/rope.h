@@ -45,12 +45,12 @@ static inline void rope_table_host(float *table, const LlamaConfig *config, int 
  * head: W = 8 (16-byte loads) when D/2 is a multiple of 8, else W = 1.
  * sin_sign = 1 rotates by +angle (forward), -1 by -angle (backward); negating is exact. */
 template <int W>
-__global__ void rope_kernel(bf16 *qkv, const float *__restrict__ freqs_cis, int T, int n_rotated, int n_heads, int D,
-                            float sin_sign)
+__global__ void rope_kernel(bf16 *qkv, const float *__restrict__ freqs_cis, const int *__restrict__ positions, int T,
+                            int n_rotated, int n_heads, int D, float sin_sign)
 {
     int half = D / 2;
     int groups = half / W;
-    int t = blockIdx.x % T;
+    int t = positions != NULL ? positions[blockIdx.x] : blockIdx.x % T;
     bf16 *token = qkv + (int64_t)blockIdx.x * n_heads * D;
     for (int item = threadIdx.x; item < n_rotated * groups; item += blockDim.x) {
         int head = item / groups;
@@ -103,8 +103,8 @@ __global__ void rope_kernel(bf16 *qkv, const float *__restrict__ freqs_cis, int 
     }
 }
 
-static inline void rope_launch(bf16 *qkv, const float *freqs_cis, int B, int T, int H, int KV, int D, float sin_sign,
-                               cudaStream_t stream)
+static inline void rope_launch(bf16 *qkv, const float *freqs_cis, const int *positions, int B, int T, int H, int KV,
+                               int D, float sin_sign, cudaStream_t stream)
 {
     if (B <= 0 || T <= 0 || H <= 0 || KV <= 0 || D <= 0 || D % 2 != 0) {
         FAIL("rope: B = %d, T = %d, H = %d, KV = %d, D = %d unsupported: sizes must be positive and D even "
@@ -117,25 +117,26 @@ static inline void rope_launch(bf16 *qkv, const float *freqs_cis, int B, int T, 
     int items = (H + KV) * (half / W);
     int threads = min(1024, ceil_div(items, WARP_SIZE) * WARP_SIZE);
     if (W == 8) {
-        rope_kernel<8><<<B * T, threads, 0, stream>>>(qkv, freqs_cis, T, H + KV, H + 2 * KV, D, sin_sign);
+        rope_kernel<8><<<B * T, threads, 0, stream>>>(qkv, freqs_cis, positions, T, H + KV, H + 2 * KV, D, sin_sign);
     } else {
-        rope_kernel<1><<<B * T, threads, 0, stream>>>(qkv, freqs_cis, T, H + KV, H + 2 * KV, D, sin_sign);
+        rope_kernel<1><<<B * T, threads, 0, stream>>>(qkv, freqs_cis, positions, T, H + KV, H + 2 * KV, D, sin_sign);
     }
     CUDA_CHECK_LAST();
     profile_pop(stream);
 }
 
-/* freqs_cis must cover T positions. */
-static inline void rope_forward(bf16 *qkv, const float *freqs_cis, int B, int T, int H, int KV, int D,
-                                cudaStream_t stream)
+/* freqs_cis must cover T positions. positions: NULL (token t of a row is at position t), or each token's
+ * position [B * T], each below T (packed documents: llmc/documents.h). */
+static inline void rope_forward(bf16 *qkv, const float *freqs_cis, const int *positions, int B, int T, int H, int KV,
+                                int D, cudaStream_t stream)
 {
-    rope_launch(qkv, freqs_cis, B, T, H, KV, D, 1.0f, stream);
+    rope_launch(qkv, freqs_cis, positions, B, T, H, KV, D, 1.0f, stream);
 }
 
-static inline void rope_backward(bf16 *dqkv, const float *freqs_cis, int B, int T, int H, int KV, int D,
-                                 cudaStream_t stream)
+static inline void rope_backward(bf16 *dqkv, const float *freqs_cis, const int *positions, int B, int T, int H, int KV,
+                                 int D, cudaStream_t stream)
 {
-    rope_launch(dqkv, freqs_cis, B, T, H, KV, D, -1.0f, stream);
+    rope_launch(dqkv, freqs_cis, positions, B, T, H, KV, D, -1.0f, stream);
 }
 
 #endif /* LLMC_ROPE_H */

@@ -39,6 +39,8 @@ typedef struct {
     const char *train, *val; /* globs of token shards; val NULL: see train_val_shards */
     int random;              /* random tokens instead of shards (benchmarks) */
     const char *tokenizer;   /* the shards' tokenizer file; NULL: found beside them (train_outputs.h) */
+    int doc_mask;            /* packed documents (llmc/documents.h): attention within each document */
+    int doc_positions;       /* with doc_mask: RoPE positions restart at each document */
 } DataFlags;
 
 typedef struct {
@@ -98,6 +100,12 @@ typedef struct {
         FLAG("--tokenizer", FLAG_STRING, O, m.data.tokenizer,                                                          \
              "the shards' tokenizer file, for samples and exports (default: NAME_tokenizer.model beside the shards, "  \
              "or the --init-from directory's tokenizer.model)"),                                                       \
+        FLAG("--doc-mask", FLAG_SWITCH, O, m.data.doc_mask,                                                            \
+             "attention only within each document of a packed row: documents start at the shards' BOS token, and a "   \
+             "row's first token starts one"),                                                                          \
+        FLAG_NUM("--doc-positions", FLAG_INT, O, m.data.doc_positions, 0, 1, FLAG_CLOSED,                              \
+                 "with --doc-mask: 1 restarts RoPE positions at each document (HF's position_ids), 0 counts on along " \
+                 "the row"),                                                                                           \
         FLAG_SECTION("model"),                                                                                         \
         FLAG("--preset", FLAG_STRING, O, m.model.preset, "the model's shape: a preset listed below (default tiny)"),   \
         FLAG("--init-from", FLAG_STRING, O, m.model.init_from,                                                         \
@@ -178,11 +186,26 @@ typedef struct {
                  "draw from the most likely tokens that make up this much"),                                           \
         FLAG_NUM("--sample-seed", FLAG_INT, O, m.sample.seed, 0, INT_MAX, FLAG_CLOSED, "the samples' random seed")
 
+/* With --doc-mask, the token that starts a document: the shards' BOS (bos_id from their header, -1 if none), which
+ * random tokens do not have; -1 without --doc-mask. */
+static inline int train_doc_bos(const DataFlags *d, int bos_id)
+{
+    if (!d->doc_mask)
+        return -1;
+    if (d->random || bos_id < 0)
+        FAIL("--doc-mask finds documents at the shards' BOS token: it needs --train shards whose header names one "
+             "(not --random-data)");
+    printf("packed documents: attention within each, starting at token %d; RoPE positions %s\n", bos_id,
+           d->doc_positions ? "restart in each" : "run on along the row");
+    return bos_id;
+}
+
 static inline TrainFlags train_flags_defaults(void)
 {
     TrainFlags f;
     memset(&f, 0, sizeof(f));
     f.data.train = DEFAULT_TRAIN_SHARDS;
+    f.data.doc_positions = 1;
     f.model.vocab_size = f.model.d_model = f.model.n_layer = f.model.n_head = SHAPE_UNSET;
     f.model.n_kv_head = f.model.head_dim = f.model.ffn_dim = SHAPE_UNSET;
     f.batch.B = 4;

@@ -122,12 +122,12 @@ LLMC_API void llmc_rope_table(float *table, int T, int head_dim, float theta, in
 /* freqs_cis: the table above, copied to the device; it must cover T positions. */
 LLMC_API void llmc_rope_forward(void *qkv, const void *freqs_cis, int B, int T, int H, int KV, int D, void *stream)
 {
-    rope_forward((bf16 *)qkv, (const float *)freqs_cis, B, T, H, KV, D, as_stream(stream));
+    rope_forward((bf16 *)qkv, (const float *)freqs_cis, NULL, B, T, H, KV, D, as_stream(stream));
 }
 
 LLMC_API void llmc_rope_backward(void *dqkv, const void *freqs_cis, int B, int T, int H, int KV, int D, void *stream)
 {
-    rope_backward((bf16 *)dqkv, (const float *)freqs_cis, B, T, H, KV, D, as_stream(stream));
+    rope_backward((bf16 *)dqkv, (const float *)freqs_cis, NULL, B, T, H, KV, D, as_stream(stream));
 }
 
 /* ---- SwiGLU on the fused gate_up [N, 2F] bf16 (gate first) -> out [N, F] ---- */

@@ -21,10 +21,15 @@
  *     kernel by up to 6.0e-2 over three seeds. A wrong layout, head mapping or
  *     mask gives errors of order 1.
  *
+ * Packed documents (AttentionDocs, --doc-mask): a batch cut into documents of
+ * lengths 1 to 70, one starting mid-row, against the reference run on each
+ * document as a sequence of its own; same tolerances.
+ *
  * Usage: attention_check [--seed N] [--sweep]  (--sweep: timings only, see sweep())
  */
 #include "check_common.h"
 #include "llmc/attention.h"
+#include "llmc/documents.h"
 
 typedef struct {
     int B, T, H, KV, D;
@@ -106,13 +111,13 @@ static void run_forward(void *ctx, int set)
 {
     Bench *b = (Bench *)ctx;
     (void)set;
-    attention_forward(b->out, b->stats, b->qkv, b->s.B, b->s.T, b->s.H, b->s.KV, b->s.D, 0);
+    attention_forward(b->out, b->stats, b->qkv, b->s.B, b->s.T, b->s.H, b->s.KV, b->s.D, NULL, 0);
 }
 static void run_backward(void *ctx, int set)
 {
     Bench *b = (Bench *)ctx;
     (void)set;
-    attention_backward(b->dqkv, b->dout, b->qkv, b->out, b->stats, b->s.B, b->s.T, b->s.H, b->s.KV, b->s.D, 0);
+    attention_backward(b->dqkv, b->dout, b->qkv, b->out, b->stats, b->s.B, b->s.T, b->s.H, b->s.KV, b->s.D, NULL, 0);
 }
 
 /* dq, dk and dv compared separately: their scales differ, and a failure then
@@ -247,6 +252,88 @@ static void check_shape(Shape s, int reference)
     free(ref_dqkv);
 }
 
+/* Packed documents: the rows of a [2, 96] batch cut at "BOS" tokens (row 0 starts inside a document and holds one of
+ * length 1), the GPU's ragged attention against the reference on each document alone. */
+static void check_documents(void)
+{
+    Shape s = {2, 96, 4, 2, 64};
+    const int bos = 1, starts[] = {10, 11, 50, 96 + 0, 96 + 70};
+    int64_t N = (int64_t)s.B * s.T, NH = s.H + 2 * s.KV, n_qkv = N * NH * s.D, n_out = N * s.H * s.D;
+    int *tokens = (int *)calloc_check((size_t)N, sizeof(int), "tokens"), *first = (int *)malloc_check(N * 4, "first");
+    int *pos = (int *)malloc_check(N * 4, "pos"), *start = (int *)malloc_check((N + 1) * 4, "start"),
+        *seq_len = (int *)malloc_check((N + 1) * 4, "seq_len");
+    for (size_t i = 0; i < sizeof(starts) / sizeof(starts[0]); i++)
+        tokens[starts[i]] = bos;
+    documents_find(first, pos, tokens, s.B, s.T, bos);
+    DocumentsShape d = documents_pack(start, seq_len, first, s.B, s.T);
+    check(d.n == 6 && d.slots == 8 && d.max_len == 96, "%-46s %d documents in %d slots, longest %d", "documents_pack",
+          d.n, d.slots, d.max_len);
+
+    uint16_t *qkv_b = (uint16_t *)malloc_check(n_qkv * 2, "qkv"), *dout_b = (uint16_t *)malloc_check(n_out * 2, "dout");
+    float *qkv = (float *)malloc_check(n_qkv * 4, "qkv f"), *dout = (float *)malloc_check(n_out * 4, "dout f");
+    fill_bf16(qkv_b, qkv, n_qkv, 1.0f);
+    fill_bf16(dout_b, dout, n_out, 1.0f);
+    float *ref_out = (float *)malloc_check(n_out * 4, "ref out"),
+          *ref_stats = (float *)malloc_check(N * s.H * 4, "lse");
+    float *ref_dqkv = (float *)malloc_check(n_qkv * 4, "ref dqkv"), *lse = (float *)malloc_check(N * s.H * 4, "lse");
+    for (int i = 0; i < d.n; i++) { /* each document as a batch of one: its tokens are contiguous in every layout */
+        Shape one = {1, seq_len[i], s.H, s.KV, s.D};
+        ref_attention(ref_out + (int64_t)start[i] * s.H * s.D, lse, ref_dqkv + (int64_t)start[i] * NH * s.D,
+                      qkv + (int64_t)start[i] * NH * s.D, dout + (int64_t)start[i] * s.H * s.D, one);
+        for (int h = 0; h < s.H; h++)
+            for (int t = 0; t < seq_len[i]; t++)
+                ref_stats[((int64_t)start[i] + t) * s.H + h] = lse[(int64_t)h * seq_len[i] + t];
+    }
+
+    AttentionDocs docs;
+    docs.slots = d.slots;
+    docs.max_len = d.max_len;
+    docs.seq_len = (const int *)dev_upload(seq_len, (size_t)d.slots * 4);
+    docs.start = (const int *)dev_upload(start, (size_t)(d.slots + 1) * 4);
+    docs.qkv_offsets = (int *)dev_alloc((size_t)(d.slots + 1) * 4);
+    docs.out_offsets = (int *)dev_alloc((size_t)(d.slots + 1) * 4);
+    docs.stats_offsets = (int *)dev_alloc((size_t)(d.slots + 1) * 4);
+    attention_documents_offsets(&docs, s.H, s.KV, s.D, 0);
+    bf16 *d_qkv = (bf16 *)dev_upload(qkv_b, n_qkv * 2), *d_dout = (bf16 *)dev_upload(dout_b, n_out * 2);
+    bf16 *d_out = (bf16 *)dev_alloc(n_out * 2), *d_dqkv = (bf16 *)dev_alloc(n_qkv * 2);
+    float *d_stats = (float *)dev_alloc(N * s.H * 4);
+    poison(d_out, n_out * 2);
+    poison(d_stats, N * s.H * 4);
+    attention_forward(d_out, d_stats, d_qkv, s.B, s.T, s.H, s.KV, s.D, &docs, 0);
+    uint16_t *got_b = (uint16_t *)malloc_check(n_qkv * 2, "got");
+    float *got = (float *)malloc_check(n_qkv * 4, "got f");
+    download(got_b, d_out, n_out * 2);
+    bf16_to_float(got, got_b, n_out);
+    check_close("attention_forward out, packed documents", got, ref_out, n_out, 2e-2, 1.0);
+    download(got, d_stats, N * s.H * 4);
+    check_close("attention_forward stats, packed documents", got, ref_stats, N * s.H, 1e-3, 1e-2);
+    for (int deterministic = 1; deterministic >= 0; deterministic--) {
+        attention_set_deterministic(deterministic);
+        poison(d_dqkv, n_qkv * 2);
+        attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_stats, s.B, s.T, s.H, s.KV, s.D, &docs, 0);
+        download(got_b, d_dqkv, n_qkv * 2);
+        bf16_to_float(got, got_b, n_qkv);
+        check_gradient_parts(got, ref_dqkv, s, deterministic ? "deterministic" : "atomic dQ", "packed documents");
+    }
+    attention_set_deterministic(1);
+    void *dev[] = {(void *)docs.seq_len,
+                   (void *)docs.start,
+                   docs.qkv_offsets,
+                   docs.out_offsets,
+                   docs.stats_offsets,
+                   d_qkv,
+                   d_dout,
+                   d_out,
+                   d_dqkv,
+                   d_stats};
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
+        cuda_free(dev[i]);
+    void *host[] = {tokens, first,   pos,       start,    seq_len, qkv_b, dout_b, qkv,
+                    dout,   ref_out, ref_stats, ref_dqkv, lse,     got_b, got};
+    for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++)
+        free(host[i]);
+}
+
 /* --sweep: the timings of issue 14's comparison: T = 2048, 8192, 32768 at 16384
  * tokens per call, head sizes 64 (Llama 3.2 1B: 32 query, 8 key/value heads)
  * and 128 (Llama 3.1 8B: 32 and 8); the deterministic backward where it fits in
@@ -276,6 +363,7 @@ int main(int argc, char **argv)
     Shape small[] = {{2, 37, 4, 2, 16}, {2, 37, 4, 2, 24}, {2, 37, 4, 2, 64}, {1, 130, 8, 2, 128}, {2, 64, 4, 4, 32}};
     for (size_t i = 0; i < sizeof(small) / sizeof(small[0]); i++)
         check_shape(small[i], 1);
+    check_documents();
     /* Llama 3.2 1B (D = 64) and 3B / 8B-like (D = 128) heads at T = 2048 */
     Shape big[] = {{4, 2048, 32, 8, 64}, {2, 2048, 32, 8, 128}};
     for (size_t i = 0; i < sizeof(big) / sizeof(big[0]); i++)

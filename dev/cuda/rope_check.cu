@@ -16,12 +16,13 @@
 #include "check_common.h"
 #include "llmc/rope.h"
 
-static void ref_rope(float *out, const float *qkv, const float *table, int B, int T, int H, int KV, int D, double sign)
+static void ref_rope(float *out, const float *qkv, const float *table, const int *positions, int B, int T, int H,
+                     int KV, int D, double sign)
 {
     int half = D / 2, heads = H + 2 * KV;
     memcpy(out, qkv, (size_t)B * T * heads * D * sizeof(float));
     for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
-        int t = (int)(bt % T);
+        int t = positions != NULL ? positions[bt] : (int)(bt % T);
         for (int h = 0; h < H + KV; h++) {
             const float *x = qkv + (bt * heads + h) * D;
             float *o = out + (bt * heads + h) * D;
@@ -43,12 +44,12 @@ typedef struct {
 static void run_forward(void *ctx, int s)
 {
     Bench *b = (Bench *)ctx;
-    rope_forward(b->qkv[s], b->table, b->B, b->T, b->H, b->KV, b->D, 0);
+    rope_forward(b->qkv[s], b->table, NULL, b->B, b->T, b->H, b->KV, b->D, 0);
 }
 static void run_backward(void *ctx, int s)
 {
     Bench *b = (Bench *)ctx;
-    rope_backward(b->qkv[s], b->table, b->B, b->T, b->H, b->KV, b->D, 0);
+    rope_backward(b->qkv[s], b->table, NULL, b->B, b->T, b->H, b->KV, b->D, 0);
 }
 
 static void check_size(int B, int T, int H, int KV, int D, int bench)
@@ -87,17 +88,23 @@ static void check_size(int B, int T, int H, int KV, int D, int bench)
     bf16 *d_qkv = (bf16 *)dev_alloc(bf);
     float *d_table = (float *)dev_upload(table, (size_t)T * D * sizeof(float));
 
-    for (int dir = 0; dir < 2; dir++) {
+    /* packed documents' positions (llmc/documents.h): restarting every 13 tokens, or wherever */
+    int *positions = (int *)malloc_check((size_t)B * T * sizeof(int), "positions");
+    for (int64_t bt = 0; bt < (int64_t)B * T; bt++)
+        positions[bt] = (int)(bt % T % 13);
+    int *d_positions = (int *)dev_upload(positions, (size_t)B * T * sizeof(int));
+    for (int run = 0; run < 4; run++) {
+        int dir = run % 2, with_pos = run / 2;
         const char *name = dir == 0 ? "rope_forward" : "rope_backward";
-        ref_rope(ref, in, table, B, T, H, KV, D, dir == 0 ? 1.0 : -1.0);
+        ref_rope(ref, in, table, with_pos ? positions : NULL, B, T, H, KV, D, dir == 0 ? 1.0 : -1.0);
         CUDA_CHECK(cudaMemcpy(d_qkv, in_b, bf, cudaMemcpyHostToDevice));
         if (dir == 0)
-            rope_forward(d_qkv, d_table, B, T, H, KV, D, 0);
+            rope_forward(d_qkv, d_table, with_pos ? d_positions : NULL, B, T, H, KV, D, 0);
         else
-            rope_backward(d_qkv, d_table, B, T, H, KV, D, 0);
+            rope_backward(d_qkv, d_table, with_pos ? d_positions : NULL, B, T, H, KV, D, 0);
         download(got_b, d_qkv, bf);
         bf16_to_float(got, got_b, n);
-        snprintf(what, sizeof(what), "%s q,k B=%d T=%d D=%d", name, B, T, D);
+        snprintf(what, sizeof(what), "%s q,k B=%d T=%d D=%d%s", name, B, T, D, with_pos ? " positions" : "");
         check_close(what, got, ref, n, 4e-3, 1e-2);
         int v_same = 1;
         for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
@@ -127,6 +134,8 @@ static void check_size(int B, int T, int H, int KV, int D, int bench)
 
     cuda_free(d_qkv);
     cuda_free(d_table);
+    cuda_free(d_positions);
+    free(positions);
     free(table);
     free(in_b);
     free(got_b);

@@ -20,6 +20,7 @@ PYTHON ?= $(if $(wildcard .venv/bin/python3),.venv/bin/python3,python3)
 LLMC_HEADERS = $(wildcard llmc/*.h)
 CPU_TESTS = test_llama_ref tests/test_tensorfile tests/test_dataloader tests/test_launch tests/test_zero_plan \
             tests/test_master_weights tests/test_rendezvous tests/test_checkpoint_shards tests/test_watchdog \
+            tests/test_documents \
             tests/test_fp8
 
 # CUDA: Hopper (sm_90). cuDNN attention goes through the cudnn-frontend headers
@@ -88,6 +89,7 @@ test-c: $(CPU_TESTS)
 	./tests/test_checkpoint_shards
 	./tests/test_watchdog
 	./tests/test_fp8
+	./tests/test_documents
 test-python: tests/hf_tool tests/fp8_tool train_llama_ref
 	$(PYTHON) -m pytest -q tests
 test-cli: train_llama_ref $(if $(HAVE_NVCC),gpu)

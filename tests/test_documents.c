@@ -33,8 +33,10 @@ static void test_shapes(void)
         tokens[i] = i % T % 100 == 0 ? BOS : 1;
     documents_find(first, pos, tokens, B, T, BOS);
     DocumentsShape d = documents_pack(start, seq_len, first, B, T);
-    check(d.n == 44 && d.slots == 64 && d.max_len == 128, "documents_pack: 44 documents in 64 slots, longest 128 (got "
-          "%d, %d, %d)", d.n, d.slots, d.max_len);
+    check(d.n == 44 && d.slots == 64 && d.max_len == 128,
+          "documents_pack: 44 documents in 64 slots, longest 128 (got "
+          "%d, %d, %d)",
+          d.n, d.slots, d.max_len);
     for (int i = 0; i < N; i++) /* one document over everything: a single slot */
         tokens[i] = 1;
     documents_find(first, pos, tokens, 1, N, BOS);

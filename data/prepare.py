@@ -480,7 +480,7 @@ def _looks_like_text(path):
     if b"\0" in head:
         return False
     try:
-        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+        codecs.utf_8_decode(head, "strict", False)  # not final: the 8 KiB may end inside a character
     except UnicodeDecodeError:
         return False
     return True
@@ -686,6 +686,7 @@ class Source:
                     yield ITEM_JSON, line, (index, lineno)
 
     def _parquet(self, index, path, size):
+        import pyarrow as pa
         import pyarrow.parquet as pq
         with open(path, "rb") as raw:
             parquet = pq.ParquetFile(raw)
@@ -701,7 +702,11 @@ class Source:
             columns = [self.text_field] if self.fmt == "text" else None
             for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=columns):
                 if self.fmt == "text":
-                    for value in batch.column(0).to_pylist():
+                    column = batch.column(0)
+                    # as their UTF-8 bytes (a cast that copies nothing): a str would take up to 4 bytes a character
+                    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+                        column = column.cast(pa.large_binary())
+                    for value in column.to_pylist():
                         row += 1
                         yield ITEM_VALUE, value, (index, row)
                 else:

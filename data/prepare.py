@@ -384,7 +384,10 @@ def _worker_main(conn, parent_ends, encoder):
             result = encoder.encode(*pickle.loads(task))
         except Exception:  # a bug: reported by the main process
             result = RuntimeError("a tokenizer worker failed:\n" + traceback.format_exc())
-        conn.send_bytes(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
+        try:
+            conn.send_bytes(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
+        except OSError:  # the main process stopped (Ctrl-C, an error) and closed the pipe
+            return
 
 
 class WorkerPool:

@@ -251,12 +251,18 @@ def test_missing_input_is_a_clear_error(corpus, tmp_path):
     assert "Traceback" not in result.stderr
 
 
-def test_non_utf8_file_is_a_clear_error(tmp_path):
+@needs_llama3
+def test_invalid_utf8_is_replaced_and_counted_or_with_strict_an_error(tmp_path, llama3):
     bad = tmp_path / "latin1.txt"
-    bad.write_bytes("caf\xe9\n".encode("latin-1"))
-    result = run(bad, "--out-dir", tmp_path / "out")
-    assert result.returncode != 0
-    assert str(bad) in result.stderr and "UTF-8" in result.stderr and "Traceback" not in result.stderr
+    bad.write_bytes("caf\xe9 cr\xe8me\n".encode("latin-1"))
+    out = tmp_path / "out"
+    result = run_ok(bad, "--out-dir", out, "--val-tokens", 0)
+    assert f"invalid UTF-8: 2 byte sequence(s) replaced with U+FFFD (first in {bad})" in result.stdout
+    assert decoded_docs(all_tokens(shards(out, "train")), llama3) == ["caf\ufffd cr\ufffdme\n"]
+    result = run(bad, "--out-dir", tmp_path / "strict", "--strict")
+    assert result.returncode == 1
+    assert f"{bad}: not UTF-8 (invalid continuation byte at byte 3 of a document)" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and not list((tmp_path / "strict").glob("*.bin"))
 
 
 def test_folder_without_text_files_is_a_clear_error(tmp_path):
@@ -370,8 +376,333 @@ def test_bad_example_lines_name_the_file_and_line(tmp_path):
              ("chat", '{"messages": [{"role": "user"}]}', "message 0 needs a string")]
     for fmt, line, needle in cases:
         src = write_jsonl(tmp_path / "bad.jsonl", PAIRS if fmt == "pairs" else CHATS, line + "\n")
-        result = run("--format", fmt, src, "--out-dir", tmp_path / "out")
+        result = run("--format", fmt, src, "--out-dir", tmp_path / "out", "--strict")
         assert result.returncode == 1 and f"{src}:3:" in result.stderr and needle in result.stderr, result.stderr
         assert "Traceback" not in result.stderr
+        # without --strict the example is skipped, and counted with its place in the summary
+        result = run("--format", fmt, src, "--out-dir", tmp_path / "out", "--val-tokens", 0)
+        assert result.returncode == 0 and "documents: 2 " in result.stdout, result.stderr
+        assert "skipped 1 record(s)" in result.stdout and f"(first: {src}:3:" in result.stdout
+        assert needle in result.stdout
     result = run("--format", "pairs", "--out-dir", tmp_path / "out")
     assert result.returncode == 1 and "needs JSON lines files" in result.stderr
+
+
+# ------------------------------------------------------- streaming, input formats, bad input, resume (issue 17)
+
+needs_parquet = pytest.mark.skipif(importlib.util.find_spec("pyarrow") is None, reason="needs pip install pyarrow")
+needs_zstd = pytest.mark.skipif(importlib.util.find_spec("zstandard") is None, reason="needs pip install zstandard")
+
+
+def write_records(path, records):
+    """records as JSON lines (path ending .jsonl/.json, maybe .gz/.zst) or as a parquet file."""
+    import gzip
+    import json
+    if path.suffix == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        pq.write_table(pa.Table.from_pylist(records), path, row_group_size=2)
+        return path
+    data = ("\n".join(json.dumps(r) for r in records) + "\n").encode()
+    if path.suffix == ".gz":
+        data = gzip.compress(data)
+    elif path.suffix == ".zst":
+        import zstandard
+        data = zstandard.ZstdCompressor().compress(data)
+    path.write_bytes(data)
+    return path
+
+
+def write_text_files(folder, texts, suffix=""):
+    """One text file per text in folder, named 000.txt..., compressed if suffix is .gz or .zst."""
+    import gzip
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, text in enumerate(texts):
+        data = text.encode()
+        if suffix == ".gz":
+            data = gzip.compress(data)
+        elif suffix == ".zst":
+            import zstandard
+            data = zstandard.ZstdCompressor().compress(data)
+        (folder / f"{i:03d}.txt{suffix}").write_bytes(data)
+    return folder
+
+
+FORMATS = {
+    "txt folder": lambda d: write_text_files(d / "in", DOCS.values()),
+    "txt.gz folder": lambda d: write_text_files(d / "in", DOCS.values(), ".gz"),
+    "txt.zst folder": lambda d: write_text_files(d / "in", DOCS.values(), ".zst"),
+    "jsonl": lambda d: write_records(d / "in.jsonl", [{"text": t, "id": i} for i, t in enumerate(DOCS.values())]),
+    "json.gz": lambda d: write_records(d / "in.json.gz", [{"text": t} for t in DOCS.values()]),
+    "jsonl.zst": lambda d: write_records(d / "in.jsonl.zst", [{"text": t} for t in DOCS.values()]),
+    "parquet": lambda d: write_records(d / "in.parquet", [{"text": t, "n": 1} for t in DOCS.values()]),
+}
+
+
+@needs_llama3
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_input_format_gives_the_documents(fmt, tmp_path, llama3):
+    if "zst" in fmt and importlib.util.find_spec("zstandard") is None:
+        pytest.skip("needs pip install zstandard")
+    if fmt == "parquet" and importlib.util.find_spec("pyarrow") is None:
+        pytest.skip("needs pip install pyarrow")
+    src = FORMATS[fmt](tmp_path)
+    out = tmp_path / "out"
+    result = run_ok(src, "--out-dir", out, "--val-tokens", 0, "--workers", 2)
+    assert decoded_docs(all_tokens(shards(out, "train")), llama3) == sorted(DOCS.values())
+    assert "skipped" not in result.stdout and "invalid UTF-8" not in result.stdout
+
+
+@needs_llama3
+@needs_parquet
+@needs_zstd
+def test_a_folder_of_mixed_formats_and_text_field(tmp_path, llama3):
+    texts = list(DOCS.values())
+    folder = tmp_path / "in"
+    write_text_files(folder / "plain", texts[:1])
+    write_text_files(folder / "gz", texts[1:2], ".gz")
+    write_records(folder / "a.jsonl.zst", [{"body": texts[2]}])
+    write_records(folder / "b.json", [{"body": texts[3]}])
+    write_records(folder / "c.parquet", [{"body": texts[4]}])
+    out = tmp_path / "out"
+    run_ok(folder, "--out-dir", out, "--val-tokens", 0, "--text-field", "body")
+    assert decoded_docs(all_tokens(shards(out, "train")), llama3) == sorted(texts)
+
+
+def reference_streams(docs, tokenizer, val_tokens, seed=1337):
+    """The val and train token streams of the rule prepare.py has always had: shuffle all documents with
+    random.Random(seed), then whole documents to val until it holds val_tokens."""
+    order = list(range(len(docs)))
+    import random
+    random.Random(seed).shuffle(order)
+    streams = {"val": [], "train": []}
+    for i in order:
+        tokens = [tokenizer.bos_id] + tokenizer.encoding.encode_ordinary(docs[i])
+        streams["val" if len(streams["val"]) < val_tokens else "train"].extend(tokens)
+    return streams
+
+
+@needs_llama3
+def test_a_corpus_within_the_buffer_is_shuffled_whole_as_before(corpus, tmp_path, llama3):
+    out = tmp_path / "out"
+    run_ok(corpus, "--out-dir", out, "--val-tokens", 30, "--shard-tokens", 40)
+    docs = [open(path, encoding="utf-8", newline="").read() for path in prepare.find_input_files([str(corpus)])]
+    want = reference_streams(docs, llama3, 30)
+    assert all_tokens(shards(out, "val")) == want["val"] and all_tokens(shards(out, "train")) == want["train"]
+
+
+def many_documents(tmp_path):
+    """Text files for the streaming tests: many documents over several --buffer-mb 0.01 blocks (10,485 bytes),
+    one too long to hold in one (over a quarter of that) and one long enough to be cut into pieces for tiktoken
+    (over 400,000 characters); one with invalid UTF-8 (the text in the list has U+FFFD), and a JSON lines file
+    with two more documents and two bad records."""
+    import random
+    rng = random.Random(7)
+    words = ["the", "shard", "of", "Ünïcödé", "tokens", "1234", "!!", "\t", "\r\n", "\n", "emoji 🎉"]
+    texts = [" ".join(rng.choice(words) for _ in range(rng.randint(5, 400))) for _ in range(120)]
+    texts[30] = "long document " * 600  # 8,400 bytes
+    texts[60] = "very long line of words " * 18_000 + "\n" + "x" * 30_000
+    folder = write_text_files(tmp_path / "many", texts)
+    # past the 8 KiB that decide whether a file in a folder is text
+    (folder / "030.txt").write_bytes(texts[30].encode() + b"caf\xe9")
+    texts[30] += "caf\ufffd"
+    (folder / "records.jsonl").write_text('{"text": "one record"}\nnot JSON\n{"no": "text"}\n{"text": "two"}\n')
+    return folder, texts + ["one record", "two"]
+
+
+def file_hashes(folder):
+    import hashlib
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+@needs_llama3
+def test_the_shards_are_the_same_for_any_number_of_workers(tmp_path, llama3):
+    src, texts = many_documents(tmp_path)
+    args = ("--buffer-mb", 0.01, "--shard-tokens", 20_000, "--val-tokens", 5_000)
+    hashes = []
+    for workers in (1, 2, 3):
+        out = tmp_path / f"w{workers}"
+        run_ok(src, "--out-dir", out, "--workers", workers, *args)
+        hashes.append(file_hashes(out))
+    assert hashes[0] == hashes[1] == hashes[2]
+    assert len([name for name in hashes[0] if name.startswith("corpus_train_")]) >= 5
+    out = tmp_path / "w1"
+    tokens = all_tokens(shards(out, "val")) + all_tokens(shards(out, "train"))
+    assert decoded_docs(tokens, llama3) == sorted(texts)
+    # the shuffle is within blocks: not the order of the files, nor the order of one whole-corpus shuffle
+    run_ok(src, "--out-dir", tmp_path / "whole", "--val-tokens", 5_000)
+    assert all_tokens(shards(tmp_path / "whole", "train")) != all_tokens(shards(out, "train"))
+
+
+def test_streamed_splitting_finds_the_documents_of_split_documents():
+    import random
+    rng = random.Random(3)
+    alphabet = ["a", "b", " ", "\t", "\r", "\n", "\n", "\r\n", "\n\n", "é", "\u3000", "\x1c"]
+    for case in range(300):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 300)))
+        data = text.encode()
+        for separator in ("file", "blank", "line"):
+            splitter = prepare.DocumentSplitter(separator, huge_bytes=rng.choice([5, 40, 10**9]))
+            events, pos = [], 0
+            while pos < len(data):
+                step = rng.randint(1, 30)
+                events += splitter.feed(data[pos:pos + step])
+                pos += step
+            events += splitter.finish()
+            docs, parts = [], []
+            for kind, piece in events:
+                if kind == "doc":
+                    docs.append(piece.decode())
+                else:
+                    parts.append(piece)
+                    if kind == "end":
+                        # a document handed on in parts is written even when it is only whitespace
+                        if b"".join(parts).decode().strip():
+                            docs.append(b"".join(parts).decode())
+                        parts = []
+            assert docs == prepare.split_documents(text, separator), (case, separator, text)
+
+
+def test_cut_pieces_do_not_depend_on_how_the_text_is_read():
+    import random
+    rng = random.Random(5)
+    text = "".join(rng.choice(["word ", "x" * 1000, "\n", " " * 300, "y" * 200_000]) for _ in range(400))
+    assert len(text) > 3 * prepare.TIKTOKEN_MAX_ENCODE_CHARS
+    whole = list(prepare.cut_pieces([text]))
+    assert "".join(whole) == text and max(map(len, whole)) <= prepare.TIKTOKEN_MAX_ENCODE_CHARS
+    cuts = sorted(rng.sample(range(len(text)), 50))
+    segments = [text[a:b] for a, b in zip([0] + cuts, cuts + [len(text)])]
+    assert list(prepare.cut_pieces(segments)) == whole
+
+
+def test_the_long_run_probe_misses_no_run():
+    import random
+    rng = random.Random(9)
+    limit = prepare.MAX_NO_WHITESPACES_CHARS
+    for case in range(60):
+        run_chars = rng.choice([" ", "x", "\u3000"]) * rng.randint(limit - 2, limit + 3)
+        filler = rng.choice(["ab ", " c\n"])
+        text = filler * rng.randint(0, 20_000) + run_chars + filler * rng.randint(0, 5)
+        has_run = prepare._LONG_RUN.search(text) is not None
+        assert prepare._may_have_long_run(text) or not has_run, case
+        assert prepare._split_long_runs(text) == ([text] if not has_run else prepare._split_long_runs(text))
+        assert "".join(prepare._split_long_runs(text)) == text
+
+
+@needs_llama3
+def test_bad_json_lines_are_counted_and_named_or_with_strict_an_error(tmp_path, llama3):
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"text": "one"}\nnot json\n\n{"body": "x"}\n["a list"]\n{"text": "two"}\n{"text": 3}\n')
+    out = tmp_path / "out"
+    result = run_ok(src, "--out-dir", out, "--val-tokens", 0)
+    assert decoded_docs(all_tokens(shards(out, "train")), llama3) == ["one", "two"]
+    assert f"skipped 1 record(s) that are not JSON (first: {src}:2: not JSON: Expecting value" in result.stdout
+    assert (f"skipped 3 record(s) without a string \"text\" (first: {src}:4: no string \"text\"; the keys are "
+            f"['body'])") in result.stdout
+    result = run(src, "--out-dir", tmp_path / "strict", "--strict")
+    assert result.returncode == 1 and f"{src}:2: not JSON" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "strict").exists() or not list((tmp_path / "strict").iterdir())
+
+
+@needs_llama3
+@needs_parquet
+def test_records_without_text_are_an_error_that_names_them(tmp_path):
+    src = write_records(tmp_path / "in.parquet", [{"body": "x"}, {"body": "y"}])
+    result = run(src, "--out-dir", tmp_path / "out")
+    assert result.returncode == 1 and "the inputs hold no text" in result.stderr
+    assert f'skipped 2 record(s) without a string "text" (first: {src} row 1: no column "text"' in result.stderr
+    assert "Traceback" not in result.stderr
+    empty = tmp_path / "empty.txt"
+    empty.write_text(" \n\n")
+    result = run(empty, "--out-dir", tmp_path / "out")
+    assert result.returncode == 1 and "the inputs hold no text" in result.stderr and "Traceback" not in result.stderr
+
+
+@needs_llama3
+def test_a_corrupt_file_is_an_error_that_leaves_no_shards(tmp_path):
+    import gzip
+    src, texts = many_documents(tmp_path)
+    compressed = gzip.compress(texts[60].encode())
+    cut_short = compressed[:len(compressed) // 2]  # its start reads as text, its end is missing
+    (src / "999.txt.gz").write_bytes(cut_short)
+    out = tmp_path / "out"
+    result = run(src, "--out-dir", out, "--shard-tokens", 5_000, "--val-tokens", 0, "--buffer-mb", 0.01)
+    assert result.returncode == 1, result.stderr
+    assert f"cannot read {src / '999.txt.gz'}: Compressed file ended" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert list(out.iterdir()) == []  # shards were written before the error, and removed
+    (src / "999.txt.gz").write_bytes(b"this is no gzip stream")
+    result = run(src, "--out-dir", out)
+    assert result.returncode == 1 and f"cannot read {src / '999.txt.gz'}: Not a gzipped file" in result.stderr
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads unreadable files")
+def test_an_unreadable_file_is_a_clear_error(corpus, tmp_path):
+    os.chmod(corpus / "a.txt", 0)
+    result = run(corpus / "a.txt", "--out-dir", tmp_path / "out")
+    assert result.returncode == 1 and f"cannot read {corpus / 'a.txt'}: Permission denied" in result.stderr
+
+
+@needs_llama3
+@needs_parquet
+def test_a_corrupt_parquet_file_is_a_clear_error(tmp_path):
+    (tmp_path / "bad.parquet").write_bytes(b"PAR1 not really")
+    result = run(tmp_path / "bad.parquet", "--out-dir", tmp_path / "out")
+    assert result.returncode == 1 and f"cannot read {tmp_path / 'bad.parquet'}" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+STREAM_ARGS = ("--buffer-mb", 0.01, "--shard-tokens", 6_000, "--val-tokens", 10_000)
+
+
+@needs_llama3
+@pytest.mark.parametrize("signal_name", ["KILL", "INT"])
+def test_an_interrupted_run_resumes_to_the_same_shards(signal_name, tmp_path):
+    src, _ = many_documents(tmp_path)
+    whole = tmp_path / "whole"
+    whole_run = run_ok(src, "--out-dir", whole, *STREAM_ARGS)
+    out = tmp_path / "out"
+    # stopped once 4 shards are complete and another one is half written
+    env = dict(os.environ, PREPARE_TEST_KILL=f"4:{signal_name}")
+    result = run(src, "--out-dir", out, *STREAM_ARGS, env=env)
+    if signal_name == "KILL":
+        assert result.returncode == -9
+        assert len(list(out.glob("*.tmp"))) == 1
+    else:
+        assert result.returncode == 130 and "--resume continues" in result.stderr and "Traceback" not in result.stderr
+        assert list(out.glob("*.tmp")) == []
+    complete = sorted(p.name for p in out.glob("*.bin"))
+    assert 4 <= len(complete) < len(list(whole.glob("*.bin")))
+    for name in complete:  # every *.bin a glob finds is a complete shard of the uninterrupted run
+        assert (out / name).read_bytes() == (whole / name).read_bytes()
+    result = run_ok(src, "--out-dir", out, *STREAM_ARGS, "--resume", "--workers", 1)
+    assert "(resumed)" in result.stdout
+    assert file_hashes(out) == file_hashes(whole)
+    # the input problems of the whole input are counted, once
+    summary = [line for line in result.stdout.splitlines() if line.startswith(("  invalid", "  skipped", "doc"))]
+    assert summary == [line for line in whole_run.stdout.splitlines()
+                       if line.startswith(("  invalid", "  skipped", "doc"))]
+    assert len(summary) == 4 and "invalid UTF-8: 1 byte sequence(s)" in summary[0]
+
+
+@needs_llama3
+def test_resume_says_why_it_cannot(corpus, tmp_path):
+    out = tmp_path / "out"
+    args = (corpus, "--out-dir", out, "--shard-tokens", 10, "--val-tokens", 0)
+    result = run(*args, "--resume")
+    assert result.returncode == 1 and "nothing to resume" in result.stderr
+    assert run(*args, env=dict(os.environ, PREPARE_TEST_KILL="2")).returncode == -9
+    result = run(*args, "--resume", "--seed", 2)
+    assert result.returncode == 1 and "--seed was 1337, now 2" in result.stderr, result.stderr
+    (corpus / "a.txt").write_text("changed")
+    result = run(*args, "--resume")
+    assert result.returncode == 1 and f"{corpus / 'a.txt'}: changed" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    run_ok(*args)  # without --resume: starts over
+    assert not (out / "corpus_prepare_state.json").exists() and list(out.glob("*.tmp")) == []
+
+
+@needs_llama3
+def test_progress_goes_to_stderr_as_plain_lines(corpus, tmp_path):
+    result = run_ok(corpus, "--out-dir", tmp_path / "out", "--val-tokens", 0)
+    assert "prepare: 100.0% of " in result.stderr and "tokens/s" in result.stderr and "\r" not in result.stderr

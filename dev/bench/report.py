@@ -6,6 +6,7 @@ Reads, from --results-dir (default dev/bench/results):
   kernels.jsonl  per-kernel records, if present: system (or impl), kernel, shape (or
                  flat shape fields N, C, T, ... as dev/bench/bench_kernels.py writes them),
                  direction, ms_median, ms_q20, ms_q80, gbps, tflops, peak_mem_gib
+  prepare.jsonl  records of dev/bench/prepare_bench.py (data/prepare.py), if present
 and writes, into --docs-dir (default docs):
   benchmarks.md                      tables per model: rows (B, T), columns systems,
                                      cells "tokens/s (MFU), peak GiB" or OOM; train_llama
@@ -564,7 +565,46 @@ def docmask_section(results_dir):
     return lines
 
 
-def write_report(e2e, kernels, docs_dir, plot=True, profiles=(), extra=()):
+PREPARE_FORMATS = ["txt", "jsonl", "jsonl.gz", "jsonl.zst", "parquet"]
+
+
+def prepare_section(records):
+    """data/prepare.py's speed and peak memory per input format, a table per machine and size."""
+    latest = {}
+    for r in records:  # the last record of a setting wins
+        latest[(r.get("cpu"), r.get("cpus"), r.get("workers"), r.get("text_bytes"), r.get("format"))] = r
+    lines = ["## Data preparation (data/prepare.py)", "",
+             "`dev/bench/prepare_bench.py`: `data/prepare.py` with its defaults (Llama 3 tokenizer, 256 MiB "
+             "buffer) on the same text in each input format, the offline Debian documentation of "
+             "`/usr/share/doc` repeated to the size given. tokens/s per worker = tokens / wall time / workers, "
+             "against tiktoken's `encode_ordinary` on one core (tokens per CPU second, on the same text, measured "
+             "just before each run); per worker CPU second = tokens / the workers' CPU time, which other load on "
+             "the machine does not lower. Peak memory: the most the whole process tree held at once, polled "
+             "every 0.1 s from /proc, as PSS (pages the forked workers share counted once) and RSS (counted in "
+             "each process).", ""]
+    for setting in sorted(set(k[:4] for k in latest), key=str):
+        recs = sorted((r for k, r in latest.items() if k[:4] == setting),
+                      key=lambda r: PREPARE_FORMATS.index(r["format"]) if r["format"] in PREPARE_FORMATS else 99)
+        cpu, cpus, workers, size = setting
+        first = recs[0]
+        loads = [r.get(k) for r in recs for k in ("loadavg_before", "loadavg_after") if r.get(k) is not None]
+        dates = sorted(set(str(r.get("date", "?"))[:16].replace("T", " ") for r in recs))
+        lines += ["%s, %s CPUs, %s workers; %.3g GB of text per format (%s); load average %.1f to %.1f. "
+                  "Measured %s UTC, commit %s."
+                  % (cpu, cpus, workers, size / 1e9, first.get("source", "?"), min(loads or [0]), max(loads or [0]),
+                     ", ".join(dates), ", ".join(distinct(recs, "git_commit")) or "?"), ""]
+        rows = [[r["format"], "%.2f GB" % (r["input_bytes"] / 1e9), "{:,}".format(r["tokens"]), "%.0f" % r["seconds"],
+                 "{:,}".format(r["tokens_per_s"]),
+                 "{:,} ({:.0%})".format(r["tokens_per_s_per_worker"], r["per_worker_vs_tiktoken"]),
+                 "{:,} ({:.0%})".format(r["tokens_per_worker_cpu_s"], r["per_cpu_vs_tiktoken"]),
+                 "{:,}".format(r["tiktoken_1core_tokens_per_s"]),
+                 "%.2f GB (%.2f GB)" % (r["peak_pss_bytes"] / 1e9, r["peak_rss_bytes"] / 1e9)] for r in recs]
+        lines += [md_table(["format", "input", "tokens", "s", "tokens/s", "per worker (of tiktoken)",
+                            "per worker CPU s (of tiktoken)", "tiktoken, 1 core", "peak memory PSS (RSS)"], rows), ""]
+    return lines
+
+
+def write_report(e2e, kernels, docs_dir, plot=True, profiles=(), prepare=(), extra=()):
     img_dir = os.path.join(docs_dir, "img")
     os.makedirs(img_dir, exist_ok=True)
     plt = None
@@ -598,8 +638,10 @@ def write_report(e2e, kernels, docs_dir, plot=True, profiles=(), extra=()):
         lines += kernel_section(kernels, img_dir, plt)
     if profiles:
         lines += profile_section(profiles)
+    if prepare:
+        lines += prepare_section(prepare)
     lines += list(extra)
-    if not e2e and not kernels:
+    if not e2e and not kernels and not prepare and not extra:
         lines += ["No benchmark records yet: run `dev/bench/run_all.sh` on the GPU machine.", ""]
     lines.append("Generated %s by `dev/bench/report.py`." %
                  datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
@@ -624,8 +666,9 @@ def main(argv):
     kernels = [r for f in k_files for r in load_jsonl(f)]
     e2e = [r for r in e2e if all(k in r for k in ("system", "model", "B", "T", "status"))]
     kernels = [r for r in kernels if "kernel" in r and ("system" in r or "impl" in r)]
+    prepare = [r for r in load_jsonl(os.path.join(args.results_dir, "prepare.jsonl")) if r.get("bench") == "prepare"]
     path = write_report(e2e, kernels, args.docs_dir, plot=not args.no_plots, profiles=load_profiles(args.results_dir),
-                        extra=fp8_section(args.results_dir) + docmask_section(args.results_dir))
+                        prepare=prepare, extra=fp8_section(args.results_dir) + docmask_section(args.results_dir))
     print("wrote %s (%d e2e records, %d kernel records)" % (os.path.relpath(path, os.getcwd()), len(e2e),
                                                           len(kernels)))
     return 0

@@ -367,9 +367,12 @@ def _worker_main(conn, parent_ends, encoder):
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
-    # Tasks are taken in by a thread as they come, so that the main process never waits to send one while this
-    # process waits to send a result: with both pipes full, each would wait for the other.
-    tasks = queue.Queue()
+    # Tasks are taken in, and results sent, by threads of their own: the main process, which takes the results in
+    # task order, may be reading another worker's, and this one goes on tokenizing meanwhile (with one thread,
+    # workers waited to send a sixth of the time); nor can the main process wait to send a task while this one
+    # waits to send a result, each for the other. At most TASKS_PER_WORKER tasks are in flight per worker, so
+    # neither queue grows past that.
+    tasks, results = queue.Queue(), queue.Queue()
 
     def take_in():
         try:
@@ -378,16 +381,24 @@ def _worker_main(conn, parent_ends, encoder):
         except (EOFError, OSError):
             tasks.put(None)
 
+    def send_out():
+        while (result := results.get()) is not None:
+            try:
+                conn.send_bytes(result)
+            except OSError:  # the main process stopped (Ctrl-C, an error) and closed the pipe
+                return
+
     threading.Thread(target=take_in, daemon=True).start()
+    sender = threading.Thread(target=send_out)
+    sender.start()
     while (task := tasks.get()) is not None:
         try:
             result = encoder.encode(*pickle.loads(task))
         except Exception:  # a bug: reported by the main process
             result = RuntimeError("a tokenizer worker failed:\n" + traceback.format_exc())
-        try:
-            conn.send_bytes(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
-        except OSError:  # the main process stopped (Ctrl-C, an error) and closed the pipe
-            return
+        results.put(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
+    results.put(None)
+    sender.join()
 
 
 class WorkerPool:
@@ -1182,6 +1193,9 @@ def prefetch(items):
 # ---------------------------------------------------------------- driver
 
 TASK_BYTES = 1 << 20  # text per worker task: big enough to make the hand-off cheap, small enough to share out
+# Tasks in flight per worker: a worker a few tasks ahead goes on while the main process, which takes results in task
+# order, waits for a slower one's (at 2, the workers of a 2-CPU machine stood idle more often).
+TASKS_PER_WORKER = 4
 STATE_VERSION = 1
 
 
@@ -1390,11 +1404,11 @@ class Run:
 
     def _stream(self, pool):
         blocks = prefetch(shuffled_blocks(self.source, self.buffer_bytes, self.args.seed))
-        window = collections.deque()  # tasks being tokenized, in order; at most 2 per worker, to bound memory
+        window = collections.deque()  # tasks being tokenized, in order; a few per worker, to bound memory
         for kinds, items, origins, nbytes in self._tasks(self._pieces(blocks)):
             pool.send((kinds, items))
             window.append((kinds, origins, nbytes))
-            if len(window) >= 2 * self.args.workers:
+            if len(window) >= TASKS_PER_WORKER * self.args.workers:
                 self._take(*window.popleft(), pool.receive())
         while window:
             self._take(*window.popleft(), pool.receive())

@@ -579,9 +579,11 @@ def prepare_section(records):
              "`/usr/share/doc` repeated to the size given. tokens/s per worker = tokens / wall time / workers, "
              "against tiktoken's `encode_ordinary` on one core (tokens per CPU second, on the same text, measured "
              "just before each run); per worker CPU second = tokens / the workers' CPU time, which other load on "
-             "the machine does not lower. Peak memory: the most the whole process tree held at once, polled "
-             "every 0.1 s from /proc, as PSS (pages the forked workers share counted once) and RSS (counted in "
-             "each process).", ""]
+             "the machine does not lower. The main process (reading, splitting, writing) needs CPU too: with "
+             "as many workers as CPUs it takes it from them, and its CPU time says how many workers one main "
+             "process can feed. Peak memory: the most the whole process tree held at once, polled every 0.1 s "
+             "from /proc, as PSS (pages the forked workers share counted once) and RSS (counted in each "
+             "process).", ""]
     for setting in sorted(set(k[:4] for k in latest), key=str):
         recs = sorted((r for k, r in latest.items() if k[:4] == setting),
                       key=lambda r: PREPARE_FORMATS.index(r["format"]) if r["format"] in PREPARE_FORMATS else 99)
@@ -597,10 +599,11 @@ def prepare_section(records):
                  "{:,}".format(r["tokens_per_s"]),
                  "{:,} ({:.0%})".format(r["tokens_per_s_per_worker"], r["per_worker_vs_tiktoken"]),
                  "{:,} ({:.0%})".format(r["tokens_per_worker_cpu_s"], r["per_cpu_vs_tiktoken"]),
-                 "{:,}".format(r["tiktoken_1core_tokens_per_s"]),
+                 "{:,}".format(r["tiktoken_1core_tokens_per_s"]), "%.1f" % (r.get("main_cpu_seconds") or 0),
                  "%.2f GB (%.2f GB)" % (r["peak_pss_bytes"] / 1e9, r["peak_rss_bytes"] / 1e9)] for r in recs]
         lines += [md_table(["format", "input", "tokens", "s", "tokens/s", "per worker (of tiktoken)",
-                            "per worker CPU s (of tiktoken)", "tiktoken, 1 core", "peak memory PSS (RSS)"], rows), ""]
+                            "per worker CPU s (of tiktoken)", "tiktoken, 1 core", "main process CPU s",
+                            "peak memory PSS (RSS)"], rows), ""]
     return lines
 
 

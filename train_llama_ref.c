@@ -516,16 +516,11 @@ static void llama_alloc_activations(Llama *m, int B, int T)
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
         *bufs[i].ptr = (float *)malloc_check((size_t)bufs[i].n * sizeof(float), bufs[i].what);
     }
-    if (m->fp8) { /* room for any of the four Linear maps (in, out): qkv, o, gate_up, down */
-        int64_t shapes[4][2] = {{C, QKV}, {HD, C}, {C, 2 * F}, {F, C}}, widest_in = 0, widest_out = 0, largest_w = 0;
-        for (int i = 0; i < 4; i++) {
-            widest_in = shapes[i][0] > widest_in ? shapes[i][0] : widest_in;
-            widest_out = shapes[i][1] > widest_out ? shapes[i][1] : widest_out;
-            largest_w = shapes[i][0] * shapes[i][1] > largest_w ? shapes[i][0] * shapes[i][1] : largest_w;
-        }
-        m->fp8_in = (float *)malloc_check((size_t)(BT * widest_in) * sizeof(float), "FP8 emulation: inputs");
-        m->fp8_out = (float *)malloc_check((size_t)(BT * widest_out) * sizeof(float), "FP8 emulation: gradients");
-        m->fp8_w = (float *)malloc_check((size_t)largest_w * sizeof(float), "FP8 emulation: weights");
+    if (m->fp8) {
+        LinearExtents e = llama_linear_extents(&m->config);
+        m->fp8_in = (float *)malloc_check((size_t)(BT * e.widest_in) * sizeof(float), "FP8 emulation: inputs");
+        m->fp8_out = (float *)malloc_check((size_t)(BT * e.widest_out) * sizeof(float), "FP8 emulation: gradients");
+        m->fp8_w = (float *)malloc_check((size_t)e.largest_w * sizeof(float), "FP8 emulation: weights");
     }
     m->doc_first = (int *)malloc_check((size_t)BT * sizeof(int), "document starts");
     m->doc_pos = (int *)malloc_check((size_t)BT * sizeof(int), "document positions");

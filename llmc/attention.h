@@ -69,8 +69,8 @@ static inline int attention_deterministic_fits(int B, int H, int T)
 typedef struct {
     int slots;          /* sequences, a power of two; those past the documents have length 0 */
     int max_len;        /* the longest sequence's length or more, at most T */
-    const int *seq_len; /* [slots] */
-    const int *start;   /* [slots + 1] token index of each sequence's start in the batch */
+    int *seq_len;       /* [slots] */
+    int *start;         /* [slots + 1] token index of each sequence's start in the batch */
     int *qkv_offsets;   /* [slots + 1] start * (H + 2 KV) * D, */
     int *out_offsets;   /* start * H * D and */
     int *stats_offsets; /* start * H: filled by attention_documents_offsets */

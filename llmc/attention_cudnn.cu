@@ -432,8 +432,8 @@ static void documents_bind(const AttentionDocs *docs, int B, int T, int H, int K
         FAIL("attention: packed documents with %d slots and longest %d (T = %d)", docs->slots, docs->max_len, T);
     *graph_B = docs->slots;
     *graph_T = docs->max_len;
-    pack[UID_SEQ_LEN_Q] = const_cast<int *>(docs->seq_len);
-    pack[UID_SEQ_LEN_KV] = const_cast<int *>(docs->seq_len);
+    pack[UID_SEQ_LEN_Q] = docs->seq_len;
+    pack[UID_SEQ_LEN_KV] = docs->seq_len;
     pack[UID_QKV_OFFSETS] = docs->qkv_offsets;
     pack[UID_OUT_OFFSETS] = docs->out_offsets;
     pack[UID_STATS_OFFSETS] = docs->stats_offsets;

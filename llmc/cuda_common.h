@@ -131,49 +131,57 @@ template <class T> __device__ __forceinline__ void store16(T *address, Vec16<T> 
     *reinterpret_cast<int4 *>(address) = *reinterpret_cast<const int4 *>(value.v);
 }
 
-__device__ __forceinline__ float warp_sum(float x)
+/* The two reductions kernels need over a warp or a block. */
+enum Reduce { REDUCE_SUM, REDUCE_MAX };
+
+__device__ __forceinline__ float reduce_op(float a, float b, Reduce op)
 {
-    for (int offset = WARP_SIZE / 2; offset > 0; offset >>= 1)
-        x += __shfl_xor_sync(0xffffffffu, x, offset);
-    return x;
-}
-__device__ __forceinline__ float warp_max(float x)
-{
-    for (int offset = WARP_SIZE / 2; offset > 0; offset >>= 1)
-        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
-    return x;
+    return op == REDUCE_SUM ? a + b : fmaxf(a, b);
 }
 
-/* Sum over a block whose size is a multiple of 32 (at most 1024); every thread gets the result.
- * shared must hold 32 floats. */
-__device__ __forceinline__ float block_sum(float x, float *shared)
+__device__ __forceinline__ float warp_reduce(float x, Reduce op)
+{
+    for (int offset = WARP_SIZE / 2; offset > 0; offset >>= 1)
+        x = reduce_op(x, __shfl_xor_sync(0xffffffffu, x, offset), op);
+    return x;
+}
+__device__ __forceinline__ float warp_sum(float x)
+{
+    return warp_reduce(x, REDUCE_SUM);
+}
+
+/* Reduction over a block whose size is a multiple of 32 (at most 1024); every thread gets the result. shared must
+ * hold 32 floats. Padding with 0 is neutral for the max too: the max callers reduce magnitudes (>= 0). */
+__device__ __forceinline__ float block_reduce(float x, float *shared, Reduce op)
 {
     int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, n_warps = blockDim.x / WARP_SIZE;
-    x = warp_sum(x);
+    x = warp_reduce(x, op);
     __syncthreads(); /* shared may still be read by a previous call */
     if (lane == 0)
         shared[warp] = x;
     __syncthreads();
-    x = lane < n_warps ? shared[lane] : 0.0f;
-    return warp_sum(x);
+    return warp_reduce(lane < n_warps ? shared[lane] : 0.0f, op);
+}
+__device__ __forceinline__ float block_sum(float x, float *shared)
+{
+    return block_reduce(x, shared, REDUCE_SUM);
 }
 
 /* target[0] = max(target[0], max over the block of x), one atomic per block, for x >= 0 (non-negative floats order
- * as their bits do, so an int atomicMax is a float max). For FP8 scales: the amax of a tensor its producer writes,
- * without another pass over it (linear.h). Block size a multiple of 32; shared must hold 32 floats. */
+ * as their bits do, so an int atomicMax is a float max). For FP8 scales: the amax of a tensor, taken by the kernel
+ * that reads or writes it anyway (linear.h). Block size a multiple of 32; shared must hold 32 floats. */
 __device__ __forceinline__ void block_max_into(float *target, float x, float *shared)
 {
-    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, n_warps = blockDim.x / WARP_SIZE;
-    x = warp_max(x);
-    __syncthreads(); /* shared may still be read by a previous call */
-    if (lane == 0)
-        shared[warp] = x;
-    __syncthreads();
-    if (warp == 0) {
-        x = warp_max(lane < n_warps ? shared[lane] : 0.0f);
-        if (lane == 0)
-            atomicMax((int *)target, __float_as_int(x));
-    }
+    x = block_reduce(x, shared, REDUCE_MAX);
+    if (threadIdx.x == 0)
+        atomicMax((int *)target, __float_as_int(x));
+}
+
+/* Zeroes the amax that block_max_into kernels will raise; NULL (no FP8): nothing. */
+static inline void amax_reset(float *amax, cudaStream_t stream)
+{
+    if (amax)
+        CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), stream));
 }
 
 #endif /* LLMC_CUDA_COMMON_H */

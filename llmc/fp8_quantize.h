@@ -34,26 +34,16 @@ __device__ __forceinline__ uint8_t fp8_code(float x, Fp8Format f)
     return (uint8_t)__nv_cvt_float_to_fp8(x, __NV_SATFINITE, f == FP8_E4M3 ? __NV_E4M3 : __NV_E5M2);
 }
 
-/* Non-negative floats order as their bits do, so an int atomicMax is a float max. */
 __global__ void __launch_bounds__(FP8_THREADS) fp8_amax_kernel(float *amax, const bf16 *x, int64_t n8)
 {
-    __shared__ float warp_max[FP8_THREADS / WARP_SIZE];
+    __shared__ float shared[WARP_SIZE];
     float m = 0.0f;
     for (int64_t i = blockIdx.x * (int64_t)FP8_THREADS + threadIdx.x; i < n8; i += (int64_t)gridDim.x * FP8_THREADS) {
         bf16x8 v = load16(x + i * 8);
         for (int k = 0; k < 8; k++)
             m = fmaxf(m, fabsf(__bfloat162float(v.v[k])));
     }
-    for (int off = WARP_SIZE / 2; off > 0; off /= 2)
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-    if (threadIdx.x % WARP_SIZE == 0)
-        warp_max[threadIdx.x / WARP_SIZE] = m;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        for (int w = 1; w < FP8_THREADS / WARP_SIZE; w++)
-            m = fmaxf(m, warp_max[w]);
-        atomicMax((int *)amax, __float_as_int(m));
-    }
+    block_max_into(amax, m, shared);
 }
 
 __global__ void __launch_bounds__(FP8_THREADS)
@@ -92,13 +82,14 @@ __global__ void __launch_bounds__(FP8_THREADS)
         if (r0 + r >= R || c0 + c >= C)
             continue;
         bf16x8 in = load16(x + (r0 + r) * C + c0 + c);
-        uint8_t out[8];
-        for (int j = 0; j < 8; j++) {
+        for (int j = 0; j < 8; j++)
             tile[c + j][r] = __bfloat162float(in.v[j]) * scale;
-            out[j] = fp8_code(tile[c + j][r], f);
-        }
-        if (codes)
+        if (codes) {
+            uint8_t out[8];
+            for (int j = 0; j < 8; j++)
+                out[j] = fp8_code(tile[c + j][r], f);
             *reinterpret_cast<uint2 *>(codes + (r0 + r) * C + c0 + c) = *reinterpret_cast<const uint2 *>(out);
+        }
     }
     __syncthreads();
     for (int v = threadIdx.x; v < FP8_T_COLS * FP8_T_ROWS / 4; v += FP8_THREADS) {
@@ -126,7 +117,7 @@ static inline void fp8_amax(float *amax, const bf16 *x, int64_t n, cudaStream_t 
     int64_t n8 = n / 8;
     int blocks = (int)(ceil_div(n8, FP8_THREADS) < FP8_AMAX_BLOCKS ? ceil_div(n8, FP8_THREADS) : FP8_AMAX_BLOCKS);
     profile_push(PROF_FP8, stream);
-    CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), stream));
+    amax_reset(amax, stream);
     fp8_amax_kernel<<<blocks, FP8_THREADS, 0, stream>>>(amax, x, n8);
     CUDA_CHECK_LAST();
     profile_pop(stream);

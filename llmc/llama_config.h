@@ -395,6 +395,38 @@ static inline LlamaConfig llama_config_from_tensorfile(const TensorFile *tf)
     return c;
 }
 
+/* A layer's four Linear maps y = x W^T, in this order (with FP8, each layer's map has its own slot, linear.h), and
+ * their shapes: W is [out, in]. */
+enum { LINEAR_QKV, LINEAR_O, LINEAR_GATE_UP, LINEAR_DOWN, LINEAR_MAPS };
+typedef struct {
+    int64_t in, out;
+} LinearShape;
+
+static inline LinearShape llama_linear_shape(const LlamaConfig *c, int map)
+{
+    int64_t C = c->d_model, F = c->ffn_dim, HD = (int64_t)c->n_head * c->head_dim;
+    int64_t QKV = (int64_t)(c->n_head + 2 * c->n_kv_head) * c->head_dim;
+    LinearShape shapes[LINEAR_MAPS] = {{C, QKV}, {HD, C}, {C, 2 * F}, {F, C}};
+    return shapes[map];
+}
+
+/* What room for the operands of any of the four maps takes: the widest input and output row, the largest W. */
+typedef struct {
+    int64_t widest_in, widest_out, largest_w;
+} LinearExtents;
+
+static inline LinearExtents llama_linear_extents(const LlamaConfig *c)
+{
+    LinearExtents e = {0, 0, 0};
+    for (int map = 0; map < LINEAR_MAPS; map++) {
+        LinearShape s = llama_linear_shape(c, map);
+        e.widest_in = s.in > e.widest_in ? s.in : e.widest_in;
+        e.widest_out = s.out > e.widest_out ? s.out : e.widest_out;
+        e.largest_w = s.in * s.out > e.largest_w ? s.in * s.out : e.largest_w;
+    }
+    return e;
+}
+
 /* Parameter count, and the PaLM/torchtitan FLOPs per token of one training
  * step: 6 N (N without the embedding, which is a lookup, but with lm_head,
  * tied or not) + 12 L H D T for the attention scores and values. */

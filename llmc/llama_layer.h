@@ -57,8 +57,7 @@ static inline LayerSpec layer_spec(const LlamaConfig *c, int B, int T, int recom
     return sp;
 }
 
-/* A layer's four Linear maps; with FP8 each has its own slot of saved amax (linear.h). */
-enum { LINEAR_QKV, LINEAR_O, LINEAR_GATE_UP, LINEAR_DOWN, LINEAR_MAPS };
+/* With FP8, each layer's Linear map (LINEAR_QKV..LINEAR_DOWN, llama_config.h) has its own slot (linear.h). */
 static inline int linear_slot(int layer, int map)
 {
     return layer * LINEAR_MAPS + map;

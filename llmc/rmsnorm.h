@@ -247,8 +247,7 @@ static inline void fused_residual_rmsnorm_forward_amax(bf16 *residual_out, bf16 
 {
     rmsnorm_check_size(N, C);
     profile_push(PROF_NORM, stream);
-    if (amax != NULL)
-        CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), stream));
+    amax_reset(amax, stream);
     rmsnorm_forward_kernel<<<N, rmsnorm_threads(C), 0, stream>>>(residual_out, out, rstd, residual_in, branch, weight,
                                                                  C, eps, amax);
     CUDA_CHECK_LAST();
@@ -283,8 +282,7 @@ static inline void rmsnorm_backward_amax(bf16 *dinp, bf16 *dweight, float *scrat
 {
     rmsnorm_check_size(N, C);
     profile_push(PROF_NORM, stream);
-    if (amax != NULL)
-        CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), stream));
+    amax_reset(amax, stream);
     int n_partials = ceil_div(N, RMSNORM_BWD_ROWS);
     rmsnorm_backward_kernel<<<n_partials, rmsnorm_threads(C), 0, stream>>>(dinp, scratch, dout, inp, weight, rstd, N, C,
                                                                            amax);

@@ -126,8 +126,7 @@ static inline dim3 swiglu_grid(int N, int F)
 static inline void swiglu_forward_amax(bf16 *out, const bf16 *gate_up, int N, int F, float *amax, cudaStream_t stream)
 {
     profile_push(PROF_SWIGLU, stream);
-    if (amax != NULL)
-        CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), stream));
+    amax_reset(amax, stream);
     swiglu_forward_kernel<<<swiglu_grid(N, F), swiglu_threads(F), 0, stream>>>(out, gate_up, F, amax);
     CUDA_CHECK_LAST();
     profile_pop(stream);
@@ -143,8 +142,7 @@ static inline void swiglu_backward_amax(bf16 *dgate_up, const bf16 *dout, const 
                                         float *amax, cudaStream_t stream)
 {
     profile_push(PROF_SWIGLU, stream);
-    if (amax != NULL)
-        CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), stream));
+    amax_reset(amax, stream);
     swiglu_backward_kernel<<<swiglu_grid(N, F), swiglu_threads(F), 0, stream>>>(dgate_up, dout, gate_up, F, amax);
     CUDA_CHECK_LAST();
     profile_pop(stream);

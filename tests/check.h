@@ -53,11 +53,23 @@ static inline int check_summary(void)
     return check_failed ? 1 : 0;
 }
 
+/* Normwise relative error ||got - ref|| / ||ref|| (absolute where ref is all zero); NaN or inf where got has one. */
+static inline double normwise_error(const float *got, const float *ref, int64_t n)
+{
+    double ss_diff = 0.0, ss_ref = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)got[i] - ref[i];
+        ss_diff += isfinite(got[i]) ? d * d : NAN;
+        ss_ref += (double)ref[i] * ref[i];
+    }
+    return ss_ref > 0.0 ? sqrt(ss_diff / ss_ref) : sqrt(ss_diff);
+}
+
 /* Max relative error of got against ref (see the top); *normwise (may be NULL)
  * gets the normwise one. A non-finite value in got makes the error NaN. */
 static inline double max_rel_error(const float *got, const float *ref, int64_t n, double *normwise)
 {
-    double max_diff = 0.0, max_ref = 0.0, ss_diff = 0.0, ss_ref = 0.0;
+    double max_diff = 0.0, max_ref = 0.0;
     for (int64_t i = 0; i < n; i++) {
         double d = fabs((double)got[i] - ref[i]);
         if (!isfinite(got[i]))
@@ -65,11 +77,9 @@ static inline double max_rel_error(const float *got, const float *ref, int64_t n
         if (!(d <= max_diff)) /* so that a NaN becomes the error */
             max_diff = d;
         max_ref = fmax(max_ref, fabs((double)ref[i]));
-        ss_diff += d * d;
-        ss_ref += (double)ref[i] * ref[i];
     }
     if (normwise)
-        *normwise = ss_ref > 0.0 ? sqrt(ss_diff / ss_ref) : sqrt(ss_diff);
+        *normwise = normwise_error(got, ref, n);
     return max_ref > 0.0 ? max_diff / max_ref : max_diff;
 }
 

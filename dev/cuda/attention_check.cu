@@ -288,8 +288,8 @@ static void check_documents(void)
     AttentionDocs docs;
     docs.slots = d.slots;
     docs.max_len = d.max_len;
-    docs.seq_len = (const int *)dev_upload(seq_len, (size_t)d.slots * 4);
-    docs.start = (const int *)dev_upload(start, (size_t)(d.slots + 1) * 4);
+    docs.seq_len = (int *)dev_upload(seq_len, (size_t)d.slots * 4);
+    docs.start = (int *)dev_upload(start, (size_t)(d.slots + 1) * 4);
     docs.qkv_offsets = (int *)dev_alloc((size_t)(d.slots + 1) * 4);
     docs.out_offsets = (int *)dev_alloc((size_t)(d.slots + 1) * 4);
     docs.stats_offsets = (int *)dev_alloc((size_t)(d.slots + 1) * 4);

@@ -136,14 +136,14 @@ static float *read_weights(const char *path, const ParamLayout *layout)
 }
 
 /* Losses and final master weights of n AdamW steps on the batch, taken as
- * `micro_steps` micro-steps, with ZeRO `stage` on this one GPU. */
+ * `micro_steps` micro-steps, with ZeRO `stage` on this one GPU (fp8: --fp8). */
 static float *zero_stage_run(const LlamaConfig *c, const char *weights_path, const int *tokens, const int *targets,
                              int B, int T, int micro_steps, int stage, int n, const AdamWConfig *opt, float **master,
-                             cudaStream_t s)
+                             int fp8, cudaStream_t s)
 {
     Llama m;
     int rows = B / micro_steps;
-    build(&m, c, rows, T, 1, micro_steps, stage);
+    build_fp8(&m, c, rows, T, 1, micro_steps, stage, fp8);
     llama_load_weights(&m, weights_path);
     int64_t count = count_targets(targets, (int64_t)B * T);
     float *losses = (float *)malloc_check(sizeof(float) * n, "losses");
@@ -179,7 +179,7 @@ static void test_zero_stages(const LlamaConfig *c, const char *weights_path, con
     for (int split = 0; split < (B > 1 ? 2 : 1); split++) {
         int micro_steps = splits[split];
         float *ref_master, *ref_losses[4] = {0}, *masters[4] = {0};
-        ref_losses[1] = zero_stage_run(c, weights_path, tokens, targets, B, T, micro_steps, 1, n, opt, &ref_master, s);
+        ref_losses[1] = zero_stage_run(c, weights_path, tokens, targets, B, T, micro_steps, 1, n, opt, &ref_master, 0, s);
         masters[1] = ref_master;
         if (micro_steps == 1)
             check(memcmp(ref_losses[1], stage0_losses, sizeof(float) * n) == 0,
@@ -188,7 +188,7 @@ static void test_zero_stages(const LlamaConfig *c, const char *weights_path, con
             if (stage == 1)
                 continue;
             float *losses =
-                zero_stage_run(c, weights_path, tokens, targets, B, T, micro_steps, stage, n, opt, &masters[stage], s);
+                zero_stage_run(c, weights_path, tokens, targets, B, T, micro_steps, stage, n, opt, &masters[stage], 0, s);
             ref_losses[stage] = losses;
             int same =
                 memcmp(losses, ref_losses[1], sizeof(float) * n) == 0 && memcmp(masters[stage], ref_master, bytes) == 0;
@@ -209,17 +209,6 @@ static void test_zero_stages(const LlamaConfig *c, const char *weights_path, con
             free(masters[stage]);
         }
     }
-}
-
-/* ||got - ref|| / ||ref|| over n values. */
-static double normwise_error(const float *got, const float *ref, int64_t n)
-{
-    double diff = 0.0, norm = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        diff += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
-        norm += (double)ref[i] * ref[i];
-    }
-    return norm > 0.0 ? sqrt(diff / norm) : sqrt(diff);
 }
 
 /* One Linear map (linear.h) on FP8 against the CPU reference's emulation of it (tests/ref_capi.h), on the same
@@ -248,15 +237,29 @@ static void test_fp8_linear(cudaStream_t s)
     bf16 *x_d = upload_bf16(x, nx), *w_d = upload_bf16(w, nw), *dy_d = upload_bf16(dy, ny);
     bf16 *y_d = (bf16 *)cuda_malloc_named((size_t)ny * 2, "y"), *dx_d = (bf16 *)cuda_malloc_named((size_t)nx * 2, "dx"),
          *dw_d = (bf16 *)cuda_malloc_named((size_t)nw * 2, "dw");
-    Fp8Scratch q;
-    fp8_scratch_build(&q, nx, ny, nw, 1);
-    linear_forward(y_d, x_d, w_d, N, IC, OC, &q, 0, 0, s);
-    linear_backward(dx_d, dw_d, dy_d, x_d, w_d, N, IC, OC, 0, &q, 0, 0, s);
-    CUDA_CHECK(cudaStreamSynchronize(s));
-    float *y = download_bf16(y_d, ny), *dx = download_bf16(dx_d, nx), *dw = download_bf16(dw_d, nw);
-    linear_backward(dx_d, dw_d, dy_d, x_d, w_d, N, IC, OC, 1, &q, 0, 0, s); /* dW += the same gradient */
-    CUDA_CHECK(cudaStreamSynchronize(s));
-    float *dw2 = download_bf16(dw_d, nw);
+    /* the weight's codes made at each use, then kept (made once, in the forward, and reused by both backwards):
+     * the same codes, so the same bits */
+    float *y = NULL, *dx = NULL, *dw = NULL, *dw2 = NULL;
+    for (int kept = 0; kept < 2; kept++) {
+        Fp8Scratch q;
+        fp8_scratch_build(&q, nx, ny, nw, 1, kept ? &nw : NULL);
+        linear_forward(y_d, x_d, w_d, N, IC, OC, &q, 0, 0, s);
+        linear_backward(dx_d, dw_d, dy_d, x_d, w_d, N, IC, OC, 0, &q, 0, 0, s);
+        CUDA_CHECK(cudaStreamSynchronize(s));
+        float *y1 = download_bf16(y_d, ny), *dx1 = download_bf16(dx_d, nx), *dw1 = download_bf16(dw_d, nw);
+        linear_backward(dx_d, dw_d, dy_d, x_d, w_d, N, IC, OC, 1, &q, 0, 0, s); /* dW += the same gradient */
+        CUDA_CHECK(cudaStreamSynchronize(s));
+        float *dw21 = download_bf16(dw_d, nw);
+        fp8_scratch_free(&q);
+        if (!kept) {
+            y = y1, dx = dx1, dw = dw1, dw2 = dw21;
+            continue;
+        }
+        check(memcmp(y, y1, (size_t)ny * 4) == 0 && memcmp(dx, dx1, (size_t)nx * 4) == 0 &&
+                  memcmp(dw, dw1, (size_t)nw * 4) == 0 && memcmp(dw2, dw21, (size_t)nw * 4) == 0,
+              "fp8 Linear: the weight's codes kept or made at each use give bit-identical results");
+        free(y1), free(dx1), free(dw1), free(dw21);
+    }
     float *ry = (float *)malloc_check((size_t)ny * 4, "ref y"), *rdx = (float *)malloc_check((size_t)nx * 4, "ref dx"),
           *rdw = (float *)malloc_check((size_t)nw * 4, "ref dw");
     ref_fp8_linear(ry, rdx, rdw, x, w, dy, N, IC, OC);
@@ -268,7 +271,6 @@ static void test_fp8_linear(cudaStream_t s)
           "fp8 Linear: output %.1e, input gradient %.1e, weight gradient %.1e, accumulated %.1e normwise from the "
           "CPU emulation (tol 4e-3, 8e-3 accumulated)",
           ey, edx, edw, edw2);
-    fp8_scratch_free(&q);
     cuda_free(x_d), cuda_free(w_d), cuda_free(dy_d), cuda_free(y_d), cuda_free(dx_d), cuda_free(dw_d);
     free(x), free(w), free(dy), free(y), free(dx), free(dw), free(dw2), free(ry), free(rdx), free(rdw);
 }
@@ -322,6 +324,18 @@ static void test_fp8(const LlamaConfig *c, const char *weights_path, cudaStream_
     float *grads3 = download_grads(&m);
     check(memcmp(grads, grads3, (size_t)P * 4) == 0, "fp8: recompute level 3 gives bit-identical gradients");
     llama_free(&m);
+    /* The weights' codes are kept for a step, except under ZeRO 3, which makes them at each use (linear.h): over 3
+     * AdamW steps (lr 1e-3 moves each weight by some 5%, so codes kept past an update would change the later losses)
+     * both give the same bits. */
+    AdamWConfig adamw = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    float *kept_master, *made_master;
+    float *kept = zero_stage_run(c, weights_path, tokens, targets, B, T, 1, 1, 3, &adamw, &kept_master, 1, s);
+    float *made = zero_stage_run(c, weights_path, tokens, targets, B, T, 1, 3, 3, &adamw, &made_master, 1, s);
+    check(memcmp(kept, made, 3 * sizeof(float)) == 0 && memcmp(kept_master, made_master, (size_t)P * 4) == 0,
+          "fp8: weight codes kept for a step (ZeRO 1) and made at each use (ZeRO 3): the same losses (%.6f %.6f "
+          "%.6f) and master weights after 3 steps",
+          kept[0], kept[1], kept[2]);
+    free(kept), free(made), free(kept_master), free(made_master);
     free(grads3), free(grads), free(ref8), free(ref32), free(tokens), free(targets);
 }
 

@@ -74,7 +74,7 @@ typedef struct {
     int *h_workspace;
     /* with opt.doc_mask: the micro-batch's documents (attention.h's ragged sequences, RoPE positions) */
     AttentionDocs docs;
-    int *doc_seq_len, *doc_start, *doc_positions;       /* device: [N + 1], [N + 1], [N] */
+    int *doc_positions;                                 /* device: [N]; docs holds the lengths and starts */
     int *h_doc_seq_len, *h_doc_start, *h_doc_positions; /* pinned host slots per micro-step, as the plans' */
     int *h_doc_first;                                   /* [N] */
 } LlamaBatch;
@@ -119,14 +119,12 @@ static inline void llama_batch_build(LlamaBatch *b, int64_t N, int V, int max_mi
         (int *)malloc_check(embedding_backward_plan_workspace_ints((int)N, V) * sizeof(int), "embedding backward plan");
     if (doc_mask) {
         size_t ends = (size_t)(N + 1) * sizeof(int);
-        b->doc_seq_len = (int *)cuda_malloc_named(ends, "packed documents: lengths");
-        b->doc_start = (int *)cuda_malloc_named(ends, "packed documents: starts");
+        b->docs.seq_len = (int *)cuda_malloc_named(ends, "packed documents: lengths");
+        b->docs.start = (int *)cuda_malloc_named(ends, "packed documents: starts");
         b->doc_positions = (int *)cuda_malloc_named((size_t)N * sizeof(int), "packed documents: RoPE positions");
         b->docs.qkv_offsets = (int *)cuda_malloc_named(ends, "packed documents: qkv offsets");
         b->docs.out_offsets = (int *)cuda_malloc_named(ends, "packed documents: output offsets");
         b->docs.stats_offsets = (int *)cuda_malloc_named(ends, "packed documents: stats offsets");
-        b->docs.seq_len = b->doc_seq_len;
-        b->docs.start = b->doc_start;
         CUDA_CHECK(cudaMallocHost(&b->h_doc_seq_len, ends * max_micro_steps));
         CUDA_CHECK(cudaMallocHost(&b->h_doc_start, ends * max_micro_steps));
         CUDA_CHECK(cudaMallocHost(&b->h_doc_positions, (size_t)N * sizeof(int) * max_micro_steps));
@@ -146,8 +144,8 @@ static inline void llama_batch_free(LlamaBatch *b)
     CUDA_CHECK(cudaFreeHost(b->h_positions));
     free(b->h_workspace);
     if (b->h_doc_first != NULL) {
-        cuda_free(b->doc_seq_len);
-        cuda_free(b->doc_start);
+        cuda_free(b->docs.seq_len);
+        cuda_free(b->docs.start);
         cuda_free(b->doc_positions);
         cuda_free(b->docs.qkv_offsets);
         cuda_free(b->docs.out_offsets);
@@ -183,15 +181,18 @@ static inline void llama_build(Llama *m, const LlamaConfig *config, const LlamaO
     free(table);
     llama_batch_build(&m->batch, N, (int)V, opt->max_micro_steps, opt->doc_mask);
     if (opt->fp8) {
-        int64_t C = c->d_model, F = c->ffn_dim, HD = (int64_t)c->n_head * c->head_dim;
-        int64_t QKV = (int64_t)(c->n_head + 2 * c->n_kv_head) * c->head_dim;
-        int64_t widest_in = C > HD ? C : HD, widest_out = QKV > 2 * F ? QKV : 2 * F;
-        widest_in = F > widest_in ? F : widest_in;
-        widest_out = C > widest_out ? C : widest_out;
-        int64_t sizes[4] = {QKV * C, C * HD, 2 * F * C, C * F}, largest_w = 0; /* qkv, o, gate_up, down */
-        for (int i = 0; i < 4; i++)
-            largest_w = sizes[i] > largest_w ? sizes[i] : largest_w;
-        fp8_scratch_build(&m->fp8, N * widest_in, N * widest_out, largest_w, c->n_layer * LINEAR_MAPS);
+        /* the weights' codes kept for a step, but for ZeRO 3, whose point is not to hold all the weights (linear.h) */
+        LinearExtents e = llama_linear_extents(c);
+        int n_slots = c->n_layer * LINEAR_MAPS;
+        int64_t *slot_w = (int64_t *)malloc_check((size_t)n_slots * sizeof(int64_t), "FP8 weight sizes");
+        for (int l = 0; l < c->n_layer; l++)
+            for (int map = 0; map < LINEAR_MAPS; map++) {
+                LinearShape ls = llama_linear_shape(c, map);
+                slot_w[linear_slot(l, map)] = ls.in * ls.out;
+            }
+        fp8_scratch_build(&m->fp8, N * e.widest_in, N * e.widest_out, e.largest_w, n_slots,
+                          opt->zero_stage < 3 ? slot_w : NULL);
+        free(slot_w);
     }
     m->spec = layer_spec(c, opt->B, opt->T, opt->recompute, m->freqs_cis, opt->fp8 ? &m->fp8 : NULL);
     if (opt->doc_mask) {
@@ -255,8 +256,8 @@ static inline void llama_set_documents(Llama *m, const int *tokens, int micro, c
     DocumentsShape d = documents_pack(start, seq_len, b->h_doc_first, B, T);
     b->docs.slots = d.slots;
     b->docs.max_len = d.max_len;
-    CUDA_CHECK(cudaMemcpyAsync(b->doc_seq_len, seq_len, (size_t)d.slots * sizeof(int), cudaMemcpyHostToDevice, s));
-    CUDA_CHECK(cudaMemcpyAsync(b->doc_start, start, (size_t)(d.slots + 1) * sizeof(int), cudaMemcpyHostToDevice, s));
+    CUDA_CHECK(cudaMemcpyAsync(b->docs.seq_len, seq_len, (size_t)d.slots * sizeof(int), cudaMemcpyHostToDevice, s));
+    CUDA_CHECK(cudaMemcpyAsync(b->docs.start, start, (size_t)(d.slots + 1) * sizeof(int), cudaMemcpyHostToDevice, s));
     if (m->opt.doc_positions)
         CUDA_CHECK(cudaMemcpyAsync(b->doc_positions, pos, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, s));
     attention_documents_offsets(&b->docs, m->config.n_head, m->config.n_kv_head, m->config.head_dim, s);
@@ -358,6 +359,8 @@ static inline void llama_micro_step(Llama *m, float inv_count, int micro, cudaSt
     const ModelTensors *w = &m->params.weights, *g = &m->params.grads;
     int N = (int)llama_tokens(m);
     int accumulate = m->opt.zero_stage < 2 && micro > 0;
+    if (micro == 0) /* a new step: the weights may have changed since the last one */
+        fp8_weights_changed(m->spec.fp8);
     llama_forward(m, s);
     /* the head's gradients (lm_head, final norm, a tied embedding) are written from here on */
     zero_grads_begin(&m->params.zero, 0, s);
@@ -374,6 +377,7 @@ static inline void llama_eval_micro(Llama *m, int micro, cudaStream_t s)
 {
     const LlamaConfig *c = &m->config;
     int N = (int)llama_tokens(m);
+    fp8_weights_changed(m->spec.fp8); /* evaluations come between steps, after an update */
     llama_forward(m, s);
     fused_classifier_forward(m->losses, m->logits, m->acts.ln_final, m->params.weights.lm_head, m->batch.targets, N,
                              c->d_model, c->vocab_size, m->logits_chunk, s);
@@ -398,6 +402,7 @@ static inline void llama_last_logits(Llama *m, const int *tokens, int n, float *
     one.N = T;
     one.docs = NULL; /* the sample is one document from position 0 */
     one.positions = NULL;
+    fp8_weights_changed(m->spec.fp8); /* samples come between steps, after an update */
     llama_forward_rows(m, &one, s);
     fused_classifier_logits(m->logits, m->acts.ln_final + (int64_t)(n - 1) * C, m->params.weights.lm_head, 1, C, V, s);
     uint16_t *bits = (uint16_t *)malloc_check(sizeof(uint16_t) * (size_t)V, "sample logits");

@@ -46,8 +46,8 @@ static inline void cublas_check_at(cublasStatus_t status, const char *what, cons
 }
 #define CUBLAS_CHECK(call) cublas_check_at((call), #call, __FILE__, __LINE__)
 
-/* MATMUL_FP8: the forward form on fp8 codes (matmul_fp8) */
-enum { MATMUL_FORWARD, MATMUL_BACKWARD_INPUT, MATMUL_BACKWARD_WEIGHT, MATMUL_FP8, MATMUL_KINDS };
+/* MATMUL_FP8, MATMUL_FP8_FAST: the forward form on fp8 codes (matmul_fp8), the second with fast accumulation */
+enum { MATMUL_FORWARD, MATMUL_BACKWARD_INPUT, MATMUL_BACKWARD_WEIGHT, MATMUL_FP8, MATMUL_FP8_FAST, MATMUL_KINDS };
 
 #define MATMUL_WORKSPACE_BYTES ((size_t)32 << 20)
 /* Enough for every shape of a training step (7 Linear layers x 3 GEMMs, plus the
@@ -73,7 +73,8 @@ static inline void matmul_setup(void)
 {
     /* (transpose A, transpose B) of each GEMM in cuBLASLt's column-major terms; see matmul_plan. */
     static const cublasOperation_t ops[MATMUL_KINDS][2] = {
-        {CUBLAS_OP_T, CUBLAS_OP_N}, {CUBLAS_OP_N, CUBLAS_OP_N}, {CUBLAS_OP_N, CUBLAS_OP_T}, {CUBLAS_OP_T, CUBLAS_OP_N}};
+        {CUBLAS_OP_T, CUBLAS_OP_N}, {CUBLAS_OP_N, CUBLAS_OP_N}, {CUBLAS_OP_N, CUBLAS_OP_T},
+        {CUBLAS_OP_T, CUBLAS_OP_N}, {CUBLAS_OP_T, CUBLAS_OP_N}};
     CUBLAS_CHECK(cublasLtCreate(&matmul_handle));
     matmul_workspace = cuda_malloc_named(MATMUL_WORKSPACE_BYTES, "cuBLASLt workspace");
     for (int kind = 0; kind < MATMUL_KINDS; kind++) {
@@ -83,6 +84,9 @@ static inline void matmul_setup(void)
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(matmul_desc[kind], CUBLASLT_MATMUL_DESC_TRANSB, &ops[kind][1],
                                                     sizeof(ops[kind][1])));
     }
+    const int8_t fast = 1;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(matmul_desc[MATMUL_FP8_FAST], CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast,
+                                                sizeof(fast)));
     memset(matmul_cache, 0, sizeof(matmul_cache));
     matmul_cache_next = 0;
 }
@@ -148,7 +152,7 @@ static inline const MatmulPlan *matmul_plan(int kind, int N, int in_dim, int out
     uint64_t n_tok = (uint64_t)N, in = (uint64_t)in_dim, out = (uint64_t)out_dim;
     /* rows, cols, leading dimension of A, B, C (= D) as stored, column-major */
     uint64_t dims[3][3];
-    if (kind == MATMUL_FORWARD || kind == MATMUL_FP8) {
+    if (kind == MATMUL_FORWARD || kind == MATMUL_FP8 || kind == MATMUL_FP8_FAST) {
         uint64_t d3[3][3] = {{in, out, in}, {in, n_tok, in}, {out, n_tok, out}};
         memcpy(dims, d3, sizeof(dims));
     } else if (kind == MATMUL_BACKWARD_INPUT) {
@@ -189,7 +193,8 @@ static inline const MatmulPlan *matmul_plan(int kind, int N, int in_dim, int out
                                                 plan->layout[2], plan->layout[3], pref, 1, &heuristic, &found));
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     if (found == 0) {
-        static const char *names[MATMUL_KINDS] = {"forward", "backward input", "backward weight", "FP8"};
+        static const char *names[MATMUL_KINDS] = {"forward", "backward input", "backward weight", "FP8",
+                                                  "FP8 (fast accumulation)"};
         FAIL("cuBLASLt has no algorithm for the %s GEMM with N %d, in %d, out %d "
              "(pointer alignments %d/%d/%d/%d bytes)\n"
              "  hint: keep activation and weight pointers 16-byte aligned; rerun with CUBLASLT_LOG_LEVEL=5",
@@ -239,9 +244,12 @@ static inline void matmul_backward_weight(bf16 *dweight, const bf16 *dout, const
  * on fp8 codes (fp8_quantize.h), both row-major and contiguous along in_dim; fp32 sums, bf16 out. cuBLASLt takes
  * E4M3 x E4M3 and E5M2 x E4M3 here (never E5M2 x E5M2): x in either format, w in E4M3. Each operand needs 16-byte
  * aligned rows: in_dim a multiple of 16. */
+/* fast_accum: Hopper's FP8 tensor cores keep their running sums with fewer bits than fp32; cuBLASLt adds them into
+ * fp32 every few K-blocks unless fast accumulation is on, which skips that for speed (Transformer Engine and
+ * torchao do so for the forward GEMM only: the gradients' sums stay promoted). */
 static inline void matmul_fp8(bf16 *out, const uint8_t *x, Fp8Format x_format, const uint8_t *w,
                               const float *x_inv_scale, const float *w_inv_scale, int N, int in_dim, int out_dim,
-                              int accumulate, cudaStream_t stream)
+                              int accumulate, int fast_accum, cudaStream_t stream)
 {
     if (in_dim % 16 != 0)
         FAIL("matmul_fp8: in_dim %d must be a multiple of 16 (16-byte rows of fp8 codes)", in_dim);
@@ -250,8 +258,9 @@ static inline void matmul_fp8(bf16 *out, const uint8_t *x, Fp8Format x_format, c
              (const void *)x_inv_scale, (const void *)w_inv_scale);
     cudaDataType_t x_type = x_format == FP8_E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
     /* column-major: A = w as [in, out] (op T), B = x as [in, N]: the forward form */
-    const MatmulPlan *plan = matmul_plan(MATMUL_FP8, N, in_dim, out_dim, CUDA_R_8F_E4M3, x_type, w, x, out, out);
-    cublasLtMatmulDesc_t desc = matmul_desc[MATMUL_FP8];
+    int kind = fast_accum ? MATMUL_FP8_FAST : MATMUL_FP8;
+    const MatmulPlan *plan = matmul_plan(kind, N, in_dim, out_dim, CUDA_R_8F_E4M3, x_type, w, x, out, out);
+    cublasLtMatmulDesc_t desc = matmul_desc[kind];
     CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_inv_scale, sizeof(w_inv_scale)));
     CUBLAS_CHECK(

@@ -13,7 +13,7 @@
 #   level's T rising until the first OOM;
 #   fp8: issue 15's --fp8 against bf16, side by side (alternating, ROUNDS=2
 #   rounds): the 1B at B=8 and 16, T=2048, recompute 0, and the Llama 3.1 8B
-#   shape cut to 8 layers (untied) at B=2 and 4, T=2048, recompute 1.
+#   shape cut to 8 or 12 layers (untied), T=2048, recompute 1 (below).
 # Each setting runs a few steps; the summary line per setting is the median
 # tokens/s of the steps after the first, the MFU and the peak memory, or OOM.
 # Writes $OUT/settings.jsonl (or ./settings.jsonl) and prints a table.
@@ -63,10 +63,16 @@ PY
 for p in $parts; do
     case "$p" in
     fp8)
+        # the 8B cut (layers, B, tokens a step): B=4 and 8, then 4 micro-steps a step (--total-batch: the
+        # optimizer's time and the weights' quantisation spread over 4x the tokens), and 12 layers at B=4 (the
+        # most that fit with B=4 on an H100)
         for round in $(seq "${ROUNDS:-2}"); do
             for B in 8 16; do FLAGS="" run $B 2048 0 12; FLAGS="--fp8" run $B 2048 0 12; done
-            for B in 2 4; do
-                for f in "" "--fp8"; do FLAGS="--n-layer 8 --untied $f" run $B 2048 1 10 llama3.1-8b; done
+            for cut in "8 4" "8 8" "8 4 32768" "8 8 65536" "12 4"; do
+                set -- $cut
+                for f in "" "--fp8"; do
+                    FLAGS="--n-layer $1 --untied${3:+ --total-batch $3} $f" run "$2" 2048 1 "${FP8_8B_STEPS:-8}" llama3.1-8b
+                done
             done
         done;;
     throughput)

@@ -18,8 +18,10 @@ per CPU second, measured again before each format. prepare.py runs with its defa
 deleted after each run); its memory is polled every 0.1 s from /proc: the sum over the process tree of RSS, and of
 PSS (which counts the pages that the forked workers share once). tokens/s per worker is tokens / wall time /
 workers, against tiktoken's tokens per CPU second; tokens per worker CPU second (the tree's CPU time less the main
-process's) says how well the workers use their CPU, whatever else runs on the machine. The load average before
-and after each run is recorded with it.
+process's) says how well the workers use their CPU, whatever else runs on the machine. Also, before each format,
+tiktoken alone in --workers processes at once (8 MB each, per wall second, the mean over the processes): the
+ceiling of any tokenizer pool on this machine, where hardware threads share cores and the clock drops with all
+cores busy. The load average before and after each run is recorded with it.
 
 One JSON line per format goes to --results (default dev/bench/results/prepare.jsonl) and to stdout, then one
 summary line.
@@ -172,6 +174,33 @@ def tiktoken_rate(docs, tokenizer):
     return tokens / seconds, held / seconds
 
 
+_PARALLEL = None  # (tokenizer, sample) for the forked processes of tiktoken_parallel_rate
+
+
+def _encode_sample(_):
+    tokenizer, sample = _PARALLEL
+    start = time.monotonic()
+    tokens = sum(len(tokenizer.encoding.encode_ordinary(text)) for text in sample)
+    return tokens, time.monotonic() - start
+
+
+def tiktoken_parallel_rate(docs, tokenizer, processes):
+    """tokens per second of each of `processes` forked processes running tiktoken_rate's encode at once (the mean
+    over them): what tiktoken alone does per process when as many encode side by side as prepare.py has workers
+    (cores shared by two hardware threads, memory bandwidth, a lower clock with all cores busy)."""
+    import multiprocessing
+    global _PARALLEL
+    stride = max(1, sum(map(len, docs)) // (BASELINE_BYTES // 4))  # 8 MB each: the processes run together
+    sample = []
+    for text in docs[::stride]:
+        sample += [text[i:i + prepare.TIKTOKEN_MAX_ENCODE_CHARS]
+                   for i in range(0, len(text), prepare.TIKTOKEN_MAX_ENCODE_CHARS)]
+    _PARALLEL = (tokenizer, sample)  # inherited by the forked processes, not pickled
+    with multiprocessing.get_context("fork").Pool(processes) as pool:
+        results = pool.map(_encode_sample, range(processes))
+    return sum(tokens / seconds for tokens, seconds in results) / processes
+
+
 def process_tree(root):
     """root and its descendants, from /proc/PID/task/TID/children (reading every process's stat instead costs
     this process a good part of a core at 10 polls a second)."""
@@ -248,8 +277,21 @@ def machine():
         mem = int(f.readline().split()[1]) * 1024
     commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
+    cores = set()  # (physical id, core id): the physical cores, which hardware threads may share
+    with open("/proc/cpuinfo") as f:
+        package = core = None
+        for line in f:
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key == "physical id":
+                package = value.strip()
+            elif key == "core id":
+                core = value.strip()
+            elif not key:
+                cores.add((package, core))
     import tiktoken
-    return {"cpu": model, "cpus": prepare.default_workers(), "mem_bytes": mem, "host": platform.node(),
+    return {"cpu": model, "cpus": prepare.default_workers(), "physical_cores": len(cores - {(None, None)}) or None,
+            "mem_bytes": mem, "host": platform.node(),
             "python": platform.python_version(), "tiktoken": tiktoken.__version__, "git_commit": commit}
 
 
@@ -280,6 +322,8 @@ def main(argv=None):
         base_tokens, base_bytes = tiktoken_rate(docs, tokenizer)
         print(f"# tiktoken encode_ordinary on one core: {base_tokens:,.0f} tokens/s ({base_bytes / 1e6:.1f} MB/s)",
               file=sys.stderr)
+        parallel = tiktoken_parallel_rate(docs, tokenizer, args.workers)
+        print(f"# tiktoken in {args.workers} processes at once: {parallel:,.0f} tokens/s each", file=sys.stderr)
         load_before = os.getloadavg()[0]
         result = run_prepare(folder, args.workers, out_dir)
         load_after = os.getloadavg()[0]
@@ -293,6 +337,8 @@ def main(argv=None):
                   "tokens_per_s_per_worker": round(per_worker),
                   "tiktoken_1core_tokens_per_s": round(base_tokens),
                   "per_worker_vs_tiktoken": round(per_worker / base_tokens, 3),
+                  "tiktoken_parallel_tokens_per_s_per_process": round(parallel),
+                  "per_worker_vs_tiktoken_parallel": round(per_worker / parallel, 3),
                   "tokens_per_worker_cpu_s": round(per_cpu), "per_cpu_vs_tiktoken": round(per_cpu / base_tokens, 3),
                   "peak_rss_bytes": result["peak_rss_bytes"], "peak_pss_bytes": result["peak_pss_bytes"],
                   "main_cpu_seconds": result["main_cpu_seconds"],
@@ -309,6 +355,7 @@ def main(argv=None):
                "tiktoken_1core_tokens_per_s": {r["format"]: r["tiktoken_1core_tokens_per_s"] for r in records},
                "per_worker_vs_tiktoken": {r["format"]: r["per_worker_vs_tiktoken"] for r in records},
                "per_cpu_vs_tiktoken": {r["format"]: r["per_cpu_vs_tiktoken"] for r in records},
+               "per_worker_vs_tiktoken_parallel": {r["format"]: r["per_worker_vs_tiktoken_parallel"] for r in records},
                "tokens_per_s": {r["format"]: r["tokens_per_s"] for r in records},
                "peak_pss_gb": {r["format"]: round(r["peak_pss_bytes"] / 1e9, 3) for r in records},
                "peak_rss_gb": {r["format"]: round(r["peak_rss_bytes"] / 1e9, 3) for r in records},

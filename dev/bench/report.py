@@ -500,7 +500,8 @@ def fp8_section(results_dir):
         return []
     lines = ["## FP8 (`--fp8`)", "",
              "The layers' Linear maps on FP8 (E4M3 inputs and weights, E5M2 output gradients, one scale per tensor "
-             "from its current amax; llmc/linear.h) against bf16, alternating in one run "
+             "from its current amax, the weights' codes kept for a step, the forward GEMMs with fast accumulation; "
+             "llmc/linear.h) against bf16, alternating in one run "
              "(`dev/bench/train_llama_settings.sh fp8`), median tokens/s of each run's steps after the first, the "
              "median over its rounds. MFU counts bf16 FLOPs against the bf16 peak for both, so the FP8 gain shows "
              "as MFU above the bf16 run's.", ""]
@@ -524,7 +525,9 @@ def fp8_section(results_dir):
     if rows:
         lines += [md_table(["model", "B", "T", "recompute", "bf16 tok/s", "fp8 tok/s", "speed-up",
                             "MFU bf16 / fp8", "peak GiB bf16 / fp8", "rounds"], rows), ""]
-        lines += ["train_llama commit: %s." % (", ".join(sorted(distinct(speed, "commit"))) or "not recorded"), ""]
+        notes = sorted(set("%s (%s)" % (r.get("commit"), r["code"]) for r in speed if "code" in r))
+        lines += ["train_llama commit: %s.%s" % (", ".join(sorted(distinct(speed, "commit"))) or "not recorded",
+                                                 " " + "; ".join(notes) + "." if notes else ""), ""]
     if os.path.exists(conv_path):
         c = json.load(open(conv_path))
         lines += ["Convergence (`dev/bench/fp8_convergence.sh`): a 174M-parameter model (d_model 768, 12 layers, "
@@ -578,7 +581,9 @@ def prepare_section(records):
              "buffer) on the same text in each input format, the offline Debian documentation of "
              "`/usr/share/doc` repeated to the size given. tokens/s per worker = tokens / wall time / workers, "
              "against tiktoken's `encode_ordinary` on one core (tokens per CPU second, on the same text, measured "
-             "just before each run); per worker CPU second = tokens / the workers' CPU time, which other load on "
+             "just before each run) and, where measured, against tiktoken alone in as many processes at once as "
+             "there are workers (tokens per wall second each: the ceiling of any pool of tokenizers on that "
+             "machine, whose all-core clock and memory are shared); per worker CPU second = tokens / the workers' CPU time, which other load on "
              "the machine does not lower. The main process (reading, splitting, writing) needs CPU too: with "
              "as many workers as CPUs it takes it from them, and its CPU time says how many workers one main "
              "process can feed. Peak memory: the most the whole process tree held at once, polled every 0.1 s "
@@ -595,14 +600,20 @@ def prepare_section(records):
                   "Measured %s UTC, commit %s."
                   % (cpu, cpus, workers, size / 1e9, first.get("source", "?"), min(loads or [0]), max(loads or [0]),
                      ", ".join(dates), ", ".join(distinct(recs, "git_commit")) or "?"), ""]
+        def parallel(r, key, fmt):  # tiktoken alone in as many processes as workers, where measured
+            return fmt.format(r[key]) if key in r else "-"
         rows = [[r["format"], "%.2f GB" % (r["input_bytes"] / 1e9), "{:,}".format(r["tokens"]), "%.0f" % r["seconds"],
                  "{:,}".format(r["tokens_per_s"]),
-                 "{:,} ({:.0%})".format(r["tokens_per_s_per_worker"], r["per_worker_vs_tiktoken"]),
+                 "{:,} ({:.0%} / {})".format(r["tokens_per_s_per_worker"], r["per_worker_vs_tiktoken"],
+                                             parallel(r, "per_worker_vs_tiktoken_parallel", "{:.0%}")),
                  "{:,} ({:.0%})".format(r["tokens_per_worker_cpu_s"], r["per_cpu_vs_tiktoken"]),
-                 "{:,}".format(r["tiktoken_1core_tokens_per_s"]), "%.1f" % (r.get("main_cpu_seconds") or 0),
+                 "{:,} / {}".format(r["tiktoken_1core_tokens_per_s"],
+                                    parallel(r, "tiktoken_parallel_tokens_per_s_per_process", "{:,}")),
+                 "%.1f" % (r.get("main_cpu_seconds") or 0),
                  "%.2f GB (%.2f GB)" % (r["peak_pss_bytes"] / 1e9, r["peak_rss_bytes"] / 1e9)] for r in recs]
-        lines += [md_table(["format", "input", "tokens", "s", "tokens/s", "per worker (of tiktoken)",
-                            "per worker CPU s (of tiktoken)", "tiktoken, 1 core", "main process CPU s",
+        lines += [md_table(["format", "input", "tokens", "s", "tokens/s",
+                            "per worker (of tiktoken: 1 core / as many at once)", "per worker CPU s (of tiktoken)",
+                            "tiktoken: 1 core / each of as many at once", "main process CPU s",
                             "peak memory PSS (RSS)"], rows), ""]
     return lines
 

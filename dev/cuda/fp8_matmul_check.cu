@@ -3,11 +3,15 @@
  * (issue #15), and measures them. FP8 GEMMs (bf16 out) in the one operand
  * layout Hopper's FP8 kernels take, both operands contiguous along K:
  *     out[M, Nc] = sa * sb * X[M, K] @ Y[Nc, K]^T        (row-major, as matmul.h's forward)
- * with two scaling recipes:
+ * with three scaling recipes:
  *     tensor  one fp32 dequantisation scale per operand: matmul_fp8, X in
- *             E4M3 or E5M2 (gradients), Y in E4M3
+ *             E4M3 or E5M2 (gradients), Y in E4M3; with and without fast
+ *             accumulation
  *     row     one per row of X and one per row of Y (cuBLASLt's
  *             MATRIX_SCALE_OUTER_VEC_32F): an experiment of this file only
+ *     block   one per 1 x 128 block of X and per 128 x 128 block of Y
+ *             (VEC128_32F, BLK128x128_32F; quantised on the host): an
+ *             experiment of this file only, timed where cuBLASLt runs it
  * and the quantisation a step adds: the amax of a bf16 tensor, then its codes
  * at scale fp8_max / amax (llmc/fp8.h's rule), straight and transposed (the
  * backward GEMMs need X^T and dY^T contiguous along the token axis).
@@ -56,25 +60,26 @@ static void quantize_tensor(uint8_t *q, float *inv_scale, float *amax, const bf1
     fp8_quantize(q, inv_scale, x, amax, n, f, 0);
 }
 
-/* ---- the per-row recipe's GEMM: out[M, Nc] = X[M, K] @ Y[Nc, K]^T * sx[m] * sy[n] ---- */
+/* ---- the per-row and block recipes' GEMM: out[M, Nc] = X[M, K] @ Y[Nc, K]^T with scales per row of X and Y
+ * (sx[m], sy[n]), or per 1 x 128 block of X and 128 x 128 block of Y ---- */
 
 typedef struct {
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, d;
     cublasLtMatmulAlgo_t algo;
+    int found; /* 0: cuBLASLt has no algorithm for it */
 } RowGemm;
 
 /* cuBLASLt's A is Y (op T), its B is X, so its row scales are Y's (Nc of them) and its column scales X's (M). */
-static RowGemm row_gemm_plan(int M, int K, int Nc, const float *sx, const float *sy)
+static RowGemm scaled_gemm_plan(int M, int K, int Nc, const float *sx, const float *sy, int32_t x_mode, int32_t y_mode)
 {
     RowGemm g;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&g.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof(t)));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof(n)));
-    int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &y_mode, sizeof(y_mode)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &x_mode, sizeof(x_mode)));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sy, sizeof(sy)));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sx, sizeof(sx)));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&g.a, CUDA_R_8F_E4M3, K, Nc, K));
@@ -85,20 +90,34 @@ static RowGemm row_gemm_plan(int M, int K, int Nc, const float *sx, const float 
     size_t ws = MATMUL_WORKSPACE_BYTES;
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
     cublasLtMatmulHeuristicResult_t h;
-    int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(matmul_handle, g.desc, g.a, g.b, g.d, g.d, pref, 1, &h, &found));
+    g.found = 0;
+    /* a scale mode cuBLASLt does not take on this GPU comes back as NOT_SUPPORTED or no algorithm: say so, go on */
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(matmul_handle, g.desc, g.a, g.b, g.d, g.d, pref, 1, &h, &g.found);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        g.found = 0;
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-    if (!found)
-        FAIL("cuBLASLt has no per-row-scaled FP8 algorithm for M %d, K %d, N %d", M, K, Nc);
     g.algo = h.algo;
     return g;
 }
 
-static void row_gemm_run(const RowGemm *g, bf16 *out, const uint8_t *x, const uint8_t *y)
+static RowGemm row_gemm_plan(int M, int K, int Nc, const float *sx, const float *sy)
+{
+    RowGemm g = scaled_gemm_plan(M, K, Nc, sx, sy, CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F,
+                                 CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F);
+    if (!g.found)
+        FAIL("cuBLASLt has no per-row-scaled FP8 algorithm for M %d, K %d, N %d", M, K, Nc);
+    return g;
+}
+
+static cublasStatus_t row_gemm_try(const RowGemm *g, bf16 *out, const uint8_t *x, const uint8_t *y)
 {
     const float one = 1.0f, zero = 0.0f;
-    CUBLAS_CHECK(cublasLtMatmul(matmul_handle, g->desc, &one, y, g->a, x, g->b, &zero, out, g->d, out, g->d, &g->algo,
-                                matmul_workspace, MATMUL_WORKSPACE_BYTES, 0));
+    return cublasLtMatmul(matmul_handle, g->desc, &one, y, g->a, x, g->b, &zero, out, g->d, out, g->d, &g->algo,
+                          matmul_workspace, MATMUL_WORKSPACE_BYTES, 0);
+}
+static void row_gemm_run(const RowGemm *g, bf16 *out, const uint8_t *x, const uint8_t *y)
+{
+    CUBLAS_CHECK(row_gemm_try(g, out, x, y));
 }
 
 static void row_gemm_free(RowGemm *g)
@@ -252,6 +271,111 @@ static void check_gemm(int recipe, Fp8Format x_format, int accumulate, int M, in
         cuda_free(amax);
 }
 
+/* ---- the block recipe (DeepSeek-V3's: 1 x 128 blocks of activations, 128 x 128 of weights; cuBLASLt's
+ * VEC128_32F and BLK128x128_32F): quantised on the host here, for the GEMM's check and timing only ---- */
+
+/* Scale tensors come in one of two orders per operand: 0 = the K blocks of a row (or row block) next to each other,
+ * 1 = the rows (row blocks) next to each other. cublasLt.h does not say which cuBLASLt reads: check_block_gemm tries
+ * the four pairs and notes whether one matched (the timing does not depend on it). */
+static int block_gemm_checked = 0;
+
+/* codes[R, K] and dequantisation scales of x in blocks of `rows` x 128 (rows 1 or 128), E4M3, scales in `layout`. */
+static void quantize_blocks_host(uint8_t *codes, float *inv, const float *x, int R, int K, int rows, int layout)
+{
+    int row_blocks = ceil_div(R, rows), kb_n = K / 128;
+    for (int rb = 0; rb < row_blocks; rb++)
+        for (int kb = 0; kb < kb_n; kb++) {
+            float m = 0.0f;
+            for (int r = rb * rows; r < (rb + 1) * rows && r < R; r++)
+                for (int k = kb * 128; k < kb * 128 + 128; k++)
+                    m = fmaxf(m, fabsf(x[(int64_t)r * K + k]));
+            float scale = fp8_scale_from_amax(m, FP8_E4M3);
+            inv[layout ? (int64_t)kb * row_blocks + rb : (int64_t)rb * kb_n + kb] = 1.0f / scale;
+            for (int r = rb * rows; r < (rb + 1) * rows && r < R; r++)
+                for (int k = kb * 128; k < kb * 128 + 128; k++)
+                    codes[(int64_t)r * K + k] = fp8_from_float(x[(int64_t)r * K + k] * scale, FP8_E4M3);
+        }
+}
+
+/* The block recipe's GEMM against the double-precision sum over the dequantised fp8 values, for each pair of scale
+ * orders (the bound of check_gemm); the first that holds is the one cuBLASLt reads, kept for the timing. */
+static void check_block_gemm(int M, int K, int Nc)
+{
+    int64_t nx = (int64_t)M * K, ny = (int64_t)Nc * K, nd = (int64_t)M * Nc;
+    int64_t nsx = (int64_t)M * (K / 128), nsy = (int64_t)ceil_div(Nc, 128) * (K / 128);
+    uint16_t *xb = (uint16_t *)malloc_check(nx * 2, "x"), *yb = (uint16_t *)malloc_check(ny * 2, "y"),
+             *ob = (uint16_t *)malloc_check(nd * 2, "out");
+    float *x = (float *)malloc_check(nx * 4, "xf"), *y = (float *)malloc_check(ny * 4, "yf");
+    fill_bf16(xb, x, nx, 1.0f);
+    fill_bf16(yb, y, ny, 0.05f);
+    for (int64_t i = 0; i < nx; i += 389) /* outliers, so that blocks get different scales */
+        x[i] *= 30.0f;
+    uint8_t *hqx = (uint8_t *)malloc_check(nx, "qx"), *hqy = (uint8_t *)malloc_check(ny, "qy");
+    float *hsx = (float *)malloc_check(nsx * 4, "sx"), *hsy = (float *)malloc_check(nsy * 4, "sy");
+    float *got = (float *)malloc_check(nd * 4, "got"), *ref = (float *)malloc_check(nd * 4, "ref"),
+          *bound = (float *)malloc_check(nd * 4, "bound");
+    uint8_t *qx = (uint8_t *)dev_alloc(nx), *qy = (uint8_t *)dev_alloc(ny);
+    float *sx = (float *)dev_alloc(nsx * 4), *sy = (float *)dev_alloc(nsy * 4);
+    bf16 *dout = (bf16 *)dev_alloc(nd * 2);
+    int matched = 0, unavailable = 0;
+    for (int layout = 0; layout < 4 && !matched && !unavailable; layout++) {
+        int lx = layout & 1, ly = layout >> 1;
+        quantize_blocks_host(hqx, hsx, x, M, K, 1, lx);
+        quantize_blocks_host(hqy, hsy, y, Nc, K, 128, ly);
+        CUDA_CHECK(cudaMemcpy(qx, hqx, nx, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(qy, hqy, ny, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(sx, hsx, nsx * 4, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(sy, hsy, nsy * 4, cudaMemcpyHostToDevice));
+        RowGemm g = scaled_gemm_plan(M, K, Nc, sx, sy, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
+                                     CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F);
+        cublasStatus_t st = g.found ? row_gemm_try(&g, dout, qx, qy) : CUBLAS_STATUS_NOT_SUPPORTED;
+        row_gemm_free(&g);
+        if (st != CUBLAS_STATUS_SUCCESS) {
+            printf("NOTE block-scaled FP8 GEMM not available here (%s): not checked, not timed\n",
+                   cublasLtGetStatusName(st));
+            unavailable = 1;
+            continue;
+        }
+        CUDA_CHECK(cudaDeviceSynchronize());
+        download(ob, dout, nd * 2);
+        bf16_to_float(got, ob, nd);
+        int kb_n = K / 128, nb_n = ceil_div(Nc, 128);
+#pragma omp parallel for schedule(static)
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < Nc; j++) {
+                double sum = 0.0, mag = 0.0;
+                for (int kb = 0; kb < kb_n; kb++) {
+                    double s = (double)hsx[lx ? (int64_t)kb * M + i : (int64_t)i * kb_n + kb] *
+                               hsy[ly ? (int64_t)kb * nb_n + j / 128 : (int64_t)(j / 128) * kb_n + kb];
+                    for (int k = kb * 128; k < kb * 128 + 128; k++) {
+                        double p = (double)fp8_to_float(hqx[(int64_t)i * K + k], FP8_E4M3) *
+                                   fp8_to_float(hqy[(int64_t)j * K + k], FP8_E4M3) * s;
+                        sum += p;
+                        mag += fabs(p);
+                    }
+                }
+                ref[(int64_t)i * Nc + j] = (float)sum;
+                bound[(int64_t)i * Nc + j] = (float)(BF16_ROUNDING * fabs(sum) + 0x1p-10 * mag) + 1e-30f;
+            }
+        int64_t bad = 0;
+        for (int64_t i = 0; i < nd; i++)
+            bad += !(fabsf(got[i] - ref[i]) <= bound[i]);
+        if (bad == 0) {
+            block_gemm_checked = 1;
+            matched = 1;
+            char what[112];
+            snprintf(what, sizeof(what), "fp8 GEMM, 1x128 / 128x128 block scales (orders %d/%d), M %d K %d N %d", lx,
+                     ly, M, K, Nc);
+            check_within(what, got, ref, bound, nd);
+        }
+    }
+    if (!matched && !unavailable)
+        printf("NOTE block-scaled FP8 GEMM: no scale order matched the reference; not timed\n");
+    free(xb), free(yb), free(ob), free(x), free(y), free(hqx), free(hqy), free(hsx), free(hsy), free(got), free(ref),
+        free(bound);
+    cuda_free(qx), cuda_free(qy), cuda_free(sx), cuda_free(sy), cuda_free(dout);
+}
+
 /* ---- timing ---- */
 
 typedef struct {
@@ -330,13 +454,28 @@ static void bench_shape(const char *name, int M, int K, int Nc, double *sum_bf16
     b.row = row_gemm_plan(M, K, Nc, b.sx, b.sy);
     float row_ms = bench_median_ms(run_fp8_rows, &b, 1);
     row_gemm_free(&b.row);
+    float block_ms = 0.0f; /* the block recipe, where check_block_gemm passed; the scales' values do not matter here */
+    if (block_gemm_checked) {
+        int64_t nsx = (int64_t)M * (K / 128), nsy = (int64_t)ceil_div(Nc, 128) * (K / 128);
+        float *ones = (float *)malloc_check((nsx > nsy ? nsx : nsy) * 4, "ones");
+        for (int64_t i = 0; i < (nsx > nsy ? nsx : nsy); i++)
+            ones[i] = 1.0f / 64.0f;
+        float *bsx = (float *)dev_upload(ones, nsx * 4), *bsy = (float *)dev_upload(ones, nsy * 4);
+        b.row = scaled_gemm_plan(M, K, Nc, bsx, bsy, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
+                                 CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F);
+        if (b.row.found)
+            block_ms = bench_median_ms(run_fp8_rows, &b, 1);
+        row_gemm_free(&b.row);
+        cuda_free(bsx), cuda_free(bsy), free(ones);
+    }
     float q_ms = bench_median_ms(run_quantize, &b, 1), qt_ms = bench_median_ms(run_quantize_t, &b, 1),
           qr_ms = bench_median_ms(run_quantize_rows, &b, 1);
     printf("BENCH %-18s M %6d K %6d N %6d  bf16 %7.3f ms (%4.0f TFLOP/s)  fp8 tensor %7.3f ms (%4.0f, %.2fx)  "
-           "fast acc. %7.3f ms (%4.0f, %.2fx)  row %7.3f ms (%4.0f, %.2fx)  | quantise X (%.0f MB): amax+codes %.3f ms (%.2f TB/s), transposed %.3f ms "
+           "fast acc. %7.3f ms (%4.0f, %.2fx)  row %7.3f ms (%4.0f, %.2fx)  block %7.3f ms (%.2fx)  | quantise X (%.0f MB): amax+codes %.3f ms (%.2f TB/s), transposed %.3f ms "
            "(%.2f TB/s), per row %.3f ms\n",
            name, M, K, Nc, bf16_ms, flops / bf16_ms / 1e9, tensor_ms, flops / tensor_ms / 1e9, bf16_ms / tensor_ms,
-           fast_ms, flops / fast_ms / 1e9, bf16_ms / fast_ms, row_ms, flops / row_ms / 1e9, bf16_ms / row_ms, nx * 2 / 1e6, q_ms, nx * 5 / q_ms / 1e9, qt_ms,
+           fast_ms, flops / fast_ms / 1e9, bf16_ms / fast_ms, row_ms, flops / row_ms / 1e9, bf16_ms / row_ms, block_ms,
+           block_ms > 0.0f ? bf16_ms / block_ms : 0.0, nx * 2 / 1e6, q_ms, nx * 5 / q_ms / 1e9, qt_ms,
            nx * 3 / qt_ms / 1e9, qr_ms);
     *sum_bf16 += bf16_ms;
     *sum_fp8 += tensor_ms;
@@ -360,6 +499,7 @@ int main(int argc, char **argv)
         check_gemm(r, FP8_E4M3, 0, 256, 2048, 384);
     }
     check_gemm(RECIPE_TENSOR_FAST, FP8_E4M3, 0, 128, 16384, 256); /* the longest sum of a forward GEMM here */
+    check_block_gemm(256, 512, 512);
     /* the backward GEMMs: gradients in E5M2 against E4M3 codes; the weight gradient added to over micro-steps */
     check_gemm(RECIPE_TENSOR, FP8_E5M2, 0, 256, 2048, 384);
     check_gemm(RECIPE_TENSOR, FP8_E5M2, 1, 128, 512, 256);

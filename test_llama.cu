@@ -179,7 +179,8 @@ static void test_zero_stages(const LlamaConfig *c, const char *weights_path, con
     for (int split = 0; split < (B > 1 ? 2 : 1); split++) {
         int micro_steps = splits[split];
         float *ref_master, *ref_losses[4] = {0}, *masters[4] = {0};
-        ref_losses[1] = zero_stage_run(c, weights_path, tokens, targets, B, T, micro_steps, 1, n, opt, &ref_master, 0, s);
+        ref_losses[1] =
+            zero_stage_run(c, weights_path, tokens, targets, B, T, micro_steps, 1, n, opt, &ref_master, 0, s);
         masters[1] = ref_master;
         if (micro_steps == 1)
             check(memcmp(ref_losses[1], stage0_losses, sizeof(float) * n) == 0,
@@ -187,8 +188,8 @@ static void test_zero_stages(const LlamaConfig *c, const char *weights_path, con
         for (int stage = 0; stage <= 3; stage++) {
             if (stage == 1)
                 continue;
-            float *losses =
-                zero_stage_run(c, weights_path, tokens, targets, B, T, micro_steps, stage, n, opt, &masters[stage], 0, s);
+            float *losses = zero_stage_run(c, weights_path, tokens, targets, B, T, micro_steps, stage, n, opt,
+                                           &masters[stage], 0, s);
             ref_losses[stage] = losses;
             int same =
                 memcmp(losses, ref_losses[1], sizeof(float) * n) == 0 && memcmp(masters[stage], ref_master, bytes) == 0;

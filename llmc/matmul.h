@@ -72,9 +72,11 @@ static int matmul_cache_next = 0;
 static inline void matmul_setup(void)
 {
     /* (transpose A, transpose B) of each GEMM in cuBLASLt's column-major terms; see matmul_plan. */
-    static const cublasOperation_t ops[MATMUL_KINDS][2] = {
-        {CUBLAS_OP_T, CUBLAS_OP_N}, {CUBLAS_OP_N, CUBLAS_OP_N}, {CUBLAS_OP_N, CUBLAS_OP_T},
-        {CUBLAS_OP_T, CUBLAS_OP_N}, {CUBLAS_OP_T, CUBLAS_OP_N}};
+    static const cublasOperation_t ops[MATMUL_KINDS][2] = {{CUBLAS_OP_T, CUBLAS_OP_N},
+                                                           {CUBLAS_OP_N, CUBLAS_OP_N},
+                                                           {CUBLAS_OP_N, CUBLAS_OP_T},
+                                                           {CUBLAS_OP_T, CUBLAS_OP_N},
+                                                           {CUBLAS_OP_T, CUBLAS_OP_N}};
     CUBLAS_CHECK(cublasLtCreate(&matmul_handle));
     matmul_workspace = cuda_malloc_named(MATMUL_WORKSPACE_BYTES, "cuBLASLt workspace");
     for (int kind = 0; kind < MATMUL_KINDS; kind++) {

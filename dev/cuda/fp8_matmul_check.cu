@@ -92,7 +92,8 @@ static RowGemm scaled_gemm_plan(int M, int K, int Nc, const float *sx, const flo
     cublasLtMatmulHeuristicResult_t h;
     g.found = 0;
     /* a scale mode cuBLASLt does not take on this GPU comes back as NOT_SUPPORTED or no algorithm: say so, go on */
-    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(matmul_handle, g.desc, g.a, g.b, g.d, g.d, pref, 1, &h, &g.found);
+    cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(matmul_handle, g.desc, g.a, g.b, g.d, g.d, pref, 1, &h, &g.found);
     if (st != CUBLAS_STATUS_SUCCESS)
         g.found = 0;
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
@@ -471,7 +472,8 @@ static void bench_shape(const char *name, int M, int K, int Nc, double *sum_bf16
     float q_ms = bench_median_ms(run_quantize, &b, 1), qt_ms = bench_median_ms(run_quantize_t, &b, 1),
           qr_ms = bench_median_ms(run_quantize_rows, &b, 1);
     printf("BENCH %-18s M %6d K %6d N %6d  bf16 %7.3f ms (%4.0f TFLOP/s)  fp8 tensor %7.3f ms (%4.0f, %.2fx)  "
-           "fast acc. %7.3f ms (%4.0f, %.2fx)  row %7.3f ms (%4.0f, %.2fx)  block %7.3f ms (%.2fx)  | quantise X (%.0f MB): amax+codes %.3f ms (%.2f TB/s), transposed %.3f ms "
+           "fast acc. %7.3f ms (%4.0f, %.2fx)  row %7.3f ms (%4.0f, %.2fx)  block %7.3f ms (%.2fx)  | quantise X (%.0f "
+           "MB): amax+codes %.3f ms (%.2f TB/s), transposed %.3f ms "
            "(%.2f TB/s), per row %.3f ms\n",
            name, M, K, Nc, bf16_ms, flops / bf16_ms / 1e9, tensor_ms, flops / tensor_ms / 1e9, bf16_ms / tensor_ms,
            fast_ms, flops / fast_ms / 1e9, bf16_ms / fast_ms, row_ms, flops / row_ms / 1e9, bf16_ms / row_ms, block_ms,

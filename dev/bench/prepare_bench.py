@@ -158,19 +158,30 @@ def ensure_corpus(fmt, docs, size, work_dir, source):
     return folder
 
 
-def tiktoken_rate(docs, tokenizer):
-    """tokens per CPU second of tiktoken's encode_ordinary on one core, over about BASELINE_BYTES of the
-    documents taken evenly from all of them."""
-    stride = max(1, sum(map(len, docs)) // BASELINE_BYTES)
+def baseline_sample(docs, nbytes):
+    """About nbytes of the documents taken evenly from all of them, cut into pieces tiktoken can encode (prepare.py
+    cuts at newlines; any cut will do for a rate), and the bytes they hold."""
+    stride = max(1, sum(map(len, docs)) // nbytes)
     sample, held = [], 0
     for text in docs[::stride]:
-        # tiktoken needs long texts cut (prepare.py does it at newlines; any cut will do for a rate)
         sample += [text[i:i + prepare.TIKTOKEN_MAX_ENCODE_CHARS]
                    for i in range(0, len(text), prepare.TIKTOKEN_MAX_ENCODE_CHARS)]
         held += len(text.encode())
-    start = time.process_time()
+    return sample, held
+
+
+def encode_timed(tokenizer, sample, clock):
+    """(tokens, seconds of clock) of tiktoken's encode_ordinary over sample."""
+    start = clock()
     tokens = sum(len(tokenizer.encoding.encode_ordinary(text)) for text in sample)
-    seconds = time.process_time() - start
+    return tokens, clock() - start
+
+
+def tiktoken_rate(docs, tokenizer):
+    """tokens per CPU second of tiktoken's encode_ordinary on one core, over about BASELINE_BYTES of the
+    documents, and bytes per CPU second."""
+    sample, held = baseline_sample(docs, BASELINE_BYTES)
+    tokens, seconds = encode_timed(tokenizer, sample, time.process_time)
     return tokens / seconds, held / seconds
 
 
@@ -178,10 +189,7 @@ _PARALLEL = None  # (tokenizer, sample) for the forked processes of tiktoken_par
 
 
 def _encode_sample(_):
-    tokenizer, sample = _PARALLEL
-    start = time.monotonic()
-    tokens = sum(len(tokenizer.encoding.encode_ordinary(text)) for text in sample)
-    return tokens, time.monotonic() - start
+    return encode_timed(*_PARALLEL, time.monotonic)
 
 
 def tiktoken_parallel_rate(docs, tokenizer, processes):
@@ -190,11 +198,7 @@ def tiktoken_parallel_rate(docs, tokenizer, processes):
     (cores shared by two hardware threads, memory bandwidth, a lower clock with all cores busy)."""
     import multiprocessing
     global _PARALLEL
-    stride = max(1, sum(map(len, docs)) // (BASELINE_BYTES // 4))  # 8 MB each: the processes run together
-    sample = []
-    for text in docs[::stride]:
-        sample += [text[i:i + prepare.TIKTOKEN_MAX_ENCODE_CHARS]
-                   for i in range(0, len(text), prepare.TIKTOKEN_MAX_ENCODE_CHARS)]
+    sample, _ = baseline_sample(docs, BASELINE_BYTES // 4)  # 8 MB each: the processes run together
     _PARALLEL = (tokenizer, sample)  # inherited by the forked processes, not pickled
     with multiprocessing.get_context("fork").Pool(processes) as pool:
         results = pool.map(_encode_sample, range(processes))

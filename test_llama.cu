@@ -213,13 +213,13 @@ static void test_zero_stages(const LlamaConfig *c, const char *weights_path, con
 }
 
 /* One Linear map (linear.h) on FP8 against the CPU reference's emulation of it (tests/ref_capi.h), on the same
- * bf16 values: both make the same codes (fp8_matmul_check checks them bit for bit) and sum the same products in
- * fp32, so only the order of the sums and the GPU's bf16 outputs differ. Tolerance: 4e-3 normwise, two bf16
- * roundings (2^-9 each); 8e-3 for the accumulated weight gradient (one more rounding, twice the size). The shapes
- * are not multiples of 64, so cuBLASLt's edge tiles and fp8_quantize_transposed's ragged tiles are used. */
-static void test_fp8_linear(cudaStream_t s)
+ * bf16 values, under each scaling recipe: both make the same codes and scales (fp8_matmul_check checks the kernels
+ * bit for bit) and sum the same products in fp32, so only the order of the sums and the GPU's bf16 outputs differ.
+ * Tolerance: 4e-3 normwise, two bf16 roundings (2^-9 each); 8e-3 for the accumulated weight gradient (one more
+ * rounding, twice the size). Per tensor and per row the shapes are not multiples of 64, so cuBLASLt's edge tiles and
+ * fp8_quantize_transposed's ragged tiles are used; the block recipe takes whole 128-blocks only. */
+static void test_fp8_linear_recipe(Fp8Recipe recipe, int N, int IC, int OC, cudaStream_t s)
 {
-    const int N = 144, IC = 96, OC = 208;
     const int64_t nx = (int64_t)N * IC, nw = (int64_t)OC * IC, ny = (int64_t)N * OC;
     float *x = (float *)malloc_check((size_t)nx * 4, "x"), *w = (float *)malloc_check((size_t)nw * 4, "w"),
           *dy = (float *)malloc_check((size_t)ny * 4, "dy");
@@ -241,9 +241,10 @@ static void test_fp8_linear(cudaStream_t s)
     /* the weight's codes made at each use, then kept (made once, in the forward, and reused by both backwards):
      * the same codes, so the same bits */
     float *y = NULL, *dx = NULL, *dw = NULL, *dw2 = NULL;
+    LinearShape shape = {IC, OC};
     for (int kept = 0; kept < 2; kept++) {
         Fp8Scratch q;
-        fp8_scratch_build(&q, nx, ny, nw, 1, kept ? &nw : NULL);
+        fp8_scratch_build(&q, recipe, N, &shape, 1, kept);
         linear_forward(y_d, x_d, w_d, N, IC, OC, &q, 0, 0, s);
         linear_backward(dx_d, dw_d, dy_d, x_d, w_d, N, IC, OC, 0, &q, 0, 0, s);
         CUDA_CHECK(cudaStreamSynchronize(s));
@@ -258,22 +259,31 @@ static void test_fp8_linear(cudaStream_t s)
         }
         check(memcmp(y, y1, (size_t)ny * 4) == 0 && memcmp(dx, dx1, (size_t)nx * 4) == 0 &&
                   memcmp(dw, dw1, (size_t)nw * 4) == 0 && memcmp(dw2, dw21, (size_t)nw * 4) == 0,
-              "fp8 Linear: the weight's codes kept or made at each use give bit-identical results");
+              "fp8 Linear, per %s: the weight's codes kept or made at each use give bit-identical results",
+              FP8_RECIPE_NAMES[recipe]);
         free(y1), free(dx1), free(dw1), free(dw21);
     }
     float *ry = (float *)malloc_check((size_t)ny * 4, "ref y"), *rdx = (float *)malloc_check((size_t)nx * 4, "ref dx"),
           *rdw = (float *)malloc_check((size_t)nw * 4, "ref dw");
-    ref_fp8_linear(ry, rdx, rdw, x, w, dy, N, IC, OC);
+    ref_fp8_linear(ry, rdx, rdw, x, w, dy, N, IC, OC, recipe);
     double ey = normwise_error(y, ry, ny), edx = normwise_error(dx, rdx, nx), edw = normwise_error(dw, rdw, nw);
     for (int64_t i = 0; i < nw; i++)
         rdw[i] *= 2.0f;
     double edw2 = normwise_error(dw2, rdw, nw);
     check(ey <= 4e-3 && edx <= 4e-3 && edw <= 4e-3 && edw2 <= 8e-3,
-          "fp8 Linear: output %.1e, input gradient %.1e, weight gradient %.1e, accumulated %.1e normwise from the "
-          "CPU emulation (tol 4e-3, 8e-3 accumulated)",
-          ey, edx, edw, edw2);
+          "fp8 Linear, per %s, N %d in %d out %d: output %.1e, input gradient %.1e, weight gradient %.1e, accumulated "
+          "%.1e normwise from the CPU emulation (tol 4e-3, 8e-3 accumulated)",
+          FP8_RECIPE_NAMES[recipe], N, IC, OC, ey, edx, edw, edw2);
     cuda_free(x_d), cuda_free(w_d), cuda_free(dy_d), cuda_free(y_d), cuda_free(dx_d), cuda_free(dw_d);
     free(x), free(w), free(dy), free(y), free(dx), free(dw), free(dw2), free(ry), free(rdx), free(rdw);
+}
+
+static void test_fp8_linear(cudaStream_t s)
+{
+    test_fp8_linear_recipe(FP8_TENSOR, 144, 96, 208, s);
+    test_fp8_linear_recipe(FP8_ROW, 144, 96, 208, s);
+    test_fp8_linear_recipe(FP8_BLOCK, 256, 384, 256, s);
+    test_fp8_linear_recipe(FP8_BLOCK, 384, 256, 640, s);
 }
 
 /* The whole model with --fp8 against the CPU reference's emulation (train_llama_ref --fp8, tests/ref_capi.h), which
@@ -284,10 +294,11 @@ static void test_fp8_linear(cudaStream_t s)
  * the GPU 0.168 from the emulation and 0.154 from fp32. So: the loss within 1e-2 of the emulation's, and the
  * gradient within twice the emulation's own distance from fp32 (independent draws of one size give sqrt(2)), which
  * a wrong scale or operand (errors of order 1) fails; test_fp8_linear checks the rounding itself closely. */
-static void test_fp8(const LlamaConfig *c, const char *weights_path, cudaStream_t s)
+static void test_fp8_recipe(const LlamaConfig *c, const char *weights_path, Fp8Recipe recipe, cudaStream_t s)
 {
     int B = 2, T = c->max_seq_len < 64 ? c->max_seq_len : 64;
     int64_t N = (int64_t)B * T;
+    const char *name = FP8_RECIPE_NAMES[recipe];
     if (N % 16 != 0) {
         check(0, "fp8: B*T = %lld must be a multiple of 16 for this check", (long long)N);
         return;
@@ -301,43 +312,58 @@ static void test_fp8(const LlamaConfig *c, const char *weights_path, cudaStream_
         targets[i] = (int)((r >> 13) % (uint64_t)c->vocab_size);
     }
     Llama m;
-    build_fp8(&m, c, B, T, 0, 1, 0, 1);
+    build_fp8(&m, c, B, T, 0, 1, 0, recipe);
     llama_load_weights(&m, weights_path);
     float loss = run_micro_step(&m, tokens, targets, s);
     float *grads = download_grads(&m);
     int64_t P = m.layout.total;
     float *ref8 = (float *)malloc_check((size_t)P * 4, "ref fp8"), *ref32 = (float *)malloc_check((size_t)P * 4, "ref");
-    float loss8 = ref_loss_and_grads(weights_path, tokens, targets, B, T, 1, ref8, P);
+    float loss8 = ref_loss_and_grads(weights_path, tokens, targets, B, T, recipe, ref8, P);
     float loss32 = ref_loss_and_grads(weights_path, tokens, targets, B, T, 0, ref32, P);
-    check(fabsf(loss - loss8) <= 1e-2f * fabsf(loss8), "fp8: loss %.6f, CPU emulation %.6f (fp32 reference %.6f)", loss,
-          loss8, loss32);
+    check(fabsf(loss - loss8) <= 1e-2f * fabsf(loss8),
+          "fp8 per %s: loss %.6f, CPU emulation %.6f (fp32 reference %.6f)", name, loss, loss8, loss32);
     double err8 = normwise_error(grads, ref8, P), err32 = normwise_error(grads, ref32, P),
            noise = normwise_error(ref8, ref32, P);
     check(err8 <= 2.0 * noise,
-          "fp8: gradients %.3f normwise from the CPU emulation, within twice the emulation's own FP8 error %.3f (the "
-          "GPU is %.3f from fp32)",
-          err8, noise, err32);
+          "fp8 per %s: gradients %.3f normwise from the CPU emulation, within twice the emulation's own FP8 error %.3f "
+          "(the GPU is %.3f from fp32)",
+          name, err8, noise, err32);
     llama_free(&m);
     /* recomputation reruns the same FP8 forward: gradients bit-identical at level 3 */
-    build_fp8(&m, c, B, T, 3, 1, 0, 1);
+    build_fp8(&m, c, B, T, 3, 1, 0, recipe);
     llama_load_weights(&m, weights_path);
     run_micro_step(&m, tokens, targets, s);
     float *grads3 = download_grads(&m);
-    check(memcmp(grads, grads3, (size_t)P * 4) == 0, "fp8: recompute level 3 gives bit-identical gradients");
+    check(memcmp(grads, grads3, (size_t)P * 4) == 0, "fp8 per %s: recompute level 3 gives bit-identical gradients",
+          name);
     llama_free(&m);
     /* The weights' codes are kept for a step, except under ZeRO 3, which makes them at each use (linear.h): over 3
      * AdamW steps (lr 1e-3 moves each weight by some 5%, so codes kept past an update would change the later losses)
      * both give the same bits. */
     AdamWConfig adamw = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
     float *kept_master, *made_master;
-    float *kept = zero_stage_run(c, weights_path, tokens, targets, B, T, 1, 1, 3, &adamw, &kept_master, 1, s);
-    float *made = zero_stage_run(c, weights_path, tokens, targets, B, T, 1, 3, 3, &adamw, &made_master, 1, s);
+    float *kept = zero_stage_run(c, weights_path, tokens, targets, B, T, 1, 1, 3, &adamw, &kept_master, recipe, s);
+    float *made = zero_stage_run(c, weights_path, tokens, targets, B, T, 1, 3, 3, &adamw, &made_master, recipe, s);
     check(memcmp(kept, made, 3 * sizeof(float)) == 0 && memcmp(kept_master, made_master, (size_t)P * 4) == 0,
-          "fp8: weight codes kept for a step (ZeRO 1) and made at each use (ZeRO 3): the same losses (%.6f %.6f "
-          "%.6f) and master weights after 3 steps",
-          kept[0], kept[1], kept[2]);
+          "fp8 per %s: weight codes kept for a step (ZeRO 1) and made at each use (ZeRO 3): the same losses (%.6f "
+          "%.6f %.6f) and master weights after 3 steps",
+          name, kept[0], kept[1], kept[2]);
     free(kept), free(made), free(kept_master), free(made_master);
     free(grads3), free(grads), free(ref8), free(ref32), free(tokens), free(targets);
+}
+
+/* The whole model under each recipe its shapes allow (block: whole 128-blocks, which the dumps' tiny models do not
+ * have; test_fp8_linear checks that recipe on one Linear map). */
+static void test_fp8(const LlamaConfig *c, const char *weights_path, cudaStream_t s)
+{
+    test_fp8_recipe(c, weights_path, FP8_TENSOR, s);
+    test_fp8_recipe(c, weights_path, FP8_ROW, s);
+    int64_t qkv = (int64_t)(c->n_head + 2 * c->n_kv_head) * c->head_dim;
+    if (c->d_model % 128 == 0 && c->ffn_dim % 128 == 0 && c->n_head * c->head_dim % 128 == 0 && qkv % 128 == 0)
+        test_fp8_recipe(c, weights_path, FP8_BLOCK, s);
+    else
+        printf("NOTE fp8 per block: not run on this model (d_model %d, ffn_dim %d: not multiples of 128)\n", c->d_model,
+               c->ffn_dim);
 }
 
 /* Logits, loss, block outputs and final norm of one forward at recompute level 0. */

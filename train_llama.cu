@@ -43,6 +43,7 @@
 typedef struct {
     TrainFlags t;
     int recompute, profile_step, fp8;
+    const char *fp8_recipe;
     float logits_budget_mb;
     int zero_stage;
     LaunchFlags launch;
@@ -60,6 +61,10 @@ static const Flag FLAGS[] = {
          "the layers' Linear maps (qkv, o, gate/up, down) on FP8: inputs and weights E4M3, output gradients E5M2, one "
          "scale per tensor from its current amax (lm_head, attention, norms and AdamW stay as they are; MFU still "
          "counts bf16 FLOPs)"),
+    FLAG("--fp8-recipe", FLAG_STRING, Args, fp8_recipe,
+         "the FP8 scales (implies --fp8): tensor (the default: the fastest, see docs/benchmarks.md), row (one per row "
+         "of each operand, all E4M3) or block (1x128 blocks of activations and gradients, 128x128 of weights, all "
+         "E4M3; dimensions and B*T multiples of 128)"),
     FLAG_NUM("--logits-budget-mb", FLAG_FLOAT, Args, logits_budget_mb, 0, 1 << 20, FLAG_LO_OPEN,
              "memory for one chunk of logits"),
     FLAG_NUM("--profile-step", FLAG_INT, Args, profile_step, 0, INT_MAX, FLAG_CLOSED,
@@ -125,6 +130,18 @@ static LlamaConfig parse_args(Args *a, int argc, char **argv, HfTokenIds *init_i
              c.head_dim, c.ffn_dim);
     if (a->t.batch.T > c.max_seq_len)
         FAIL("-T %d exceeds the model's max_seq_len %d\n  hint: lower -T", a->t.batch.T, c.max_seq_len);
+    if (a->fp8_recipe) {
+        a->fp8 = fp8_recipe_from_name(a->fp8_recipe);
+        if (!a->fp8)
+            FAIL("unknown --fp8-recipe '%s'; use tensor, row or block", a->fp8_recipe);
+    }
+    int64_t qkv = (int64_t)(c.n_head + 2 * c.n_kv_head) * c.head_dim;
+    if (a->fp8 == FP8_BLOCK && ((int64_t)a->t.batch.B * a->t.batch.T % 128 != 0 || c.d_model % 128 != 0 ||
+                                c.ffn_dim % 128 != 0 || c.n_head * c.head_dim % 128 != 0 || qkv % 128 != 0))
+        FAIL("--fp8-recipe block needs B*T, d_model, ffn_dim, n_head*head_dim and (n_head + 2 n_kv_head)*head_dim to "
+             "be multiples of 128 (whole 128-blocks); got B*T %lld, %d, %d, %d, %lld\n  hint: --fp8-recipe row or "
+             "tensor take multiples of 16",
+             (long long)a->t.batch.B * a->t.batch.T, c.d_model, c.ffn_dim, c.n_head * c.head_dim, (long long)qkv);
     if (a->fp8 && ((int64_t)a->t.batch.B * a->t.batch.T % 16 != 0 || c.d_model % 16 != 0 || c.ffn_dim % 16 != 0 ||
                    c.n_head * c.head_dim % 16 != 0))
         FAIL("--fp8 needs B*T, d_model, ffn_dim and n_head*head_dim to be multiples of 16 (FP8 GEMMs sum over 16-byte "
@@ -354,9 +371,10 @@ int main(int argc, char **argv)
     run_log_open(&log, rank == 0 ? t->run.log : NULL, t->ckpt.resume, run_id, resumed_from, argc, argv, &config, FLAGS,
                  N_FLAGS, &a);
     printf("parameters: %.3f M; batch %d x %d x %d accum x %d GPUs = %d tokens/step; recompute %d; logits chunk %d "
-           "rows%s\ndata: %s\n",
+           "rows%s%s\ndata: %s\n",
            model.layout.total / 1e6, t->batch.B, t->batch.T, accum, world, total_batch, a.recompute, model.logits_chunk,
-           a.fp8 ? "; layer GEMMs in FP8" : "", t->data.random ? "random tokens" : t->data.train);
+           a.fp8 ? "; layer GEMMs in FP8, scaled per " : "", a.fp8 ? FP8_RECIPE_NAMES[a.fp8] : "",
+           t->data.random ? "random tokens" : t->data.train);
     watchdog_progress(&gpus.watchdog, "model ready");
 
     int *tokens; /* pinned, so the uploads are truly asynchronous: inputs, then targets */

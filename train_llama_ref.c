@@ -426,10 +426,10 @@ typedef struct {
     double loss_sum;             /* sum of the cross-entropy over the counted targets of the last forward */
     int64_t n_counted;           /* targets != IGNORE_INDEX in the last forward */
     float mean_loss;             /* loss_sum / n_counted, as F.cross_entropy reports it; NaN if none counted */
-    int fp8;                     /* the layers' GEMMs on FP8 values (linear_forward); set before the first forward */
-    int doc_bos;                 /* packed documents (llmc/documents.h): the token that starts one, or -1: none */
-    int doc_positions;           /* with doc_bos: RoPE positions restart at 0 in each document */
-    int *doc_first, *doc_pos;    /* BT each: where a token's document starts in its row, and the token's position */
+    int fp8;     /* Fp8Recipe: the layers' GEMMs on FP8 values (linear_forward), or 0; set before the first forward */
+    int doc_bos; /* packed documents (llmc/documents.h): the token that starts one, or -1: none */
+    int doc_positions;               /* with doc_bos: RoPE positions restart at 0 in each document */
+    int *doc_first, *doc_pos;        /* BT each: where a token's document starts in its row, and the token's position */
     float *fp8_in, *fp8_out, *fp8_w; /* their quantised operands: BT x widest input, BT x widest output, largest W */
 } Llama;
 
@@ -556,22 +556,59 @@ static void llama_document_views(const Llama *m, const int **first, const int **
 }
 
 /* FP8 training's GEMMs (--fp8, issue 15), emulated: each operand is rounded
- * to FP8 with one scale per tensor from its current amax (llmc/fp8.h: codes
- * of x * 448 / amax, saturating, ties to even) and used as the exact values
- * those codes stand for; the products are then summed in fp32 as everywhere
- * here. Inputs and weights are E4M3, output gradients E5M2 (wider range, one
- * bit less); the backward pass sees the forward's operands again (the same
- * rounding of the same tensors). out[i] = fp8(in[i] * scale) / scale. */
-static void fp8_round_tensor(float *out, const float *in, int64_t n, Fp8Format f)
+ * to FP8 in the blocks of m->fp8's recipe (llmc/fp8.h), each block at the
+ * scale of its own amax (codes of x * 448 / amax, saturating, ties to even),
+ * and used as the exact values those codes stand for; the products are then
+ * summed in fp32 as everywhere here. Inputs and weights are E4M3; output
+ * gradients E5M2 (wider range, one bit less) with one scale per tensor, E4M3
+ * with the finer recipes' scales. A GEMM's blocks run along the dimension it
+ * sums over, so the backward's GEMMs round the forward's operands afresh where
+ * that dimension differs (the tokens for the weight gradient, the outputs for
+ * the input gradient); per tensor they see the forward's rounding again.
+ * out (which may be in) = in[R, C] rounded in blocks of block_rows x block_cols. */
+static void fp8_round_blocks(float *out, const float *in, int64_t R, int64_t C, int64_t block_rows, int64_t block_cols,
+                             Fp8Format f)
 {
-    float amax = 0.0f;
+    int64_t row_blocks = (R + block_rows - 1) / block_rows, col_blocks = (C + block_cols - 1) / block_cols;
+    if (row_blocks * col_blocks == 1) { /* one scale: the amax over the whole tensor, in parallel */
+        float amax = 0.0f;
 #pragma omp parallel for reduction(max : amax) schedule(static)
-    for (int64_t i = 0; i < n; i++)
-        amax = fmaxf(amax, fabsf(in[i]));
-    float scale = fp8_scale_from_amax(amax, f);
+        for (int64_t i = 0; i < R * C; i++)
+            amax = fmaxf(amax, fabsf(in[i]));
+        float scale = fp8_scale_from_amax(amax, f);
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; i++)
-        out[i] = fp8_to_float(fp8_from_float(in[i] * scale, f), f) / scale;
+        for (int64_t i = 0; i < R * C; i++)
+            out[i] = fp8_to_float(fp8_from_float(in[i] * scale, f), f) / scale;
+        return;
+    }
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t rb = 0; rb < row_blocks; rb++)
+        for (int64_t cb = 0; cb < col_blocks; cb++) {
+            int64_t r0 = rb * block_rows, c0 = cb * block_cols;
+            int64_t r1 = r0 + block_rows < R ? r0 + block_rows : R, c1 = c0 + block_cols < C ? c0 + block_cols : C;
+            float amax = 0.0f;
+            for (int64_t r = r0; r < r1; r++)
+                for (int64_t c = c0; c < c1; c++)
+                    amax = fmaxf(amax, fabsf(in[r * C + c]));
+            float scale = fp8_scale_from_amax(amax, f);
+            for (int64_t r = r0; r < r1; r++)
+                for (int64_t c = c0; c < c1; c++)
+                    out[r * C + c] = fp8_to_float(fp8_from_float(in[r * C + c] * scale, f), f) / scale;
+        }
+}
+
+/* x[R, C] rounded as a GEMM that sums over its columns (along_rows 0) or its rows (1) takes it under recipe:
+ * tensor: all of it; row: each row (column); block: 1 x 128 (128 x 1), or for a weight 128 x 128 either way. */
+static void fp8_round_operand(float *out, const float *x, int64_t R, int64_t C, int recipe, int weight, int along_rows,
+                              Fp8Format f)
+{
+    int64_t along = recipe == FP8_ROW ? (along_rows ? R : C) : 128, across = weight ? 128 : 1;
+    if (recipe == FP8_TENSOR)
+        fp8_round_blocks(out, x, R, C, R, C, f);
+    else if (along_rows)
+        fp8_round_blocks(out, x, R, C, along, recipe == FP8_ROW ? 1 : across, f);
+    else
+        fp8_round_blocks(out, x, R, C, recipe == FP8_ROW ? 1 : across, along, f);
 }
 
 /* matmul_forward of a layer's Linear; on FP8 values when m->fp8. */
@@ -582,8 +619,8 @@ static void linear_forward(const Llama *m, float *out, const float *inp, const f
         matmul_forward(out, inp, weight, N, IC, OC);
         return;
     }
-    fp8_round_tensor(m->fp8_in, inp, N * IC, FP8_E4M3);
-    fp8_round_tensor(m->fp8_w, weight, OC * IC, FP8_E4M3);
+    fp8_round_operand(m->fp8_in, inp, N, IC, m->fp8, 0, 0, FP8_E4M3);
+    fp8_round_operand(m->fp8_w, weight, OC, IC, m->fp8, 1, 0, FP8_E4M3);
     matmul_forward(out, m->fp8_in, m->fp8_w, N, IC, OC);
 }
 
@@ -595,10 +632,15 @@ static void linear_backward(const Llama *m, float *dinp, float *dweight, const f
         matmul_backward(dinp, dweight, dout, inp, weight, N, IC, OC);
         return;
     }
-    fp8_round_tensor(m->fp8_out, dout, N * OC, FP8_E5M2);
-    fp8_round_tensor(m->fp8_in, inp, N * IC, FP8_E4M3);
-    fp8_round_tensor(m->fp8_w, weight, OC * IC, FP8_E4M3);
-    matmul_backward(dinp, dweight, m->fp8_out, m->fp8_in, m->fp8_w, N, IC, OC);
+    Fp8Format g = m->fp8 == FP8_TENSOR ? FP8_E5M2 : FP8_E4M3;
+    /* dinp += dout @ W: sums over the outputs */
+    fp8_round_operand(m->fp8_out, dout, N, OC, m->fp8, 0, 0, g);
+    fp8_round_operand(m->fp8_w, weight, OC, IC, m->fp8, 1, 1, FP8_E4M3);
+    matmul_accumulate(dinp, m->fp8_out, OC, 1, m->fp8_w, N, IC, OC);
+    /* dweight += dout^T @ inp: sums over the tokens */
+    fp8_round_operand(m->fp8_out, dout, N, OC, m->fp8, 0, 1, g);
+    fp8_round_operand(m->fp8_in, inp, N, IC, m->fp8, 0, 1, FP8_E4M3);
+    matmul_accumulate(dweight, m->fp8_out, 1, OC, m->fp8_in, OC, IC, N);
 }
 
 /* Forward pass on inputs [B, T]. With targets (IGNORE_INDEX where not counted)
@@ -907,6 +949,7 @@ static void train_step(Llama *m, BatchSource *src, const TrainFlags *t, int step
 typedef struct {
     TrainFlags t;
     int fp8;
+    const char *fp8_recipe;
 } Args;
 
 static const Flag FLAGS[] = {
@@ -915,6 +958,10 @@ static const Flag FLAGS[] = {
     FLAG("--fp8", FLAG_SWITCH, Args, fp8,
          "the layers' GEMMs on FP8 values, as GPU FP8 training rounds them: inputs and weights E4M3, output "
          "gradients E5M2, one scale per tensor from its current amax (lm_head stays fp32)"),
+    FLAG("--fp8-recipe", FLAG_STRING, Args, fp8_recipe,
+         "the FP8 scales (implies --fp8), as train_llama's: tensor (the default), row (one per row of each operand as "
+         "its GEMM sums over it, all E4M3) or block (1x128 blocks of activations and gradients, 128x128 of weights, "
+         "all E4M3)"),
 };
 #define N_FLAGS ((int)(sizeof(FLAGS) / sizeof(FLAGS[0])))
 
@@ -1009,11 +1056,17 @@ int main(int argc, char **argv)
         llama_build(&model, &config);
         llama_init_random(&model, (uint64_t)t->run.seed);
     }
+    if (a.fp8_recipe) {
+        a.fp8 = fp8_recipe_from_name(a.fp8_recipe);
+        if (!a.fp8)
+            FAIL("unknown --fp8-recipe '%s'; use tensor, row or block", a.fp8_recipe);
+    }
     model.fp8 = a.fp8;
     llama_config_print(&model.config, stdout);
-    printf("parameters: %lld (%.1f MiB each for weights, gradients and the two AdamW moments)%s\n",
+    printf("parameters: %lld (%.1f MiB each for weights, gradients and the two AdamW moments)%s%s\n",
            (long long)model.layout.total, (double)model.layout.total * 4.0 / 1048576.0,
-           model.fp8 ? "; layer GEMMs on FP8 values (--fp8)" : "");
+           model.fp8 ? "; layer GEMMs on FP8 values (--fp8), scaled per " : "",
+           model.fp8 ? FP8_RECIPE_NAMES[model.fp8] : "");
 #ifdef _OPENMP
     printf("threads: %d\n", omp_get_max_threads());
 #endif

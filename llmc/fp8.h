@@ -12,8 +12,16 @@
  * infinite value beyond the largest finite one becomes it (what cuBLASLt's and
  * CUDA's __NV_SATFINITE conversions do, so an overflow is clipped, never an
  * infinity). NaN stays NaN (0x7f, or 0xff with its sign). fp8 -> float is exact.
- * Per-tensor scaling multiplies by scale = largest finite / amax before the
- * conversion and divides by it after the GEMM.
+ * Scaling multiplies a block of values by scale = largest finite / amax (the
+ * block's largest magnitude) before the conversion, and the GEMM divides by
+ * it after. The recipes (issue #15) differ in the blocks, over an operand
+ * stored [R, K] with K the summed dimension:
+ *   tensor  the whole operand;
+ *   row     each row (rows of x, of W, of dy; of the transposed copies the
+ *           backward's GEMMs sum over the tokens with: columns of the
+ *           originals);
+ *   block   1 x 128 along K for activations and gradients, 128 x 128 for
+ *           weights (DeepSeek-V3's, as Transformer Engine's blockwise recipe).
  *
  * Reads and writes only its arguments. Plain C; under nvcc also __device__.
  */
@@ -22,6 +30,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __CUDACC__
 #define FP8_FN __host__ __device__ static inline
@@ -93,6 +102,19 @@ FP8_FN uint8_t fp8_from_float(float x, Fp8Format f)
 FP8_FN float fp8_scale_from_amax(float amax, Fp8Format f)
 {
     return (amax > 0.0f && isfinite(amax)) ? fp8_max(f) / amax : 1.0f;
+}
+
+/* --fp8-recipe: how fine the scales are (see above); 0 is no FP8. */
+typedef enum { FP8_OFF = 0, FP8_TENSOR, FP8_ROW, FP8_BLOCK } Fp8Recipe;
+static const char *const FP8_RECIPE_NAMES[] = {"off", "tensor", "row", "block"};
+
+/* The recipe --fp8-recipe names, or FP8_OFF for a name that is none. */
+static inline Fp8Recipe fp8_recipe_from_name(const char *name)
+{
+    for (int r = FP8_TENSOR; r <= FP8_BLOCK; r++)
+        if (strcmp(name, FP8_RECIPE_NAMES[r]) == 0)
+            return (Fp8Recipe)r;
+    return FP8_OFF;
 }
 
 #endif /* LLMC_FP8_H */

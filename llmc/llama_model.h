@@ -58,7 +58,7 @@ typedef struct {
     size_t logits_budget_bytes; /* memory for one chunk of the classifier's logits */
     const Dist *dist;           /* the ranks, over which ZeRO shards */
     int zero_stage;             /* 0 to 3 (llmc/zero.h) */
-    int fp8;                    /* the layers' Linear maps on FP8 codes (linear.h) */
+    int fp8;                    /* Fp8Recipe: the layers' Linear maps on FP8 codes (linear.h), or 0 */
     int doc_mask;               /* packed documents (llmc/documents.h): attention within each document, */
     int doc_bos;                /* which starts at this token; */
     int doc_positions;          /* and RoPE positions restart at each document's start */
@@ -182,17 +182,13 @@ static inline void llama_build(Llama *m, const LlamaConfig *config, const LlamaO
     llama_batch_build(&m->batch, N, (int)V, opt->max_micro_steps, opt->doc_mask);
     if (opt->fp8) {
         /* the weights' codes kept for a step, but for ZeRO 3, whose point is not to hold all the weights (linear.h) */
-        LinearExtents e = llama_linear_extents(c);
         int n_slots = c->n_layer * LINEAR_MAPS;
-        int64_t *slot_w = (int64_t *)malloc_check((size_t)n_slots * sizeof(int64_t), "FP8 weight sizes");
+        LinearShape *shapes = (LinearShape *)malloc_check((size_t)n_slots * sizeof(LinearShape), "FP8 Linear shapes");
         for (int l = 0; l < c->n_layer; l++)
-            for (int map = 0; map < LINEAR_MAPS; map++) {
-                LinearShape ls = llama_linear_shape(c, map);
-                slot_w[linear_slot(l, map)] = ls.in * ls.out;
-            }
-        fp8_scratch_build(&m->fp8, N * e.widest_in, N * e.widest_out, e.largest_w, n_slots,
-                          opt->zero_stage < 3 ? slot_w : NULL);
-        free(slot_w);
+            for (int map = 0; map < LINEAR_MAPS; map++)
+                shapes[linear_slot(l, map)] = llama_linear_shape(c, map);
+        fp8_scratch_build(&m->fp8, (Fp8Recipe)opt->fp8, N, shapes, n_slots, opt->zero_stage < 3);
+        free(shapes);
     }
     m->spec = layer_spec(c, opt->B, opt->T, opt->recompute, m->freqs_cis, opt->fp8 ? &m->fp8 : NULL);
     if (opt->doc_mask) {

@@ -13,10 +13,10 @@
  * (out^T = W inp^T and so on) and no operand is ever copied.
  *
  * FP8 (issue #15): matmul_fp8 computes the forward form on fp8 codes with
- * one dequantisation scale per operand (llmc/fp8_quantize.h), fp32 sums and a
- * bf16 output; Hopper's FP8 kernels take only that form (both operands
- * contiguous along the summed dimension), so the backward GEMMs run on
- * transposed copies of their operands.
+ * dequantisation scales per operand (one, one per row, or per 1 x 128 or
+ * 128 x 128 block: llmc/fp8_quantize.h), fp32 sums and a bf16 output; Hopper's
+ * FP8 kernels take only that form (both operands contiguous along the summed
+ * dimension), so the backward GEMMs run on transposed copies of their operands.
  *
  * A step issues the same few shapes over and over, so each (GEMM, shape,
  * operand types, pointer alignment) gets its layouts and heuristic algorithm
@@ -46,8 +46,24 @@ static inline void cublas_check_at(cublasStatus_t status, const char *what, cons
 }
 #define CUBLAS_CHECK(call) cublas_check_at((call), #call, __FILE__, __LINE__)
 
-/* MATMUL_FP8, MATMUL_FP8_FAST: the forward form on fp8 codes (matmul_fp8), the second with fast accumulation */
-enum { MATMUL_FORWARD, MATMUL_BACKWARD_INPUT, MATMUL_BACKWARD_WEIGHT, MATMUL_FP8, MATMUL_FP8_FAST, MATMUL_KINDS };
+/* MATMUL_FP8...: the forward form on fp8 codes (matmul_fp8), by the scales of x and w: one each (_FAST: with fast
+ * accumulation), one per row (OUTER_VEC_32F; with fast accumulation its sums over K = 16384 erred by 1.5x
+ * fp8_matmul_check's bound, so none), 1 x 128 blocks of x and 128 x 128 of w (VEC128_32F, BLK128x128_32F), 1 x 128
+ * blocks of both (the weight gradient's form). */
+enum {
+    MATMUL_FORWARD,
+    MATMUL_BACKWARD_INPUT,
+    MATMUL_BACKWARD_WEIGHT,
+    MATMUL_FP8,
+    MATMUL_FP8_FAST,
+    MATMUL_FP8_ROW,
+    MATMUL_FP8_BLOCK,
+    MATMUL_FP8_BLOCK_1D,
+    MATMUL_KINDS
+};
+static const char *const MATMUL_KIND_NAMES[MATMUL_KINDS] = {
+    "forward",     "backward input",           "backward weight", "FP8", "FP8 (fast accumulation)",
+    "FP8 per-row", "FP8 1x128/128x128 blocks", "FP8 1x128 blocks"};
 
 #define MATMUL_WORKSPACE_BYTES ((size_t)32 << 20)
 /* Enough for every shape of a training step (7 Linear layers x 3 GEMMs, plus the
@@ -72,23 +88,37 @@ static int matmul_cache_next = 0;
 static inline void matmul_setup(void)
 {
     /* (transpose A, transpose B) of each GEMM in cuBLASLt's column-major terms; see matmul_plan. */
-    static const cublasOperation_t ops[MATMUL_KINDS][2] = {{CUBLAS_OP_T, CUBLAS_OP_N},
-                                                           {CUBLAS_OP_N, CUBLAS_OP_N},
-                                                           {CUBLAS_OP_N, CUBLAS_OP_T},
-                                                           {CUBLAS_OP_T, CUBLAS_OP_N},
-                                                           {CUBLAS_OP_T, CUBLAS_OP_N}};
+    static const cublasOperation_t ops[3][2] = {
+        {CUBLAS_OP_T, CUBLAS_OP_N}, {CUBLAS_OP_N, CUBLAS_OP_N}, {CUBLAS_OP_N, CUBLAS_OP_T}}; /* then all forward */
+    /* the FP8 kinds' scale modes: of A (w) and of B (x), and fast accumulation */
+    static const struct {
+        int32_t w_mode, x_mode;
+        int8_t fast;
+    } fp8[MATMUL_KINDS - MATMUL_FP8] = {
+        {CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F, CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F, 0},
+        {CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F, CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F, 1},
+        {CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, 0},
+        {CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F, 0},
+        {CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F, 0}};
     CUBLAS_CHECK(cublasLtCreate(&matmul_handle));
     matmul_workspace = cuda_malloc_named(MATMUL_WORKSPACE_BYTES, "cuBLASLt workspace");
     for (int kind = 0; kind < MATMUL_KINDS; kind++) {
-        CUBLAS_CHECK(cublasLtMatmulDescCreate(&matmul_desc[kind], CUBLAS_COMPUTE_32F, CUDA_R_32F));
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(matmul_desc[kind], CUBLASLT_MATMUL_DESC_TRANSA, &ops[kind][0],
-                                                    sizeof(ops[kind][0])));
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(matmul_desc[kind], CUBLASLT_MATMUL_DESC_TRANSB, &ops[kind][1],
-                                                    sizeof(ops[kind][1])));
+        cublasLtMatmulDesc_t d;
+        const cublasOperation_t *op = ops[kind < MATMUL_FP8 ? kind : MATMUL_FORWARD];
+        CUBLAS_CHECK(cublasLtMatmulDescCreate(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSA, &op[0], sizeof(op[0])));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSB, &op[1], sizeof(op[1])));
+        if (kind >= MATMUL_FP8) {
+            int i = kind - MATMUL_FP8;
+            CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &fp8[i].w_mode,
+                                                        sizeof(fp8[i].w_mode)));
+            CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &fp8[i].x_mode,
+                                                        sizeof(fp8[i].x_mode)));
+            CUBLAS_CHECK(
+                cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fp8[i].fast, sizeof(fp8[i].fast)));
+        }
+        matmul_desc[kind] = d;
     }
-    const int8_t fast = 1;
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(matmul_desc[MATMUL_FP8_FAST], CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast,
-                                                sizeof(fast)));
     memset(matmul_cache, 0, sizeof(matmul_cache));
     matmul_cache_next = 0;
 }
@@ -154,7 +184,7 @@ static inline const MatmulPlan *matmul_plan(int kind, int N, int in_dim, int out
     uint64_t n_tok = (uint64_t)N, in = (uint64_t)in_dim, out = (uint64_t)out_dim;
     /* rows, cols, leading dimension of A, B, C (= D) as stored, column-major */
     uint64_t dims[3][3];
-    if (kind == MATMUL_FORWARD || kind == MATMUL_FP8 || kind == MATMUL_FP8_FAST) {
+    if (kind == MATMUL_FORWARD || kind >= MATMUL_FP8) {
         uint64_t d3[3][3] = {{in, out, in}, {in, n_tok, in}, {out, n_tok, out}};
         memcpy(dims, d3, sizeof(dims));
     } else if (kind == MATMUL_BACKWARD_INPUT) {
@@ -195,12 +225,10 @@ static inline const MatmulPlan *matmul_plan(int kind, int N, int in_dim, int out
                                                 plan->layout[2], plan->layout[3], pref, 1, &heuristic, &found));
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     if (found == 0) {
-        static const char *names[MATMUL_KINDS] = {"forward", "backward input", "backward weight", "FP8",
-                                                  "FP8 (fast accumulation)"};
         FAIL("cuBLASLt has no algorithm for the %s GEMM with N %d, in %d, out %d "
              "(pointer alignments %d/%d/%d/%d bytes)\n"
              "  hint: keep activation and weight pointers 16-byte aligned; rerun with CUBLASLT_LOG_LEVEL=5",
-             names[kind], N, in_dim, out_dim, align[0], align[1], align[2], align[3]);
+             MATMUL_KIND_NAMES[kind], N, in_dim, out_dim, align[0], align[1], align[2], align[3]);
     }
     plan->algo = heuristic.algo;
     return plan;
@@ -242,17 +270,21 @@ static inline void matmul_backward_weight(bf16 *dweight, const bf16 *dout, const
     matmul_run(MATMUL_BACKWARD_WEIGHT, dweight, inp, dout, N, in_dim, out_dim, accumulate ? 1.0f : 0.0f, stream);
 }
 
-/* out[N, out_dim] (= or += when accumulate) = (x[N, in_dim] @ w[out_dim, in_dim]^T) * x_inv_scale[0] * w_inv_scale[0]
- * on fp8 codes (fp8_quantize.h), both row-major and contiguous along in_dim; fp32 sums, bf16 out. cuBLASLt takes
+/* out[N, out_dim] (= or += when accumulate) = (x[N, in_dim] @ w[out_dim, in_dim]^T) dequantised by x_inv_scale and
+ * w_inv_scale, on fp8 codes (fp8_quantize.h), both row-major and contiguous along in_dim; fp32 sums, bf16 out. kind
+ * (MATMUL_FP8...) says how the scales are laid out: one each, one per row of x and of w, per 1 x 128 block of x
+ * and 128 x 128 of w, or per 1 x 128 block of both (fp8_quantize.h's FP8_SCALE_* give the orders). cuBLASLt takes
  * E4M3 x E4M3 and E5M2 x E4M3 here (never E5M2 x E5M2): x in either format, w in E4M3. Each operand needs 16-byte
- * aligned rows: in_dim a multiple of 16. */
-/* fast_accum: Hopper's FP8 tensor cores keep their running sums with fewer bits than fp32; cuBLASLt adds them into
- * fp32 every few K-blocks unless fast accumulation is on, which skips that for speed (Transformer Engine and
- * torchao do so for the forward GEMM only: the gradients' sums stay promoted). */
+ * aligned rows: in_dim a multiple of 16; so must the scale pointers be.
+ * Fast accumulation (the _FAST kinds): Hopper's FP8 tensor cores keep their running sums with fewer bits than fp32;
+ * cuBLASLt adds them into fp32 every few K-blocks unless fast accumulation is on, which skips that for speed
+ * (Transformer Engine and torchao do so for the forward GEMM only: the gradients' sums stay promoted). */
 static inline void matmul_fp8(bf16 *out, const uint8_t *x, Fp8Format x_format, const uint8_t *w,
                               const float *x_inv_scale, const float *w_inv_scale, int N, int in_dim, int out_dim,
-                              int accumulate, int fast_accum, cudaStream_t stream)
+                              int accumulate, int kind, cudaStream_t stream)
 {
+    if (kind < MATMUL_FP8 || kind >= MATMUL_KINDS)
+        FAIL("matmul_fp8: kind %d is not one of the FP8 GEMMs", kind);
     if (in_dim % 16 != 0)
         FAIL("matmul_fp8: in_dim %d must be a multiple of 16 (16-byte rows of fp8 codes)", in_dim);
     if (matmul_alignment(x_inv_scale) < 16 || matmul_alignment(w_inv_scale) < 16)
@@ -260,13 +292,13 @@ static inline void matmul_fp8(bf16 *out, const uint8_t *x, Fp8Format x_format, c
              (const void *)x_inv_scale, (const void *)w_inv_scale);
     cudaDataType_t x_type = x_format == FP8_E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
     /* column-major: A = w as [in, out] (op T), B = x as [in, N]: the forward form */
-    int kind = fast_accum ? MATMUL_FP8_FAST : MATMUL_FP8;
-    const MatmulPlan *plan = matmul_plan(kind, N, in_dim, out_dim, CUDA_R_8F_E4M3, x_type, w, x, out, out);
+    /* the scale pointers before the plan: cuBLASLt's heuristic refuses per-row scales without them (INVALID_VALUE) */
     cublasLtMatmulDesc_t desc = matmul_desc[kind];
     CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_inv_scale, sizeof(w_inv_scale)));
     CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_inv_scale, sizeof(x_inv_scale)));
+    const MatmulPlan *plan = matmul_plan(kind, N, in_dim, out_dim, CUDA_R_8F_E4M3, x_type, w, x, out, out);
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     profile_push(PROF_GEMM, stream);
     CUBLAS_CHECK(cublasLtMatmul(matmul_handle, desc, &alpha, w, plan->layout[0], x, plan->layout[1], &beta, out,

@@ -26,11 +26,11 @@ float ref_loss_and_grads(const char *weights_path, const int *tokens, const int 
 }
 
 void ref_fp8_linear(float *out, float *dinp, float *dweight, const float *x, const float *w, const float *dout, int N,
-                    int IC, int OC)
+                    int IC, int OC, int recipe)
 {
-    Llama m; /* only its FP8 switch and scratch are read */
+    Llama m; /* only its FP8 recipe and scratch are read */
     memset(&m, 0, sizeof(m));
-    m.fp8 = 1;
+    m.fp8 = recipe;
     m.fp8_in = (float *)malloc_check((size_t)N * IC * sizeof(float), "FP8 emulation: inputs");
     m.fp8_out = (float *)malloc_check((size_t)N * OC * sizeof(float), "FP8 emulation: gradients");
     m.fp8_w = (float *)malloc_check((size_t)OC * IC * sizeof(float), "FP8 emulation: weights");

@@ -13,15 +13,16 @@ extern "C" {
 
 /* The model of weights_path (an .llmt weights file), one forward and backward in
  * fp32 on tokens and targets [B * T], with the layers' GEMMs on FP8 values when
- * fp8: returns the mean loss and writes every gradient of the mean loss into
+ * fp8 (an Fp8Recipe, llmc/fp8.h): returns the mean loss and writes every gradient of the mean loss into
  * grads, in llama_param_layout's order (n_params floats, checked). */
 float ref_loss_and_grads(const char *weights_path, const int *tokens, const int *targets, int B, int T, int fp8,
                          float *grads, long long n_params);
 
-/* One Linear map on FP8 values, as train_llama_ref --fp8 runs it: out[N, OC] = x[N, IC] @ w[OC, IC]^T, then, for
- * the output gradient dout[N, OC], dinp[N, IC] and dweight[OC, IC] (both overwritten). */
+/* One Linear map on FP8 values, as train_llama_ref --fp8-recipe runs it (recipe: an Fp8Recipe): out[N, OC] =
+ * x[N, IC] @ w[OC, IC]^T, then, for the output gradient dout[N, OC], dinp[N, IC] and dweight[OC, IC] (both
+ * overwritten). */
 void ref_fp8_linear(float *out, float *dinp, float *dweight, const float *x, const float *w, const float *dout, int N,
-                    int IC, int OC);
+                    int IC, int OC, int recipe);
 
 #ifdef __cplusplus
 }

@@ -31,6 +31,8 @@ for bin in ./train_llama_ref ./train_llama; do
         $bin --init-from testdata/tiny_gqa_tied.weights.llmt -T 8 -B 1 --train "$good"
     expect "$bin shard too small for the batch" "$tmp/good_000000.bin" $bin --preset nano -B 8 -T 1024 --train "$good"
     expect "$bin bad export dtype" "--export-dtype takes fp32 or bf16" $bin --preset nano --export-dtype fp16 --train "$good"
+    expect "$bin unknown FP8 recipe" "unknown --fp8-recipe 'column'; use tensor, row or block" \
+        $bin --preset nano --fp8-recipe column --train "$good"
     expect "$bin samples without a tokenizer" "--sample-every needs the shards' tokenizer" \
         $bin --preset nano -B 1 -T 64 --sample-every 5 --train "$good" --val ''
     expect "$bin a tokenizer file that is none" "$tmp/junk_000000.bin' holds" \
@@ -66,6 +68,8 @@ if [ -x ./train_llama ]; then
         ./train_llama --preset nano -B 2 -T 64 --total-batch 100 --train "$good"
     expect "train_llama total batch not a multiple of B*T*GPUs" "B*T*GPUs = 256" \
         ./train_llama --preset nano -B 2 -T 64 --total-batch 384 --rank 0 --world-size 2 --train "$good"
+    expect "train_llama FP8 block recipe without whole 128-blocks" "--fp8-recipe block needs B*T, d_model" \
+        ./train_llama --preset nano -B 2 -T 64 --fp8-recipe block --train "$good"
     expect "train_llama bad rendezvous spec" "tcp://HOST:PORT" \
         ./train_llama --preset nano --rendezvous "udp://x:1" --train "$good"
     expect "train_llama rank outside the world" "rank" \

@@ -13,11 +13,15 @@
 #   level's T rising until the first OOM;
 #   fp8: issue 15's --fp8 against bf16, side by side (alternating, ROUNDS=2
 #   rounds): the 1B at B=8 and 16, T=2048, recompute 0, and the Llama 3.1 8B
-#   shape cut to 8 or 12 layers (untied), T=2048, recompute 1 (below).
+#   shape cut to 8 or 12 layers (untied), T=2048, recompute 1 (below);
+#   fp8recipes: issue 15's scaling recipes side by side (alternating, ROUNDS
+#   rounds): bf16 and --fp8-recipe tensor, row and block at the fp8 targets'
+#   shapes, the 1B at B=16 (recompute 0) and the 8B cut to 8 layers at B=8
+#   (recompute 1), T=2048.
 # Each setting runs a few steps; the summary line per setting is the median
 # tokens/s of the steps after the first, the MFU and the peak memory, or OOM.
 # Writes $OUT/settings.jsonl (or ./settings.jsonl) and prints a table.
-# Usage: dev/bench/train_llama_settings.sh [throughput] [longest] [level3] [bestb] [long8b] [fp8]
+# Usage: dev/bench/train_llama_settings.sh [throughput] [longest] [level3] [bestb] [long8b] [fp8] [fp8recipes]
 # Extra train_llama flags for one run: FLAGS="..." (recorded as "flags").
 set -u
 cd "$(dirname "$0")/../.."
@@ -73,6 +77,13 @@ for p in $parts; do
                 for f in "" "--fp8"; do
                     FLAGS="--n-layer $1 --untied${3:+ --total-batch $3} $f" run "$2" 2048 1 "${FP8_8B_STEPS:-8}" llama3.1-8b
                 done
+            done
+        done;;
+    fp8recipes)
+        for round in $(seq "${ROUNDS:-2}"); do
+            for f in "" "--fp8-recipe tensor" "--fp8-recipe row" "--fp8-recipe block"; do
+                FLAGS="$f" run 16 2048 0 12
+                FLAGS="--n-layer 8 --untied $f" run 8 2048 1 "${FP8_8B_STEPS:-8}" llama3.1-8b
             done
         done;;
     throughput)

@@ -1427,7 +1427,8 @@ class Run:
                     item += 1
                     if item < self.skip_items:
                         self.progress.skip(_size(data) * per_byte)
-                    elif _size(data) > TASK_BYTES and (text := self._long_text(kind, data)) is not None:
+                    elif kind in (ITEM_BYTES, ITEM_TEXT) and len(data) > TASK_BYTES:
+                        text = data if kind == ITEM_TEXT else data.decode("utf-8", "surrogateescape")
                         for j, piece in enumerate(cut_pieces((text,))):
                             yield (ITEM_PIECE if j else ITEM_TEXT), piece, origin, len(piece) * per_byte
                     else:
@@ -1444,31 +1445,6 @@ class Run:
                 for j, piece in enumerate(cut_pieces(parts)):
                     yield (ITEM_PIECE if j else ITEM_TEXT), piece, origin, self.part_bytes
                     self.part_bytes = 0.0
-
-    def _long_text(self, kind, data):
-        """The text of an item over TASK_BYTES, to cut into pieces for several workers: whole, it kept one worker
-        busy while the others, their results to be written after its, ran out of tasks (the benchmark's corpus has
-        a quarter of its bytes in JSON lines of 1 to 9.5 MB; 16 workers that took as long as the bytes said were
-        busy 68% of the time, 89% with those lines cut). A JSON line or parquet value is cut only where the workers
-        would find nothing in it to count or skip (valid UTF-8, a string --text-field, not blank, no lone
-        surrogate), so the tokens are the same; else, and for the examples of --format pairs and chat, None: it
-        goes whole."""
-        if kind in (ITEM_BYTES, ITEM_TEXT):
-            return data if kind == ITEM_TEXT else data.decode("utf-8", "surrogateescape")
-        if self.args.format != "text" or not isinstance(data, bytes):
-            return None
-        try:
-            text = data.decode("utf-8")
-            if kind == ITEM_JSON:
-                record = json.loads(text)
-                text = record.get(self.args.text_field) if isinstance(record, dict) else None
-            if not isinstance(text, str) or not text or text.isspace():
-                return None
-            if not text.isascii():
-                text.encode()  # raises on a lone surrogate (a JSON escape), which tiktoken takes in no str
-        except ValueError:  # not UTF-8, not JSON, a lone surrogate (UnicodeEncodeError)
-            return None
-        return text
 
     def _parts(self, data, nbytes, events):
         """The text of a document too long to hold: its "begin" event's bytes, then its parts' up to its "end"

@@ -5,7 +5,6 @@ The tokenizer tests need `pip install tiktoken` and `pip install --no-deps llama
 """
 
 import importlib.util
-import json
 import os
 import struct
 import subprocess
@@ -603,31 +602,6 @@ def test_bad_json_lines_are_counted_and_named_or_with_strict_an_error(tmp_path, 
     result = run(src, "--out-dir", tmp_path / "strict", "--strict")
     assert result.returncode == 1 and f"{src}:2: not JSON" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "strict").exists() or not list((tmp_path / "strict").iterdir())
-
-
-@needs_llama3
-@needs_parquet
-def test_long_json_lines_and_parquet_values_give_the_tokens_of_the_whole_document(tmp_path, llama3):
-    # over TASK_BYTES, a clean one is cut into pieces in the main process; one with a problem goes whole
-    long_doc = "Zeile mit Umlauten äöü und mehr Wörtern\n" * 30_000
-    assert len(long_doc.encode()) > prepare.TASK_BYTES
-    bad_utf8 = json.dumps({"text": "bad \udcff byte " + long_doc}, ensure_ascii=False)
-    bad_utf8 = bad_utf8.encode("utf-8", "surrogateescape")
-    lone_surrogate = json.dumps({"text": "lone \ud800 surrogate " + long_doc}).encode()
-    (tmp_path / "in.jsonl").write_bytes(b"\n".join([json.dumps({"text": long_doc}).encode(), bad_utf8, lone_surrogate,
-                                                     b"{not json " + b"x" * prepare.TASK_BYTES,
-                                                     json.dumps({"text": " " * prepare.TASK_BYTES}).encode()]))
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    pq.write_table(pa.table({"text": ["parquet " + long_doc]}), tmp_path / "in.parquet")
-    out = tmp_path / "out"
-    result = run_ok(tmp_path, "--out-dir", out, "--val-tokens", 0, "--workers", 2)
-    docs = [long_doc, "bad \ufffd byte " + long_doc, "lone \ud800 surrogate " + long_doc, "parquet " + long_doc]
-    expected = sorted([llama3.bos_id] + prepare.encode_text(llama3, doc) for doc in docs)
-    assert sorted([llama3.bos_id] + doc for doc in split_at_bos(all_tokens(shards(out, "train")), llama3.bos_id)) \
-        == expected
-    assert "invalid UTF-8: 1 byte sequence(s) replaced" in result.stdout
-    assert f"skipped 1 record(s) that are not JSON (first: {tmp_path / 'in.jsonl'}:4" in result.stdout
 
 
 @needs_llama3

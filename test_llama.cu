@@ -358,8 +358,7 @@ static void test_fp8(const LlamaConfig *c, const char *weights_path, cudaStream_
 {
     test_fp8_recipe(c, weights_path, FP8_TENSOR, s);
     test_fp8_recipe(c, weights_path, FP8_ROW, s);
-    int64_t qkv = (int64_t)(c->n_head + 2 * c->n_kv_head) * c->head_dim;
-    if (c->d_model % 128 == 0 && c->ffn_dim % 128 == 0 && c->n_head * c->head_dim % 128 == 0 && qkv % 128 == 0)
+    if (llama_linear_dims_multiple_of(c, 128))
         test_fp8_recipe(c, weights_path, FP8_BLOCK, s);
     else
         printf("NOTE fp8 per block: not run on this model (d_model %d, ffn_dim %d: not multiples of 128)\n", c->d_model,

@@ -136,8 +136,8 @@ static LlamaConfig parse_args(Args *a, int argc, char **argv, HfTokenIds *init_i
             FAIL("unknown --fp8-recipe '%s'; use tensor, row or block", a->fp8_recipe);
     }
     int64_t qkv = (int64_t)(c.n_head + 2 * c.n_kv_head) * c.head_dim;
-    if (a->fp8 == FP8_BLOCK && ((int64_t)a->t.batch.B * a->t.batch.T % 128 != 0 || c.d_model % 128 != 0 ||
-                                c.ffn_dim % 128 != 0 || c.n_head * c.head_dim % 128 != 0 || qkv % 128 != 0))
+    if (a->fp8 == FP8_BLOCK &&
+        ((int64_t)a->t.batch.B * a->t.batch.T % 128 != 0 || !llama_linear_dims_multiple_of(&c, 128)))
         FAIL("--fp8-recipe block needs B*T, d_model, ffn_dim, n_head*head_dim and (n_head + 2 n_kv_head)*head_dim to "
              "be multiples of 128 (whole 128-blocks); got B*T %lld, %d, %d, %d, %lld\n  hint: --fp8-recipe row or "
              "tensor take multiples of 16",

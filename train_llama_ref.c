@@ -597,18 +597,21 @@ static void fp8_round_blocks(float *out, const float *in, int64_t R, int64_t C, 
         }
 }
 
-/* x[R, C] rounded as a GEMM that sums over its columns (along_rows 0) or its rows (1) takes it under recipe:
- * tensor: all of it; row: each row (column); block: 1 x 128 (128 x 1), or for a weight 128 x 128 either way. */
+/* x[R, C] rounded as a GEMM that sums over its columns (along_rows 0) or its rows (1) takes it under recipe: tensor:
+ * all of it; row: each row (column); block: 1 x 128 (128 x 1), or for a weight 128 x 128 either way. */
 static void fp8_round_operand(float *out, const float *x, int64_t R, int64_t C, int recipe, int weight, int along_rows,
                               Fp8Format f)
 {
-    int64_t along = recipe == FP8_ROW ? (along_rows ? R : C) : 128, across = weight ? 128 : 1;
-    if (recipe == FP8_TENSOR)
+    if (recipe == FP8_TENSOR) {
         fp8_round_blocks(out, x, R, C, R, C, f);
-    else if (along_rows)
-        fp8_round_blocks(out, x, R, C, along, recipe == FP8_ROW ? 1 : across, f);
+        return;
+    }
+    /* the block's extent along the summed dimension, and across it */
+    int64_t along = recipe == FP8_ROW ? (along_rows ? R : C) : 128, across = recipe == FP8_BLOCK && weight ? 128 : 1;
+    if (along_rows)
+        fp8_round_blocks(out, x, R, C, along, across, f);
     else
-        fp8_round_blocks(out, x, R, C, recipe == FP8_ROW ? 1 : across, along, f);
+        fp8_round_blocks(out, x, R, C, across, along, f);
 }
 
 /* matmul_forward of a layer's Linear; on FP8 values when m->fp8. */

@@ -89,15 +89,14 @@ static inline void fp8_scratch_build(Fp8Scratch *q, Fp8Recipe recipe, int64_t N,
     q->n_slots = n_slots;
     q->shape = (LinearShape *)malloc_check((size_t)n_slots * sizeof(LinearShape), "FP8 Linear shapes");
     memcpy(q->shape, shape, (size_t)n_slots * sizeof(LinearShape));
-    int64_t in = 0, out = 0, w = 0, sw = 0, sw_t = 0, amax = 8;
-    for (int i = 0; i < n_slots; i++) {
-        int64_t si = shape[i].in, so = shape[i].out;
-        in = si > in ? si : in;
-        out = so > out ? so : out;
-        w = si * so > w ? si * so : w;
-        sw = fp8_scale_count(recipe, so, si, 1) > sw ? fp8_scale_count(recipe, so, si, 1) : sw;
-        sw_t = fp8_scale_count(recipe, si, so, 1) > sw_t ? fp8_scale_count(recipe, si, so, 1) : sw_t;
+    LinearExtents e = linear_extents(shape, n_slots);
+    int64_t in = e.widest_in, out = e.widest_out, w = e.largest_w, sw = 0, sw_t = 0, amax = 8;
+    for (int i = 0; i < n_slots; i++) { /* the most scales of one W, each layout, and of one operand's amax */
+        int64_t si = shape[i].in, so = shape[i].out, c = fp8_scale_count(recipe, so, si, 1),
+                c_t = fp8_scale_count(recipe, si, so, 1);
         int64_t a = recipe == FP8_BLOCK ? (int64_t)ceil_div(so, 128) * ceil_div(si, 128) : si > so ? si : so;
+        sw = c > sw ? c : sw;
+        sw_t = c_t > sw_t ? c_t : sw_t;
         amax = a > amax ? a : amax;
     }
     q->x = (uint8_t *)cuda_malloc_named((size_t)(N * in), "FP8 codes: Linear inputs");

@@ -410,21 +410,43 @@ static inline LinearShape llama_linear_shape(const LlamaConfig *c, int map)
     return shapes[map];
 }
 
-/* What room for the operands of any of the four maps takes: the widest input and output row, the largest W. */
+/* What room for the operands of any of n maps of these shapes takes: the widest input and output row, the largest
+ * W. */
 typedef struct {
     int64_t widest_in, widest_out, largest_w;
 } LinearExtents;
 
-static inline LinearExtents llama_linear_extents(const LlamaConfig *c)
+static inline LinearExtents linear_extents(const LinearShape *shapes, int n)
 {
     LinearExtents e = {0, 0, 0};
-    for (int map = 0; map < LINEAR_MAPS; map++) {
-        LinearShape s = llama_linear_shape(c, map);
+    for (int i = 0; i < n; i++) {
+        LinearShape s = shapes[i];
         e.widest_in = s.in > e.widest_in ? s.in : e.widest_in;
         e.widest_out = s.out > e.widest_out ? s.out : e.widest_out;
         e.largest_w = s.in * s.out > e.largest_w ? s.in * s.out : e.largest_w;
     }
     return e;
+}
+
+/* The extents of a layer's four maps. */
+static inline LinearExtents llama_linear_extents(const LlamaConfig *c)
+{
+    LinearShape shapes[LINEAR_MAPS];
+    for (int map = 0; map < LINEAR_MAPS; map++)
+        shapes[map] = llama_linear_shape(c, map);
+    return linear_extents(shapes, LINEAR_MAPS);
+}
+
+/* Whether every input and output dimension of the four maps is a multiple of m (FP8 block scaling: whole 128-blocks
+ * along whatever a GEMM sums over). */
+static inline int llama_linear_dims_multiple_of(const LlamaConfig *c, int64_t m)
+{
+    for (int map = 0; map < LINEAR_MAPS; map++) {
+        LinearShape s = llama_linear_shape(c, map);
+        if (s.in % m != 0 || s.out % m != 0)
+            return 0;
+    }
+    return 1;
 }
 
 /* Parameter count, and the PaLM/torchtitan FLOPs per token of one training

@@ -25,6 +25,7 @@ import importlib.util
 import io
 import json
 import multiprocessing
+import multiprocessing.connection
 import os
 import pickle
 import queue
@@ -401,9 +402,15 @@ def _worker_main(conn, parent_ends, encoder):
     sender.join()
 
 
+WORKER_DIED = "a tokenizer worker process died (out of memory? killed?)"
+
+
 class WorkerPool:
-    """Tokenizer processes, each with its own pipe; tasks are dealt round-robin, so their results come back in order
-    by taking them round-robin too. Forked: the workers share the tokenizer that the main process loaded."""
+    """Tokenizer processes, each with its own pipe. A task goes to the worker with the fewest in flight, and results
+    are taken in from whichever worker has one ready, then handed out in task order. (Dealt round-robin and taken
+    back in turn, every worker went at the pace of the slowest: a task whose text tokenizes slowly, or a core shared
+    with the main process, held up the whole pool, and 16 workers were busy 80% of the time.) Forked: the workers
+    share the tokenizer that the main process loaded."""
 
     def __init__(self, workers, encoder):
         context = multiprocessing.get_context("fork")
@@ -415,22 +422,44 @@ class WorkerPool:
             theirs.close()
             self.conns.append(ours)
             self.processes.append(process)
+        self.in_flight = [collections.deque() for _ in range(workers)]  # each worker's task numbers, oldest first
+        self.ready = {}  # results taken in before their turn, by task number
         self.sent = self.received = 0
 
     def send(self, task):
-        self.conns[self.sent % len(self.conns)].send_bytes(pickle.dumps(task, protocol=pickle.HIGHEST_PROTOCOL))
+        """Hand task to the worker with the fewest in flight, once one has fewer than TASKS_PER_WORKER."""
+        self._take_in(timeout=0)
+        while True:
+            worker = min(range(len(self.conns)), key=lambda w: len(self.in_flight[w]))
+            if len(self.in_flight[worker]) < TASKS_PER_WORKER:
+                break
+            self._take_in(timeout=None)
+        try:
+            self.conns[worker].send_bytes(pickle.dumps(task, protocol=pickle.HIGHEST_PROTOCOL))
+        except OSError:
+            raise ResumableError(WORKER_DIED) from None
+        self.in_flight[worker].append(self.sent)
         self.sent += 1
 
     def receive(self):
         """The result of the oldest task sent and not received."""
-        try:
-            result = pickle.loads(self.conns[self.received % len(self.conns)].recv_bytes())
-        except (EOFError, OSError):
-            raise ResumableError("a tokenizer worker process died (out of memory? killed?)") from None
+        while self.received not in self.ready:
+            self._take_in(timeout=None)
+        result = self.ready.pop(self.received)
         self.received += 1
         if isinstance(result, Exception):
             raise result
         return result
+
+    def _take_in(self, timeout):
+        """Take in the results the workers have sent; wait up to timeout seconds (None: any time) for the first."""
+        busy = [conn for conn, tasks in zip(self.conns, self.in_flight) if tasks]
+        for conn in multiprocessing.connection.wait(busy, timeout):
+            try:
+                result = pickle.loads(conn.recv_bytes())
+            except (EOFError, OSError):
+                raise ResumableError(WORKER_DIED) from None
+            self.ready[self.in_flight[self.conns.index(conn)].popleft()] = result
 
     def close(self):
         for conn in self.conns:
@@ -1193,9 +1222,12 @@ def prefetch(items):
 # ---------------------------------------------------------------- driver
 
 TASK_BYTES = 1 << 20  # text per worker task: big enough to make the hand-off cheap, small enough to share out
-# Tasks in flight per worker: a worker a few tasks ahead goes on while the main process, which takes results in task
-# order, waits for a slower one's (at 2, the workers of a 2-CPU machine stood idle more often).
+# Tasks in flight per worker: a worker a few tasks ahead goes on while the main process reads, splits and writes
+# (at 2, the workers of a 2-CPU machine stood idle more often).
 TASKS_PER_WORKER = 4
+# Tasks sent and not yet written, per worker: the results that come in ahead of a slow task wait for it, and the
+# other workers go on meanwhile. Each holds about TASK_BYTES of text and then its tokens.
+TASKS_AHEAD_PER_WORKER = 8
 STATE_VERSION = 1
 
 
@@ -1404,11 +1436,11 @@ class Run:
 
     def _stream(self, pool):
         blocks = prefetch(shuffled_blocks(self.source, self.buffer_bytes, self.args.seed))
-        window = collections.deque()  # tasks being tokenized, in order; a few per worker, to bound memory
+        window = collections.deque()  # tasks sent and not yet written, in order; a few per worker, to bound memory
         for kinds, items, origins, nbytes in self._tasks(self._pieces(blocks)):
             pool.send((kinds, items))
             window.append((kinds, origins, nbytes))
-            if len(window) >= TASKS_PER_WORKER * self.args.workers:
+            if len(window) >= TASKS_AHEAD_PER_WORKER * self.args.workers:
                 self._take(*window.popleft(), pool.receive())
         while window:
             self._take(*window.popleft(), pool.receive())

@@ -9,6 +9,7 @@ import os
 import struct
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -532,6 +533,47 @@ def test_the_shards_are_the_same_for_any_number_of_workers(tmp_path, llama3):
     # the shuffle is within blocks: not the order of the files, nor the order of one whole-corpus shuffle
     run_ok(src, "--out-dir", tmp_path / "whole", "--val-tokens", 5_000)
     assert all_tokens(shards(tmp_path / "whole", "train")) != all_tokens(shards(out, "train"))
+
+
+class _SleepingEncoder:
+    """A stand-in for TaskEncoder in the pool's workers: a task (kinds, [seconds, number]) sleeps that long and
+    gives (the worker's pid, number); seconds < 0 makes the worker die."""
+
+    def encode(self, kinds, items):
+        seconds, number = items
+        if seconds < 0:
+            os._exit(3)
+        time.sleep(seconds)
+        return os.getpid(), number
+
+
+def test_the_pool_gives_results_in_task_order_and_slow_workers_fewer_tasks():
+    pool = prepare.WorkerPool(3, _SleepingEncoder())
+    try:
+        # the first task holds its worker for a second, the others take 10 ms: dealt round-robin, that worker would
+        # get every third task; sent to the least busy worker, it gets only the TASKS_PER_WORKER it was first given
+        tasks = 30
+        for number in range(tasks):
+            pool.send((b"", [1.0 if number == 0 else 0.01, number]))
+        results = [pool.receive() for _ in range(tasks)]
+    finally:
+        pool.close()
+    assert [number for _, number in results] == list(range(tasks))
+    slow_pid = results[0][0]
+    assert sum(pid == slow_pid for pid, _ in results) <= prepare.TASKS_PER_WORKER < tasks // 3
+
+
+def test_a_dead_worker_is_a_resumable_error():
+    pool = prepare.WorkerPool(2, _SleepingEncoder())
+    try:
+        with pytest.raises(prepare.ResumableError, match="worker process died"):
+            # its result never comes, or its pipe breaks under a later task
+            for number in range(20):
+                pool.send((b"", [-1 if number == 1 else 0.0, number]))
+            for number in range(20):
+                pool.receive()
+    finally:
+        pool.close()
 
 
 def test_streamed_splitting_finds_the_documents_of_split_documents():

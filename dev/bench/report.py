@@ -525,21 +525,82 @@ def fp8_section(results_dir):
     if rows:
         lines += [md_table(["model", "B", "T", "recompute", "bf16 tok/s", "fp8 tok/s", "speed-up",
                             "MFU bf16 / fp8", "peak GiB bf16 / fp8", "rounds"], rows), ""]
-        notes = sorted(set("%s (%s)" % (r.get("commit"), r["code"]) for r in speed if "code" in r))
+        code_notes = sorted(set("%s (%s)" % (r.get("commit"), r["code"]) for r in speed if "code" in r))
         lines += ["train_llama commit: %s.%s" % (", ".join(sorted(distinct(speed, "commit"))) or "not recorded",
-                                                 " " + "; ".join(notes) + "." if notes else ""), ""]
+                                                 " " + "; ".join(code_notes) + "." if code_notes else ""), ""]
+    tables = {"fp8_recipes_table": fp8_recipes_table(results_dir)}
     if os.path.exists(conv_path):
-        c = json.load(open(conv_path))
-        lines += ["Convergence (`dev/bench/fp8_convergence.sh`): a 174M-parameter model (d_model 768, 12 layers, "
-                  "Llama 3 vocabulary), the default corpus, the same seed and batch order, B=16, T=1024, "
-                  "%d steps. Mean train loss over the last 100 steps: bf16 %.4f, fp8 %.4f (%+.2f%%); last val "
-                  "loss: bf16 %.4f, fp8 %.4f (%+.2f%%). Speed at this size: %.2fx%s." % (
-                      c.get("steps", 1000), c["bf16"]["last100_loss"], c["fp8"]["last100_loss"],
-                      100 * c["loss_rel_diff"], c["bf16"]["val_loss"], c["fp8"]["val_loss"], 100 * c["val_rel_diff"],
-                      c["speedup"], " (the quantisation passes cost more than the small GEMMs save)"
-                      if c["speedup"] < 1 else ""), "",
-                  "![fp8_convergence](img/fp8_convergence.png)", ""]
-    return lines
+        tables["fp8_convergence_table"] = fp8_convergence_table(json.load(open(conv_path)))
+    return lines + notes("fp8", tables)
+
+
+FP8_RECIPES = ("tensor", "row", "block")
+
+
+def fp8_recipes_table(results_dir):
+    """bf16 and each --fp8-recipe, median tokens/s over the rounds of issue15_fp8_recipes_speed.jsonl
+    (dev/bench/train_llama_settings.sh fp8recipes)."""
+    groups = {}
+    for r in load_jsonl(os.path.join(results_dir, "issue15_fp8_recipes_speed.jsonl")):
+        if r.get("status") != "ok":
+            continue
+        flags = (r.get("flags") or "").split()
+        recipe = flags[flags.index("--fp8-recipe") + 1] if "--fp8-recipe" in flags else "bf16"
+        shape = " ".join(f for f in flags if f not in ("--fp8-recipe", recipe))
+        key = ("%s%s, T=%d" % (r["model"], " " + shape if shape else "", r["T"]), r["B"], r["recompute"])
+        groups.setdefault(key, {}).setdefault(recipe, []).append(r)
+    rows = []
+    for (model, B, rec), runs in sorted(groups.items(), key=lambda kv: -kv[0][1]):
+        if "bf16" not in runs or not all(x in runs for x in FP8_RECIPES):
+            continue
+        base = statistics.median(x["tokens_per_s"] for x in runs["bf16"])
+        speeds = ["{:,.0f} ({:.3f}x)".format(statistics.median(x["tokens_per_s"] for x in runs[k]),
+                                             statistics.median(x["tokens_per_s"] for x in runs[k]) / base)
+                  for k in FP8_RECIPES]
+        rows.append([model, B, rec, "{:,.0f}".format(base)] + speeds +
+                    ["%.1f / %.1f" % (max(x["peak_mem_gib"] for x in runs["bf16"]),
+                                      max(x["peak_mem_gib"] for k in FP8_RECIPES for x in runs[k]))])
+    if not rows:
+        return []
+    return [md_table(["model", "B", "recompute", "bf16"] + list(FP8_RECIPES) + ["peak GiB bf16 / FP8"], rows)]
+
+
+def fp8_convergence_table(c):
+    """The runs of dev/bench/fp8_convergence.sh against bf16, from issue15_fp8_convergence.json: {"bf16": {...},
+    recipe: {..., "loss_rel_diff", "val_rel_diff", "speedup"}}."""
+    rows = [["bf16", "%.4f" % c["bf16"]["last100_loss"], "", "%.4f" % c["bf16"]["val_loss"], "",
+             "{:,.0f}".format(c["bf16"]["tokens_per_s"])]]
+    for name, r in c.items():
+        if isinstance(r, dict) and name != "bf16":
+            rows.append(["--fp8-recipe %s" % name if name in FP8_RECIPES else name, "%.4f" % r["last100_loss"],
+                         "%+.2f%%" % (100 * r["loss_rel_diff"]), "%.4f" % r["val_loss"],
+                         "%+.2f%%" % (100 * r["val_rel_diff"]),
+                         "{:,.0f} ({:.2f}x)".format(r["tokens_per_s"], r["speedup"])])
+    return [md_table(["run", "mean train loss, last 100 steps", "vs bf16", "last val loss", "vs bf16",
+                      "tokens/s at this size"], rows)]
+
+
+NOTES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "notes")
+
+
+def notes(name, tables=None):
+    """The prose of dev/bench/notes/NAME.md (what the records mean, what was tried), written by hand and kept
+    through every regeneration; a line {{key}} stands for the generated table tables[key]. Without the file, the
+    tables alone."""
+    tables = tables or {}
+    path = os.path.join(NOTES_DIR, name + ".md")
+    if not os.path.exists(path):
+        return [line for table in tables.values() for line in table + [""]]
+    lines = []
+    for line in open(path).read().rstrip("\n").split("\n"):
+        key = line.strip()[2:-2] if line.strip().startswith("{{") and line.strip().endswith("}}") else None
+        if key is None:
+            lines.append(line)
+        elif key not in tables:
+            raise SystemExit(f"{path}: no table {{{{{key}}}}} (there are: {', '.join(sorted(tables))})")
+        else:
+            lines += tables[key]
+    return lines + [""]
 
 
 def docmask_section(results_dir):
@@ -580,10 +641,11 @@ def prepare_section(records):
              "`dev/bench/prepare_bench.py`: `data/prepare.py` with its defaults (Llama 3 tokenizer, 256 MiB "
              "buffer) on the same text in each input format, the offline Debian documentation of "
              "`/usr/share/doc` repeated to the size given. tokens/s per worker = tokens / wall time / workers, "
-             "against tiktoken's `encode_ordinary` on one core (tokens per CPU second, on the same text, measured "
-             "just before each run) and, where measured, against tiktoken alone in as many processes at once as "
-             "there are workers (tokens per wall second each: the ceiling of any pool of tokenizers on that "
-             "machine, whose all-core clock and memory are shared); per worker CPU second = tokens / the workers' CPU time, which other load on "
+             "against tiktoken's `encode_ordinary` on one core (tokens per CPU second, on the same text; since "
+             "2026-11-26 the mean of its rates measured just before and just after each run, before that measured "
+             "before it only) and, where measured, against tiktoken alone in as many processes at once as "
+             "there are workers (tokens per wall second each, likewise: the ceiling of any pool of tokenizers on "
+             "that machine, whose all-core clock and memory are shared); per worker CPU second = tokens / the workers' CPU time, which other load on "
              "the machine does not lower. The main process (reading, splitting, writing) needs CPU too: with "
              "as many workers as CPUs it takes it from them, and its CPU time says how many workers one main "
              "process can feed. Peak memory: the most the whole process tree held at once, polled every 0.1 s "
@@ -615,7 +677,7 @@ def prepare_section(records):
                             "per worker (of tiktoken: 1 core / as many at once)", "per worker CPU s (of tiktoken)",
                             "tiktoken: 1 core / each of as many at once", "main process CPU s",
                             "peak memory PSS (RSS)"], rows), ""]
-    return lines
+    return lines + notes("prepare")
 
 
 def write_report(e2e, kernels, docs_dir, plot=True, profiles=(), prepare=(), extra=()):

@@ -1226,8 +1226,16 @@ TASK_BYTES = 1 << 20  # text per worker task: big enough to make the hand-off ch
 # (at 2, the workers of a 2-CPU machine stood idle more often).
 TASKS_PER_WORKER = 4
 # Tasks sent and not yet written, per worker: the results that come in ahead of a slow task wait for it, and the
-# other workers go on meanwhile. Each holds about TASK_BYTES of text and then its tokens.
+# other workers go on meanwhile. Each holds about TASK_BYTES of text and then its tokens (some 1.7 MB in all, measured),
+# so with many workers fewer, down to the TASKS_PER_WORKER in flight: at most TASKS_AHEAD_BYTES past those.
 TASKS_AHEAD_PER_WORKER = 8
+TASKS_AHEAD_BYTES = 256 << 20
+
+
+def tasks_ahead(workers):
+    """How many tasks may be sent and not yet written."""
+    extra = min(TASKS_AHEAD_PER_WORKER - TASKS_PER_WORKER, TASKS_AHEAD_BYTES // TASK_BYTES // workers)
+    return (TASKS_PER_WORKER + max(0, extra)) * workers
 STATE_VERSION = 1
 
 
@@ -1436,11 +1444,11 @@ class Run:
 
     def _stream(self, pool):
         blocks = prefetch(shuffled_blocks(self.source, self.buffer_bytes, self.args.seed))
-        window = collections.deque()  # tasks sent and not yet written, in order; a few per worker, to bound memory
+        window, ahead = collections.deque(), tasks_ahead(self.args.workers)  # tasks sent and not yet written, in order
         for kinds, items, origins, nbytes in self._tasks(self._pieces(blocks)):
             pool.send((kinds, items))
             window.append((kinds, origins, nbytes))
-            if len(window) >= TASKS_AHEAD_PER_WORKER * self.args.workers:
+            if len(window) >= ahead:
                 self._take(*window.popleft(), pool.receive())
         while window:
             self._take(*window.popleft(), pool.receive())

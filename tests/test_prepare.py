@@ -563,6 +563,14 @@ def test_the_pool_gives_results_in_task_order_and_slow_workers_fewer_tasks():
     assert sum(pid == slow_pid for pid, _ in results) <= prepare.TASKS_PER_WORKER < tasks // 3
 
 
+def test_tasks_ahead_keep_the_workers_fed_and_memory_bounded():
+    for workers in (1, 2, 16, 64, 128, 1000):
+        ahead = prepare.tasks_ahead(workers)
+        assert ahead >= prepare.TASKS_PER_WORKER * workers  # every worker can have its tasks in flight
+        assert (ahead - prepare.TASKS_PER_WORKER * workers) * prepare.TASK_BYTES <= prepare.TASKS_AHEAD_BYTES
+    assert prepare.tasks_ahead(16) == prepare.TASKS_AHEAD_PER_WORKER * 16
+
+
 def test_a_dead_worker_is_a_resumable_error():
     pool = prepare.WorkerPool(2, _SleepingEncoder())
     try:

@@ -494,7 +494,7 @@ def opened_input(path, compression):
     """(the decompressed byte stream, the file under it, whose position says how much of the input was read)."""
     with open(path, "rb") as raw:
         if compression == ".gz":
-            yield gzip.GzipFile(fileobj=raw, mode="rb"), raw
+            yield gzip_reader(raw), raw
         elif compression == ".zst":
             import zstandard
             yield io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)), raw
@@ -502,10 +502,21 @@ def opened_input(path, compression):
             yield raw, raw
 
 
+def gzip_reader(raw):
+    """The decompressed stream of a .gz file: through python-isal's igzip where it is installed (the main process
+    reads a .gz input, and with many workers it is what they wait for: igzip read this corpus's JSON lines at 700 MB/s,
+    the standard library's gzip at 270), else through gzip."""
+    try:
+        from isal import igzip
+    except ImportError:
+        return gzip.GzipFile(fileobj=raw, mode="rb")
+    return igzip.IGzipFile(fileobj=raw, mode="rb")
+
+
 def read_errors():
     """What reading a bad input file raises: an I/O error, a corrupt gzip, zstd or parquet file."""
     errors = [OSError, EOFError, zlib.error]
-    for module, name in (("zstandard", "ZstdError"), ("pyarrow", "ArrowException")):
+    for module, name in (("zstandard", "ZstdError"), ("pyarrow", "ArrowException"), ("isal.isal_zlib", "error")):
         if module in sys.modules:
             errors.append(getattr(sys.modules[module], name))
     return tuple(errors)

@@ -686,6 +686,26 @@ def test_a_corrupt_file_is_an_error_that_leaves_no_shards(tmp_path):
     assert result.returncode == 1 and f"cannot read {src / '999.txt.gz'}: Not a gzipped file" in result.stderr
 
 
+@pytest.mark.parametrize("isal", ["isal", "no isal"])
+def test_gzip_is_read_with_or_without_isal(isal, tmp_path, monkeypatch):
+    import gzip
+    if isal == "isal":
+        pytest.importorskip("isal.igzip")
+    else:
+        monkeypatch.setitem(sys.modules, "isal", None)  # import isal fails: the standard library's gzip reads
+    data = b"".join(b'{"text": "record %d"}\n' % i for i in range(20_000))
+    good, corrupt = tmp_path / "good.jsonl.gz", tmp_path / "corrupt.jsonl.gz"
+    compressed = gzip.compress(data) + gzip.compress(data)  # two members, as concatenated .gz files are
+    good.write_bytes(compressed)
+    corrupt.write_bytes(compressed[:100] + bytes(200) + compressed[300:])
+    with prepare.opened_input(str(good), ".gz") as (stream, raw):
+        assert type(stream).__name__ == ("IGzipFile" if isal == "isal" else "GzipFile")
+        assert stream.read() == data + data and raw.tell() == len(compressed)
+    with pytest.raises(prepare.read_errors()):
+        with prepare.opened_input(str(corrupt), ".gz") as (stream, raw):
+            stream.read()
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads unreadable files")
 def test_an_unreadable_file_is_a_clear_error(corpus, tmp_path):
     os.chmod(corpus / "a.txt", 0)

@@ -672,8 +672,10 @@ def test_records_without_text_are_an_error_that_names_them(tmp_path):
 def test_a_corrupt_file_is_an_error_that_leaves_no_shards(tmp_path):
     import gzip
     src, texts = many_documents(tmp_path)
-    compressed = gzip.compress(texts[60].encode())
-    cut_short = compressed[:len(compressed) // 2]  # its start reads as text, its end is missing
+    long_text = "\n".join([texts[60]] * (3 * prepare.READ_BYTES // len(texts[60])))
+    compressed = gzip.compress(long_text.encode())
+    # its start reads as text (past the buffer that checking it reads), its end is missing
+    cut_short = compressed[:len(compressed) // 2]
     (src / "999.txt.gz").write_bytes(cut_short)
     out = tmp_path / "out"
     result = run(src, "--out-dir", out, "--shard-tokens", 5_000, "--val-tokens", 0, "--buffer-mb", 0.01)
@@ -699,7 +701,7 @@ def test_gzip_is_read_with_or_without_isal(isal, tmp_path, monkeypatch):
     good.write_bytes(compressed)
     corrupt.write_bytes(compressed[:100] + bytes(200) + compressed[300:])
     with prepare.opened_input(str(good), ".gz") as (stream, raw):
-        assert type(stream).__name__ == ("IGzipFile" if isal == "isal" else "GzipFile")
+        assert type(stream.raw).__name__ == ("IGzipFile" if isal == "isal" else "GzipFile")
         assert stream.read() == data + data and raw.tell() == len(compressed)
     with pytest.raises(prepare.read_errors()):
         with prepare.opened_input(str(corrupt), ".gz") as (stream, raw):

@@ -287,10 +287,11 @@ class TaskEncoder:
 
     def __init__(self, tokenizer, fmt, typecode, text_field):
         self.tokenizer, self.fmt, self.typecode, self.text_field = tokenizer, fmt, typecode, text_field
-        # tiktoken's encode_to_numpy imports numpy in the workers, after they are forked: imported here it took the
-        # main process 0.7 s of the GIL at start, which the workers waited for
+        # for tiktoken's encode_to_numpy: imported before the workers are forked, so that they share its pages
+        # (imported by each, 16 workers held 0.25 GB more; here it costs the main process 0.7 s at start)
         require_module("numpy", "numpy", "tokenizing")
-        self.dtype = "u2" if typecode == "H" else "u4"  # native byte order, as the array's
+        import numpy
+        self.dtype = numpy.dtype(numpy.uint16 if typecode == "H" else numpy.uint32)
 
     def _encoded(self, text):
         """The tokens of text (special tokens' text as text, as encode_ordinary), as the bytes of the shards' items.

@@ -486,6 +486,7 @@ class WorkerPool:
 
 COMPRESSIONS = (".gz", ".zst")
 READ_BYTES = 1 << 20  # text files are read and split this much at a time
+TEXT_CHECK_BYTES = 8192  # the head of a file in a folder that decides whether it is text
 PARQUET_BATCH_ROWS = 64  # rows taken from pyarrow at a time: more (1024) took it 300 MB more memory
 
 
@@ -502,18 +503,18 @@ def input_format(path):
 
 
 @contextlib.contextmanager
-def opened_input(path, compression):
+def opened_input(path, compression, buffer_bytes=READ_BYTES):
     """(the decompressed byte stream, the file under it, whose position says how much of the input was read)."""
     # Buffers of READ_BYTES, not io's 8 KiB: a JSON line is read by the line, and long lines through small buffers
     # made the main process's reader thread the slowest part of a 16-worker run (2.2-2.8 GB/s of this corpus's JSON
     # lines on one core with 1 MiB, 0.6-1.4 with 8 KiB; through igzip 0.82 against 0.61-0.72, zstd 1.08 against 0.94).
-    with open(path, "rb", buffering=READ_BYTES) as raw:
+    with open(path, "rb", buffering=buffer_bytes) as raw:
         if compression == ".gz":
-            yield io.BufferedReader(gzip_reader(raw), READ_BYTES), raw
+            yield io.BufferedReader(gzip_reader(raw), buffer_bytes), raw
         elif compression == ".zst":
             import zstandard
             reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
-            yield io.BufferedReader(reader, READ_BYTES), raw
+            yield io.BufferedReader(reader, buffer_bytes), raw
         else:
             yield raw, raw
 
@@ -543,8 +544,8 @@ def _looks_like_text(path):
     if compression == ".zst":
         require_module("zstandard", "zstandard", f"reading {path}")
     try:
-        with opened_input(path, compression) as (stream, _):
-            head = stream.read(8192)
+        with opened_input(path, compression, TEXT_CHECK_BYTES) as (stream, _):  # what is read, not a whole buffer
+            head = stream.read(TEXT_CHECK_BYTES)
     except read_errors() as e:
         raise PrepareError(f"cannot read {path}: {e}") from None
     if b"\0" in head:

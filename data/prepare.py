@@ -1264,6 +1264,8 @@ def tasks_ahead(workers):
     """How many tasks may be sent and not yet written."""
     extra = min(TASKS_AHEAD_PER_WORKER - TASKS_PER_WORKER, TASKS_AHEAD_BYTES // TASK_BYTES // workers)
     return (TASKS_PER_WORKER + max(0, extra)) * workers
+
+
 STATE_VERSION = 1
 
 

@@ -553,11 +553,9 @@ def fp8_recipes_table(results_dir):
     for (model, B, rec), runs in sorted(groups.items(), key=lambda kv: -kv[0][1]):
         if "bf16" not in runs or not all(x in runs for x in FP8_RECIPES):
             continue
-        base = statistics.median(x["tokens_per_s"] for x in runs["bf16"])
-        speeds = ["{:,.0f} ({:.3f}x)".format(statistics.median(x["tokens_per_s"] for x in runs[k]),
-                                             statistics.median(x["tokens_per_s"] for x in runs[k]) / base)
-                  for k in FP8_RECIPES]
-        rows.append([model, B, rec, "{:,.0f}".format(base)] + speeds +
+        median = {k: statistics.median(x["tokens_per_s"] for x in runs[k]) for k in ("bf16",) + FP8_RECIPES}
+        speeds = ["{:,.0f} ({:.3f}x)".format(median[k], median[k] / median["bf16"]) for k in FP8_RECIPES]
+        rows.append([model, B, rec, "{:,.0f}".format(median["bf16"])] + speeds +
                     ["%.1f / %.1f" % (max(x["peak_mem_gib"] for x in runs["bf16"]),
                                       max(x["peak_mem_gib"] for k in FP8_RECIPES for x in runs[k]))])
     if not rows:
@@ -593,7 +591,8 @@ def notes(name, tables=None):
         return [line for table in tables.values() for line in table + [""]]
     lines = []
     for line in open(path).read().rstrip("\n").split("\n"):
-        key = line.strip()[2:-2] if line.strip().startswith("{{") and line.strip().endswith("}}") else None
+        slot = line.strip()
+        key = slot[2:-2] if slot.startswith("{{") and slot.endswith("}}") else None
         if key is None:
             lines.append(line)
         elif key not in tables:

@@ -20,7 +20,7 @@ PYTHON ?= $(if $(wildcard .venv/bin/python3),.venv/bin/python3,python3)
 LLMC_HEADERS = $(wildcard llmc/*.h)
 CPU_TESTS = test_llama_ref tests/test_tensorfile tests/test_dataloader tests/test_launch tests/test_zero_plan \
             tests/test_master_weights tests/test_rendezvous tests/test_checkpoint_shards tests/test_watchdog \
-            tests/test_documents \
+            tests/test_documents tests/test_process_groups \
             tests/test_fp8
 
 # CUDA: Hopper (sm_90). cuDNN attention goes through the cudnn-frontend headers
@@ -41,7 +41,7 @@ override NVCC_FLAGS += -DUSE_MPI $(filter -I%,$(shell $(MPICC) --showme:compile 
 override NVCC_LDLIBS += $(filter -L% -l%,$(shell $(MPICC) --showme:link 2> /dev/null))
 endif
 CUDNN_FRONTEND = third_party/cudnn-frontend/include/cudnn_frontend.h
-GPU_PROGRAMS = train_llama test_llama
+GPU_PROGRAMS = train_llama test_llama dev/bench/nccl_bench
 
 .PHONY: all cpu gpu test test-c test-python test-cli test-checkpoint test-fuzz test-sanitize test-kill test-format format clean
 all: cpu $(if $(HAVE_NVCC),gpu)
@@ -61,6 +61,10 @@ build/ref_capi.o: tests/ref_capi.c tests/ref_capi.h train_llama_ref.c $(LLMC_HEA
 	$(CC) $(CFLAGS) -c $< -o $@
 test_llama: test_llama.cu build/attention_cudnn.o build/ref_capi.o $(LLMC_HEADERS) tests/check.h tests/dump_check.h
 	$(NVCC) $(NVCC_FLAGS) $< build/attention_cudnn.o build/ref_capi.o -o $@ $(NVCC_LDLIBS)
+
+# NCCL's collectives over the trainer's process groups, for dev/bench/scaling_model.py
+dev/bench/nccl_bench: dev/bench/nccl_bench.cu $(LLMC_HEADERS)
+	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LDLIBS)
 
 train_llama_ref: train_llama_ref.c $(LLMC_HEADERS)
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
@@ -90,6 +94,7 @@ test-c: $(CPU_TESTS)
 	./tests/test_watchdog
 	./tests/test_fp8
 	./tests/test_documents
+	./tests/test_process_groups
 test-python: tests/hf_tool tests/fp8_tool train_llama_ref
 	$(PYTHON) -m pytest -q tests
 test-cli: train_llama_ref $(if $(HAVE_NVCC),gpu)

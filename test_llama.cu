@@ -44,12 +44,18 @@ static double worst_forward = 0, worst_grad = 0, worst_steps = 0;
  * it runs so. */
 static int dump_doc_bos = -1, dump_doc_positions = 1;
 
+/* Where ZeRO 2 and 3 accumulate micro-steps (ZeroAccum) and whether gradients are summed in fp32, for the models
+ * built next. */
+static int test_grad_accum = ZERO_ACCUM_AUTO, test_fp32_sums = 0;
+
 /* A small model per case: logits chunks of 64 MB exercise the chunking. */
 static void build_fp8(Llama *m, const LlamaConfig *c, int B, int T, int recompute, int micro_steps, int zero_stage,
                       int fp8)
 {
     LlamaOptions opt = {B,          T,   recompute,         micro_steps,  (size_t)64 << 20,  &single_process,
                         zero_stage, fp8, dump_doc_bos >= 0, dump_doc_bos, dump_doc_positions};
+    opt.grad_accum = test_grad_accum;
+    opt.grad_reduce_fp32 = test_fp32_sums;
     llama_build(m, c, &opt);
 }
 
@@ -165,10 +171,14 @@ static float *zero_stage_run(const LlamaConfig *c, const char *weights_path, con
 /* ZeRO stages 2 and 3 move gradients and weights through staging buffers, events
  * and a second stream even on one GPU: with the whole batch in one micro-step
  * every stage must give the same bits as stage 1 (losses and the final fp32
- * master weights). With several micro-steps, stages 2 and 3 sum them after the
- * bf16 rounding of each (one more rounding per micro-step than stage 1's
- * accumulating GEMMs), so they match each other bit for bit and stage 1 within
- * the N-step tolerance. */
+ * master weights). With several micro-steps, stages 2 and 3 accumulate them
+ * locally by default, as stage 1 does: the same bits again; reduce-scattering
+ * every micro-step (ZERO_ACCUM_SHARDED) they sum them after the bf16 rounding of
+ * each (one more rounding per micro-step than stage 1's accumulating GEMMs), so
+ * they match each other bit for bit and stage 1 within the N-step tolerance,
+ * also when summed in fp32 (--grad-reduce fp32: each bucket through fp32 chunks,
+ * which on one GPU are a copy there and back, the micro-steps added in fp32 as in
+ * bf16: their indexing must land every element where it was). */
 static void test_zero_stages(const LlamaConfig *c, const char *weights_path, const int *tokens, const int *targets,
                              int B, int T, int n, const AdamWConfig *opt, const float *stage0_losses, cudaStream_t s)
 {
@@ -178,35 +188,44 @@ static void test_zero_stages(const LlamaConfig *c, const char *weights_path, con
     int splits[2] = {1, B}; /* the whole batch at once, then one row per micro-step */
     for (int split = 0; split < (B > 1 ? 2 : 1); split++) {
         int micro_steps = splits[split];
-        float *ref_master, *ref_losses[4] = {0}, *masters[4] = {0};
-        ref_losses[1] =
-            zero_stage_run(c, weights_path, tokens, targets, B, T, micro_steps, 1, n, opt, &ref_master, 0, s);
-        masters[1] = ref_master;
+        float *ref_master, *ref_losses, *losses[4] = {0}, *masters[4] = {0};
+        ref_losses = zero_stage_run(c, weights_path, tokens, targets, B, T, micro_steps, 1, n, opt, &ref_master, 0, s);
         if (micro_steps == 1)
-            check(memcmp(ref_losses[1], stage0_losses, sizeof(float) * n) == 0,
+            check(memcmp(ref_losses, stage0_losses, sizeof(float) * n) == 0,
                   "ZeRO 1 on one GPU: the same losses as the N-step run");
         for (int stage = 0; stage <= 3; stage++) {
-            if (stage == 1)
-                continue;
-            float *losses = zero_stage_run(c, weights_path, tokens, targets, B, T, micro_steps, stage, n, opt,
+            losses[stage] = zero_stage_run(c, weights_path, tokens, targets, B, T, micro_steps, stage, n, opt,
                                            &masters[stage], 0, s);
-            ref_losses[stage] = losses;
-            int same =
-                memcmp(losses, ref_losses[1], sizeof(float) * n) == 0 && memcmp(masters[stage], ref_master, bytes) == 0;
-            if (micro_steps == 1 || stage == 0) {
-                check(same, "ZeRO %d, %d micro-step(s): losses and master weights bit-identical to ZeRO 1", stage,
-                      micro_steps);
-            } else {
-                char what[160];
-                snprintf(what, sizeof(what), "ZeRO %d, %d micro-steps: losses vs ZeRO 1", stage, micro_steps);
-                check_rel(what, losses, ref_losses[1], n, TOL_STEPS, NULL);
-            }
+            check(memcmp(losses[stage], ref_losses, sizeof(float) * n) == 0 &&
+                      memcmp(masters[stage], ref_master, bytes) == 0,
+                  "ZeRO %d, %d micro-step(s)%s: losses and master weights bit-identical to ZeRO 1", stage, micro_steps,
+                  stage >= 2 && micro_steps > 1 ? ", accumulated locally" : "");
         }
-        check(memcmp(ref_losses[3], ref_losses[2], sizeof(float) * n) == 0 &&
-                  memcmp(masters[3], masters[2], bytes) == 0,
-              "ZeRO 3, %d micro-step(s): losses and master weights bit-identical to ZeRO 2", micro_steps);
+        for (int fp32 = 0; fp32 <= 1 && micro_steps > 1; fp32++) {
+            test_grad_accum = ZERO_ACCUM_SHARDED;
+            test_fp32_sums = fp32;
+            const char *how = fp32 ? "summed in fp32" : "summed in bf16";
+            for (int stage = 2; stage <= 3; stage++) {
+                free(losses[stage]);
+                free(masters[stage]);
+                losses[stage] = zero_stage_run(c, weights_path, tokens, targets, B, T, micro_steps, stage, n, opt,
+                                               &masters[stage], 0, s);
+                char what[160];
+                snprintf(what, sizeof(what), "ZeRO %d, %d micro-steps reduce-scattered each, %s: losses vs ZeRO 1",
+                         stage, micro_steps, how);
+                check_rel(what, losses[stage], ref_losses, n, TOL_STEPS, NULL);
+            }
+            check(memcmp(losses[3], losses[2], sizeof(float) * n) == 0 && memcmp(masters[3], masters[2], bytes) == 0,
+                  "ZeRO 3, %d micro-steps reduce-scattered each, %s: losses and master weights bit-identical to "
+                  "ZeRO 2",
+                  micro_steps, how);
+            test_grad_accum = ZERO_ACCUM_AUTO;
+            test_fp32_sums = 0;
+        }
+        free(ref_losses);
+        free(ref_master);
         for (int stage = 0; stage <= 3; stage++) {
-            free(ref_losses[stage]);
+            free(losses[stage]);
             free(masters[stage]);
         }
     }

@@ -45,7 +45,9 @@ typedef struct {
     int recompute, profile_step, fp8;
     const char *fp8_recipe;
     float logits_budget_mb;
-    int zero_stage;
+    int zero_stage, shard_group;
+    const char *shard_over, *grad_accum, *grad_reduce;
+    int shard_over_hosts, grad_accum_mode, grad_reduce_fp32; /* the three above, parsed */
     LaunchFlags launch;
     const char *rendezvous;
     float rendezvous_timeout, comm_timeout;
@@ -72,7 +74,22 @@ static const Flag FLAGS[] = {
     FLAG_SECTION("several GPUs (one process per GPU: mpirun, a scheduler, or scripts/launch_multi_gpu.sh)"),
     FLAG_NUM("--zero-stage", FLAG_INT, Args, zero_stage, 0, 3, FLAG_CLOSED,
              "0: all-reduce, every GPU keeps all optimizer state; 1: AdamW state sharded over the GPUs; 2: gradients "
-             "too, reduce-scattered per layer during backward; 3: weights too, gathered per layer just ahead of use"),
+             "too (2 bytes per parameter / GPUs, or a full-size buffer while accumulating, see --grad-accum); 3: "
+             "weights too, gathered per layer just ahead of use. Every stage sums the gradients once per step, each "
+             "layer as soon as the last micro-step's backward has it"),
+    FLAG("--shard-over", FLAG_STRING, Args, shard_over,
+         "world (the default): stages 1-3 shard over all GPUs; host: weights (stage 3) and gradients (2, 3) sharded "
+         "over the GPUs of each host, so stage 3's per-layer gathers stay on NVLink, and summed across hosts once per "
+         "step; the AdamW state stays sharded over all GPUs. Use host on several hosts (docs/multi_gpu.md)"),
+    FLAG_NUM("--shard-group", FLAG_INT, Args, shard_group, 0, INT_MAX, FLAG_CLOSED,
+             "GPUs per host for --shard-over host (0: told by NCCL_HOSTID, the scheduler or the hostname)"),
+    FLAG("--grad-accum", FLAG_STRING, Args, grad_accum,
+         "stages 2 and 3 with several micro-steps: auto (the default: local where memory allows), local (a "
+         "full-size gradient buffer, 2 bytes per parameter, summed over the GPUs once per step) or sharded (each "
+         "micro-step reduce-scattered into the GPU's share: less memory, a reduction per micro-step)"),
+    FLAG("--grad-reduce", FLAG_STRING, Args, grad_reduce,
+         "bf16 (the default: NCCL sums bf16, one rounding per GPU added) or fp32 (summed in fp32 and rounded once per "
+         "level, through 128 MiB chunks: twice the bytes on the wire)"),
     FLAG_NUM(
         "--rank", FLAG_INT, Args, launch.rank, 0, INT_MAX - 1, FLAG_CLOSED,
         "this process's rank, when no launcher variable says it (mpirun, RANK/WORLD_SIZE, Slurm and PMI are read)"),
@@ -123,6 +140,13 @@ static LlamaConfig parse_args(Args *a, int argc, char **argv, HfTokenIds *init_i
     char err[2048];
     if (a->rendezvous && rendezvous_check_spec(a->rendezvous, err, sizeof(err)) != 0)
         FAIL("--rendezvous: %s", err);
+    a->shard_over_hosts = flag_choice("--shard-over", a->shard_over, "world|host");
+    a->grad_accum_mode = flag_choice("--grad-accum", a->grad_accum, "auto|local|sharded");
+    a->grad_reduce_fp32 = flag_choice("--grad-reduce", a->grad_reduce, "bf16|fp32");
+    if (a->shard_over_hosts && a->zero_stage == 0)
+        FAIL("--shard-over host needs --zero-stage 1, 2 or 3 (stage 0 shards nothing)");
+    if (a->shard_group > 0 && !a->shard_over_hosts)
+        FAIL("--shard-group %d sizes the groups of --shard-over host\n  hint: add --shard-over host", a->shard_group);
     train_export_check(&a->t.ckpt);
     LlamaConfig c = train_model_config(&a->t.model, init_ids);
     if (c.d_model % 8 != 0 || c.head_dim % 8 != 0 || c.ffn_dim % 8 != 0)
@@ -166,7 +190,7 @@ static void gpus_start(Gpus *g, const Args *a, const LlamaConfig *c)
         FAIL("no CUDA GPU found (%s)\n  hint: on a machine without a GPU, train with the CPU reference instead: "
              "./train_llama_ref --help",
              cudaGetErrorString(status));
-    dist_init(&g->dist, &g->launch, a->rendezvous, a->rendezvous_timeout);
+    dist_init(&g->dist, &g->launch, a->rendezvous, a->rendezvous_timeout, a->shard_group);
     /* with peers, a rank that stops hearing from them exits instead of waiting forever */
     int world = g->launch.world;
     watchdog_start(&g->watchdog, g->launch.rank, world > 1 ? a->comm_timeout : 0.0, world > 1 ? dist_async_error : NULL,
@@ -177,9 +201,15 @@ static void gpus_start(Gpus *g, const Args *a, const LlamaConfig *c)
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, g->dist.local_rank));
     printf("device: %s, %d SMs, %.1f GiB\n", prop.name, prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0);
-    if (world > 1)
-        printf("ranks: %d (from %s, %s), ZeRO stage %d\n", world, g->launch.source,
-               g->dist.mpi ? "NCCL id by MPI" : "NCCL id by rendezvous", a->zero_stage);
+    if (world > 1) {
+        char hosts[96];
+        process_groups_describe(&g->dist.groups, hosts, sizeof(hosts));
+        printf("ranks: %d on %s (from %s, %s; hosts told by %s), ZeRO stage %d sharded over %s, gradients summed in "
+               "%s\n",
+               world, hosts, g->launch.source, g->dist.mpi ? "NCCL id by MPI" : "NCCL id by rendezvous",
+               g->dist.host_source, a->zero_stage, a->shard_over_hosts ? "each host" : "all GPUs",
+               a->grad_reduce_fp32 ? "fp32" : "bf16");
+    }
     matmul_setup();
     attention_setup();
     /* cuDNN's deterministic backward keeps dP in a B*H*T*T bf16 workspace: take it while
@@ -362,6 +392,9 @@ int main(int argc, char **argv)
         t->batch.B,           t->batch.T,   a.recompute, accum,        (size_t)(a.logits_budget_mb * 1048576.0),
         &gpus.dist,           a.zero_stage, a.fp8,       doc_bos >= 0, doc_bos,
         t->data.doc_positions};
+    options.shard_over_hosts = a.shard_over_hosts;
+    options.grad_accum = a.grad_accum_mode;
+    options.grad_reduce_fp32 = a.grad_reduce_fp32;
     Llama model;
     llama_build(&model, &config, &options);
     char resumed_from[LLMC_PATH_MAX];

@@ -3,14 +3,21 @@
  *
  *   dist_init: who this process is (llmc/launch.h: flags, mpirun, torchrun-style,
  *     Slurm or PMI variables), which GPU it takes (its rank on its host), and
- *     NCCL's communicator. Rank 0 makes NCCL's unique id and the others get it
+ *     NCCL's communicators. Rank 0 makes NCCL's unique id and the others get it
  *     by MPI_Bcast when built with MPI (USE_MPI) and started by mpirun, otherwise
  *     through llmc/rendezvous.h (--rendezvous tcp://HOST:PORT or file:PATH, by
  *     default tcp://MASTER_ADDR:MASTER_PORT).
- *   collectives: sums over all ranks of bf16 or fp32 device buffers (all-reduce,
- *     reduce-scatter) and all-gather, each on the caller's stream, alone or
- *     grouped into one launch; with one rank they copy or do nothing, so
- *     single-GPU runs take the same code path.
+ *   process groups: three communicators (DistGroup): every rank; the ranks of
+ *     this rank's host; the ranks at its position on every host (llmc/
+ *     process_groups.h says how hosts are told apart). The latter two are split
+ *     from the first (ncclCommSplit), and are the first itself, or a group of
+ *     one, where they coincide with it. A fourth, of every rank again (control),
+ *     carries the host-side sums on the compute stream, apart from ZeRO's
+ *     collectives on their own stream.
+ *   collectives: sums over a group's ranks of bf16 or fp32 device buffers
+ *     (all-reduce, reduce-scatter) and all-gather, each on the caller's stream,
+ *     alone or grouped into one launch; a group of one copies or does nothing,
+ *     so single-GPU runs take the same code path.
  *   dist_sum_host: the sum over ranks of one host integer or double (blocking),
  *     for counts and losses that every rank must agree on.
  *   dist_async_error: NCCL's asynchronous error state, for llmc/watchdog.h's
@@ -31,14 +38,27 @@
 #include "cuda_common.h"
 #include "profile.h"
 #include "launch.h"
+#include "process_groups.h"
 #include "rendezvous.h"
+
+/* A communicator and this rank's place in it; comm is NULL for a group of one. */
+typedef struct {
+    ncclComm_t comm;
+    int rank, size;
+} DistGroup;
 
 typedef struct {
     int rank, world, local_rank;
-    const char *source;  /* where rank and world came from (launch.h) */
-    int mpi;             /* MPI initialised by dist_init */
-    ncclComm_t comm;     /* NULL with one rank */
-    double *sum_scratch; /* 8 device bytes for dist_sum_host and dist_broadcast_u64 */
+    const char *source; /* where rank and world came from (launch.h) */
+    int mpi;            /* MPI initialised by dist_init */
+    DistGroup all;      /* every rank */
+    DistGroup host;     /* the ranks of this rank's host (size 0 when the hosts hold different counts) */
+    DistGroup across;   /* the ranks at this rank's position on every host (size 0 likewise) */
+    DistGroup control;  /* every rank again, for dist_sum_host and the like on the compute stream, so that they
+                           never run beside ZeRO's collectives (on their own stream) on one communicator */
+    ProcessGroups groups;
+    const char *host_source; /* where host identities came from (process_groups.h) */
+    double *sum_scratch;     /* 8 device bytes for dist_sum_host, dist_broadcast_u64 and the host ids */
 } Dist;
 
 static int dist_rank_for_errors = 0;
@@ -83,6 +103,12 @@ static inline void dist_init_single(Dist *d)
     memset(d, 0, sizeof(*d));
     d->world = 1;
     d->source = "single process";
+    d->all.size = d->host.size = d->across.size = d->control.size = 1;
+    uint64_t id = 0;
+    char err[256];
+    if (process_groups_make(&d->groups, &id, 1, 0, err, sizeof(err)) != 0)
+        FAIL("%s", err);
+    d->host_source = "one process";
     d->sum_scratch = (double *)cuda_malloc_named(sizeof(double), "rank sum scratch");
 }
 
@@ -102,10 +128,51 @@ static inline LaunchInfo dist_launch_info(const LaunchFlags *flags)
     return info;
 }
 
-/* Takes the GPU of info->local_rank and joins the NCCL communicator of all ranks.
+/* The host ids of every rank, gathered over d->all, grouped (process_groups.h), and
+ * the host and across communicators split from the world's. shard_group > 0: groups
+ * of that many consecutive ranks instead of hosts. */
+static inline void dist_groups_init(Dist *d, int shard_group)
+{
+    char hostname[256] = "unknown", id_text[320], err[512];
+    if (gethostname(hostname, sizeof(hostname) - 1) != 0)
+        snprintf(hostname, sizeof(hostname), "unknown");
+    uint64_t mine = host_identity(dist_getenv, hostname, id_text, sizeof(id_text), &d->host_source);
+    if (shard_group > 0)
+        d->host_source = "--shard-group";
+    uint64_t *ids_d = (uint64_t *)cuda_malloc_named(sizeof(uint64_t) * (size_t)d->world, "host ids");
+    uint64_t *ids = (uint64_t *)malloc_check(sizeof(uint64_t) * (size_t)d->world, "host ids");
+    CUDA_CHECK(cudaMemcpy(d->sum_scratch, &mine, sizeof(mine), cudaMemcpyHostToDevice));
+    NCCL_CHECK(ncclAllGather(d->sum_scratch, ids_d, 1, ncclUint64, d->all.comm, 0));
+    CUDA_CHECK(cudaMemcpy(ids, ids_d, sizeof(uint64_t) * (size_t)d->world, cudaMemcpyDeviceToHost));
+    cuda_free(ids_d);
+    if (process_groups_make(&d->groups, ids, d->world, shard_group, err, sizeof(err)) != 0)
+        FAIL("rank %d: %s", d->rank, err);
+    free(ids);
+    const ProcessGroups *g = &d->groups;
+    int host = g->host_of[d->rank], position = g->position_of[d->rank];
+    if (g->per_host == 0) { /* no host or across group: --shard-over host refuses such a world */
+        d->host.size = d->across.size = 0;
+        return;
+    }
+    d->host.rank = position;
+    d->host.size = g->per_host;
+    d->across.rank = host;
+    d->across.size = g->hosts;
+    /* every rank calls both splits (NCCL's rule); a group that is the world, or of one, is not split */
+    if (g->hosts == 1)
+        d->host.comm = d->all.comm;
+    else if (g->per_host > 1)
+        NCCL_CHECK(ncclCommSplit(d->all.comm, host, position, &d->host.comm, NULL));
+    if (g->per_host == 1)
+        d->across.comm = d->all.comm;
+    else if (g->hosts > 1)
+        NCCL_CHECK(ncclCommSplit(d->all.comm, position, host, &d->across.comm, NULL));
+}
+
+/* Takes the GPU of info->local_rank and joins the NCCL communicators (see the top).
  * rendezvous: a spec for rendezvous.h, or NULL for MASTER_ADDR/MASTER_PORT; not
- * used under mpirun when built with MPI. */
-static inline void dist_init(Dist *d, const LaunchInfo *info, const char *rendezvous, double timeout_s)
+ * used under mpirun when built with MPI. shard_group: see dist_groups_init. */
+static inline void dist_init(Dist *d, const LaunchInfo *info, const char *rendezvous, double timeout_s, int shard_group)
 {
     memset(d, 0, sizeof(*d));
     int gpus = 0;
@@ -122,8 +189,16 @@ static inline void dist_init(Dist *d, const LaunchInfo *info, const char *rendez
              d->rank, d->local_rank, gpus);
     CUDA_CHECK(cudaSetDevice(d->local_rank));
     d->sum_scratch = (double *)cuda_malloc_named(sizeof(double), "rank sum scratch");
-    if (d->world == 1)
+    d->all.rank = d->rank;
+    d->all.size = d->world;
+    if (d->world == 1) {
+        d->host = d->across = d->control = d->all;
+        uint64_t id = 0;
+        if (process_groups_make(&d->groups, &id, 1, 0, err, sizeof(err)) != 0)
+            FAIL("%s", err);
+        d->host_source = "one process";
         return;
+    }
 
     ncclUniqueId id;
     if (d->rank == 0)
@@ -161,14 +236,28 @@ static inline void dist_init(Dist *d, const LaunchInfo *info, const char *rendez
         if (rendezvous_share(spec, d->rank, d->world, &id, sizeof(id), timeout_s, err, sizeof(err)) != 0)
             FAIL("%s", err);
     }
-    NCCL_CHECK(ncclCommInitRank(&d->comm, d->world, id, d->rank));
+    NCCL_CHECK(ncclCommInitRank(&d->all.comm, d->world, id, d->rank));
+    /* the control communicator moves a few bytes at a time: one channel */
+    ncclConfig_t one_channel = NCCL_CONFIG_INITIALIZER;
+    one_channel.minCTAs = one_channel.maxCTAs = 1;
+    d->control = d->all;
+    NCCL_CHECK(ncclCommSplit(d->all.comm, 0, d->rank, &d->control.comm, &one_channel));
+    dist_groups_init(d, shard_group);
 }
 
 static inline void dist_finalize(Dist *d)
 {
-    if (d->comm)
-        NCCL_CHECK(ncclCommDestroy(d->comm));
-    d->comm = NULL;
+    /* the host and across groups may be the world's communicator itself */
+    if (d->host.comm && d->host.comm != d->all.comm)
+        NCCL_CHECK(ncclCommDestroy(d->host.comm));
+    if (d->across.comm && d->across.comm != d->all.comm)
+        NCCL_CHECK(ncclCommDestroy(d->across.comm));
+    if (d->control.comm && d->control.comm != d->all.comm)
+        NCCL_CHECK(ncclCommDestroy(d->control.comm));
+    if (d->all.comm)
+        NCCL_CHECK(ncclCommDestroy(d->all.comm));
+    d->all.comm = d->host.comm = d->across.comm = d->control.comm = NULL;
+    process_groups_free(&d->groups);
     cuda_free(d->sum_scratch);
 #ifdef USE_MPI
     if (d->mpi)
@@ -182,55 +271,43 @@ static inline ncclDataType_t dist_type(int bytes_per_element)
     return bytes_per_element == 2 ? ncclBfloat16 : ncclFloat32;
 }
 
-/* buf[count] = sum over ranks, in place. element_bytes: 2 (bf16) or 4 (fp32). */
-static inline void dist_all_reduce_sum(const Dist *d, void *buf, int64_t count, int element_bytes, cudaStream_t stream)
+/* buf[count] = sum over the group's ranks, in place. element_bytes: 2 (bf16) or 4 (fp32). */
+static inline void dist_all_reduce_sum(const DistGroup *g, void *buf, int64_t count, int element_bytes,
+                                       cudaStream_t stream)
 {
-    if (d->world == 1)
+    if (g->size == 1)
         return;
     profile_push(PROF_COMM, stream);
-    NCCL_CHECK(ncclAllReduce(buf, buf, (size_t)count, dist_type(element_bytes), ncclSum, d->comm, stream));
+    NCCL_CHECK(ncclAllReduce(buf, buf, (size_t)count, dist_type(element_bytes), ncclSum, g->comm, stream));
     profile_pop(stream);
 }
 
-/* recv[count] = sum over ranks of send[rank * count, (rank + 1) * count). */
-static inline void dist_reduce_scatter_sum(const Dist *d, const void *send, void *recv, int64_t count,
+/* recv[count] = sum over the group's ranks of send[g->rank * count, (g->rank + 1) * count). */
+static inline void dist_reduce_scatter_sum(const DistGroup *g, const void *send, void *recv, int64_t count,
                                            int element_bytes, cudaStream_t stream)
 {
     profile_push(PROF_COMM, stream);
-    if (d->world == 1) {
+    if (g->size == 1) {
         if (send != recv)
             CUDA_CHECK(cudaMemcpyAsync(recv, send, (size_t)count * element_bytes, cudaMemcpyDeviceToDevice, stream));
     } else {
-        NCCL_CHECK(ncclReduceScatter(send, recv, (size_t)count, dist_type(element_bytes), ncclSum, d->comm, stream));
+        NCCL_CHECK(ncclReduceScatter(send, recv, (size_t)count, dist_type(element_bytes), ncclSum, g->comm, stream));
     }
     profile_pop(stream);
 }
 
-/* recv[r * count, (r + 1) * count) = rank r's send[count]; send may be recv + rank * count. */
-static inline void dist_all_gather(const Dist *d, const void *send, void *recv, int64_t count, int element_bytes,
+/* recv[r * count, (r + 1) * count) = the group's rank r's send[count]; send may be recv + g->rank * count. */
+static inline void dist_all_gather(const DistGroup *g, const void *send, void *recv, int64_t count, int element_bytes,
                                    cudaStream_t stream)
 {
     profile_push(PROF_COMM, stream);
-    if (d->world == 1) {
+    if (g->size == 1) {
         if (send != recv)
             CUDA_CHECK(cudaMemcpyAsync(recv, send, (size_t)count * element_bytes, cudaMemcpyDeviceToDevice, stream));
     } else {
-        NCCL_CHECK(ncclAllGather(send, recv, (size_t)count, dist_type(element_bytes), d->comm, stream));
+        NCCL_CHECK(ncclAllGather(send, recv, (size_t)count, dist_type(element_bytes), g->comm, stream));
     }
     profile_pop(stream);
-}
-
-/* Collectives issued between these two are launched together, as one (NCCL's
- * group calls): many small per-bucket collectives then cost about one. */
-static inline void dist_group_begin(const Dist *d)
-{
-    if (d->world > 1)
-        NCCL_CHECK(ncclGroupStart());
-}
-static inline void dist_group_end(const Dist *d)
-{
-    if (d->world > 1)
-        NCCL_CHECK(ncclGroupEnd());
 }
 
 /* The sum over ranks of x; blocks until every rank has called it. */
@@ -239,7 +316,7 @@ static inline double dist_sum_host(const Dist *d, double x, cudaStream_t stream)
     if (d->world == 1)
         return x;
     CUDA_CHECK(cudaMemcpyAsync(d->sum_scratch, &x, sizeof(double), cudaMemcpyHostToDevice, stream));
-    NCCL_CHECK(ncclAllReduce(d->sum_scratch, d->sum_scratch, 1, ncclFloat64, ncclSum, d->comm, stream));
+    NCCL_CHECK(ncclAllReduce(d->sum_scratch, d->sum_scratch, 1, ncclFloat64, ncclSum, d->control.comm, stream));
     CUDA_CHECK(cudaMemcpyAsync(&x, d->sum_scratch, sizeof(double), cudaMemcpyDeviceToHost, stream));
     CUDA_CHECK(cudaStreamSynchronize(stream));
     return x;
@@ -251,23 +328,28 @@ static inline uint64_t dist_broadcast_u64(const Dist *d, uint64_t x, cudaStream_
     if (d->world == 1)
         return x;
     CUDA_CHECK(cudaMemcpyAsync(d->sum_scratch, &x, sizeof(x), cudaMemcpyHostToDevice, stream));
-    NCCL_CHECK(ncclBroadcast(d->sum_scratch, d->sum_scratch, 1, ncclUint64, 0, d->comm, stream));
+    NCCL_CHECK(ncclBroadcast(d->sum_scratch, d->sum_scratch, 1, ncclUint64, 0, d->control.comm, stream));
     CUDA_CHECK(cudaMemcpyAsync(&x, d->sum_scratch, sizeof(x), cudaMemcpyDeviceToHost, stream));
     CUDA_CHECK(cudaStreamSynchronize(stream));
     return x;
 }
 
 /* A WatchdogProbe (llmc/watchdog.h): non-zero, with why in msg, once NCCL has
- * seen an error on this rank's communicator (a peer gone over the network). */
+ * seen an error on one of this rank's communicators (a peer gone over the network). */
 static inline int dist_async_error(void *dist, char *msg, size_t msg_size)
 {
     const Dist *d = (const Dist *)dist;
-    ncclResult_t state = ncclSuccess;
-    if (!d->comm || ncclCommGetAsyncError(d->comm, &state) != ncclSuccess || state == ncclSuccess ||
-        state == ncclInProgress)
-        return 0;
-    snprintf(msg, msg_size, "NCCL reports %s on this rank's communicator", ncclGetErrorString(state));
-    return 1;
+    const DistGroup *groups[4] = {&d->all, &d->host, &d->across, &d->control};
+    const char *names[4] = {"all ranks'", "its host's", "the across-hosts", "the control"};
+    for (int i = 0; i < 4; i++) {
+        ncclResult_t state = ncclSuccess;
+        if (!groups[i]->comm || ncclCommGetAsyncError(groups[i]->comm, &state) != ncclSuccess || state == ncclSuccess ||
+            state == ncclInProgress)
+            continue;
+        snprintf(msg, msg_size, "NCCL reports %s on %s communicator", ncclGetErrorString(state), names[i]);
+        return 1;
+    }
+    return 0;
 }
 
 #endif /* LLMC_DISTRIBUTED_H */

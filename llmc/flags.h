@@ -169,4 +169,36 @@ static inline void flags_parse(const Flag *flags, int n_flags, int argc, char **
     }
 }
 
+/* A string flag's value as its index among choices ("a|b|c"); NULL (not given) is
+ * the first. Any other value fails, naming the flag and its choices. */
+static inline int flag_choice(const char *flag, const char *value, const char *choices)
+{
+    if (!value)
+        return 0;
+    size_t len = strlen(value);
+    int index = 0;
+    for (const char *c = choices; *c; index++) {
+        const char *end = strchr(c, '|');
+        size_t n = end ? (size_t)(end - c) : strlen(c);
+        if (n == len && strncmp(c, value, n) == 0)
+            return index;
+        c += n + (end ? 1 : 0);
+    }
+    char listed[256] = ""; /* "a, b or c" */
+    size_t at = 0;
+    for (int i = 0; i < index && at < sizeof(listed); i++) {
+        const char *c = choices;
+        for (int k = 0; k < i; k++)
+            c = strchr(c, '|') + 1;
+        const char *end = strchr(c, '|');
+        at += (size_t)snprintf(listed + at, sizeof(listed) - at, "%s%.*s",
+                               i == 0           ? ""
+                               : i == index - 1 ? " or "
+                                                : ", ",
+                               (int)(end ? end - c : (long)strlen(c)), c);
+    }
+    FAIL("%s takes %s (got '%s')", flag, listed, value);
+    return -1;
+}
+
 #endif /* LLMC_FLAGS_H */

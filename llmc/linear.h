@@ -79,6 +79,41 @@ static inline int64_t fp8_scale_count(Fp8Recipe recipe, int64_t R, int64_t K, in
     return (n + 3) / 4 * 4;
 }
 
+/* Where each slot's kept weight codes (both layouts, each 16-byte aligned, as GEMMs want) and scales go: at
+ * codes_at[slot] and scales_at[slot][2] (either may be NULL); *codes and *scales receive the totals. */
+static inline void fp8_kept_layout(Fp8Recipe recipe, const LinearShape *shape, int n_slots, int64_t *codes_at,
+                                   int64_t *scales_at, int64_t *codes, int64_t *scales)
+{
+    *codes = *scales = 0;
+    for (int i = 0; i < n_slots; i++) {
+        if (codes_at)
+            codes_at[i] = *codes;
+        *codes += 2 * ((shape[i].in * shape[i].out + 15) / 16 * 16);
+        if (scales_at)
+            scales_at[2 * i] = *scales;
+        *scales += fp8_scale_count(recipe, shape[i].out, shape[i].in, 1);
+        if (scales_at)
+            scales_at[2 * i + 1] = *scales;
+        *scales += fp8_scale_count(recipe, shape[i].in, shape[i].out, 1);
+    }
+}
+
+/* The device bytes of the weights' codes kept for a step (fp8_scratch_build's keep_weights). */
+static inline size_t fp8_kept_weight_bytes(Fp8Recipe recipe, const LinearShape *shape, int n_slots)
+{
+    int64_t codes, scales;
+    fp8_kept_layout(recipe, shape, n_slots, NULL, NULL, &codes, &scales);
+    return (size_t)codes + (size_t)scales * sizeof(float);
+}
+
+/* The device bytes of fp8_scratch_build's codes of N tokens without kept weight codes, short of the scales (a few
+ * per row of an operand at most): x, dy, their transposes and one W's two layouts. */
+static inline size_t fp8_scratch_bytes_about(int64_t N, const LinearShape *shape, int n_slots)
+{
+    LinearExtents e = linear_extents(shape, n_slots);
+    return (size_t)(2 * N * (e.widest_in + e.widest_out) + 2 * e.largest_w);
+}
+
 /* Room for the codes of N tokens through any of n_slots Linear maps of these W shapes, and their scales; the
  * weights' codes kept for a step (keep_weights) or made at each use. recipe: FP8_TENSOR, FP8_ROW or FP8_BLOCK. */
 static inline void fp8_scratch_build(Fp8Scratch *q, Fp8Recipe recipe, int64_t N, const LinearShape *shape, int n_slots,
@@ -123,15 +158,8 @@ static inline void fp8_scratch_build(Fp8Scratch *q, Fp8Recipe recipe, int64_t N,
     q->w_kept_at = (int64_t *)malloc_check((size_t)n_slots * sizeof(int64_t), "FP8 kept weight codes");
     q->w_kept_s_at = (int64_t *)malloc_check((size_t)n_slots * 2 * sizeof(int64_t), "FP8 kept weight scales");
     q->w_made = (unsigned char *)calloc_check((size_t)n_slots, 1, "FP8 kept weight codes");
-    int64_t codes = 0, scales = 0;
-    for (int i = 0; i < n_slots; i++) {
-        q->w_kept_at[i] = codes;
-        codes += 2 * ((shape[i].in * shape[i].out + 15) / 16 * 16); /* each layout 16-byte aligned, as GEMMs want */
-        q->w_kept_s_at[2 * i] = scales;
-        scales += fp8_scale_count(recipe, shape[i].out, shape[i].in, 1);
-        q->w_kept_s_at[2 * i + 1] = scales;
-        scales += fp8_scale_count(recipe, shape[i].in, shape[i].out, 1);
-    }
+    int64_t codes, scales;
+    fp8_kept_layout(recipe, shape, n_slots, q->w_kept_at, q->w_kept_s_at, &codes, &scales);
     q->w_kept = (uint8_t *)cuda_malloc_named((size_t)codes, "FP8 codes: weights, kept for a step (both layouts)");
     q->w_kept_s = (float *)cuda_malloc_named((size_t)scales * sizeof(float), "FP8 kept weight scales");
 }

@@ -20,8 +20,9 @@
  * ZeRO's hooks (llmc/zero.h) sit between layers: bucket b is the embedding
  * (b = 0), layer b - 1, or the final norm (and lm_head); with stage 3 a
  * bucket's weights are gathered just ahead of use, the next layer's while this
- * one computes, and with stages 2 and 3 a bucket's gradient is reduce-scattered
- * as soon as backward has finished it.
+ * one computes; in the last micro-step of a step (with stages 2 and 3 reducing
+ * every micro-step: in each) a bucket's gradient is summed over the GPUs as soon
+ * as backward has finished it, while the layers below compute.
  */
 #ifndef LLMC_LLAMA_MODEL_H
 #define LLMC_LLAMA_MODEL_H
@@ -62,6 +63,9 @@ typedef struct {
     int doc_mask;               /* packed documents (llmc/documents.h): attention within each document, */
     int doc_bos;                /* which starts at this token; */
     int doc_positions;          /* and RoPE positions restart at each document's start */
+    int shard_over_hosts;       /* ZeRO's weights and gradients sharded within each host (zero.h) */
+    int grad_accum;             /* ZeroAccum: where stages 2 and 3 accumulate micro-steps */
+    int grad_reduce_fp32;       /* gradients summed over the ranks in fp32 */
 } LlamaOptions;
 
 /* A micro-batch on the device, and its embedding backward plan (embedding.h),
@@ -157,8 +161,47 @@ static inline void llama_batch_free(LlamaBatch *b)
     }
 }
 
+/* The Linear maps' W shapes, one slot per layer and map (linear.h); the caller frees. */
+static inline LinearShape *llama_linear_shapes(const LlamaConfig *c, int *n_slots)
+{
+    *n_slots = c->n_layer * LINEAR_MAPS;
+    LinearShape *shapes = (LinearShape *)malloc_check((size_t)*n_slots * sizeof(LinearShape), "FP8 Linear shapes");
+    for (int l = 0; l < c->n_layer; l++)
+        for (int map = 0; map < LINEAR_MAPS; map++)
+            shapes[linear_slot(l, map)] = llama_linear_shape(c, map);
+    return shapes;
+}
+
+/* With opt.fp8: the Linear maps' codes, the weights' kept for a step where the
+ * memory allows it, but for ZeRO 3, whose point is not to hold all the weights
+ * (linear.h); else made at each use, as ZeRO 3 does, which gives the same bits. */
+static inline void llama_fp8_build(Llama *m)
+{
+    int n_slots;
+    LinearShape *shapes = llama_linear_shapes(&m->config, &n_slots);
+    Fp8Recipe recipe = (Fp8Recipe)m->opt.fp8;
+    int64_t N = llama_tokens(m);
+    int keep = m->opt.zero_stage < 3;
+    if (keep) {
+        size_t free_b = 0, total_b = 0, kept = fp8_kept_weight_bytes(recipe, shapes, n_slots);
+        CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+        if (kept + fp8_scratch_bytes_about(N, shapes, n_slots) + PARAMS_MEMORY_RESERVE > free_b) {
+            keep = 0;
+            printf("fp8: the weights' codes are made at each use (keeping them for a step needs %.2f GiB, %.2f GiB "
+                   "are free)\n",
+                   gib(kept), gib(free_b));
+        }
+    }
+    fp8_scratch_build(&m->fp8, recipe, N, shapes, n_slots, keep);
+    free(shapes);
+}
+
 /* Allocates everything a model of config needs to train as opt says; the
- * weights are zeros until llama_init_random, llama_load_weights or a checkpoint. */
+ * weights are zeros until llama_init_random, llama_load_weights or a checkpoint.
+ * What the run needs comes first (activations, batch, logits); then the
+ * parameters and optimizer state, whose gradients are accumulated locally where
+ * the memory allows it (llama_params.h); then the FP8 codes, kept for a step
+ * where it still allows it. */
 static inline void llama_build(Llama *m, const LlamaConfig *config, const LlamaOptions *opt)
 {
     memset(m, 0, sizeof(*m));
@@ -167,8 +210,6 @@ static inline void llama_build(Llama *m, const LlamaConfig *config, const LlamaO
     m->layout = llama_param_layout(config);
     const LlamaConfig *c = config;
     int64_t N = llama_tokens(m), V = c->vocab_size;
-    params_build(&m->params, c, &m->layout, opt->dist, opt->zero_stage, opt->max_micro_steps);
-    optimizer_build(&m->optimizer, &m->params, &m->layout);
     acts_build(&m->acts, c, opt->B, opt->T, opt->recompute);
     m->logits_chunk = fused_classifier_chunk_rows((int)N, (int)V, opt->logits_budget_bytes);
     m->logits = (bf16 *)cuda_malloc_named((size_t)m->logits_chunk * V * sizeof(bf16), "logits chunk");
@@ -180,16 +221,19 @@ static inline void llama_build(Llama *m, const LlamaConfig *config, const LlamaO
     CUDA_CHECK(cudaMemcpy(m->freqs_cis, table, (size_t)opt->T * c->head_dim * sizeof(float), cudaMemcpyHostToDevice));
     free(table);
     llama_batch_build(&m->batch, N, (int)V, opt->max_micro_steps, opt->doc_mask);
+    ZeroOptions zopt = {opt->zero_stage, opt->shard_over_hosts, opt->grad_accum, opt->grad_reduce_fp32,
+                        opt->max_micro_steps};
+    size_t fp8_bytes = 0;
     if (opt->fp8) {
-        /* the weights' codes kept for a step, but for ZeRO 3, whose point is not to hold all the weights (linear.h) */
-        int n_slots = c->n_layer * LINEAR_MAPS;
-        LinearShape *shapes = (LinearShape *)malloc_check((size_t)n_slots * sizeof(LinearShape), "FP8 Linear shapes");
-        for (int l = 0; l < c->n_layer; l++)
-            for (int map = 0; map < LINEAR_MAPS; map++)
-                shapes[linear_slot(l, map)] = llama_linear_shape(c, map);
-        fp8_scratch_build(&m->fp8, (Fp8Recipe)opt->fp8, N, shapes, n_slots, opt->zero_stage < 3);
+        int n_slots;
+        LinearShape *shapes = llama_linear_shapes(c, &n_slots);
+        fp8_bytes = fp8_scratch_bytes_about(N, shapes, n_slots);
         free(shapes);
     }
+    params_build(&m->params, c, &m->layout, opt->dist, &zopt, fp8_bytes);
+    optimizer_build(&m->optimizer, &m->params, &m->layout);
+    if (opt->fp8)
+        llama_fp8_build(m);
     m->spec = layer_spec(c, opt->B, opt->T, opt->recompute, m->freqs_cis, opt->fp8 ? &m->fp8 : NULL);
     if (opt->doc_mask) {
         m->spec.docs = &m->batch.docs;
@@ -311,9 +355,10 @@ static inline void llama_forward(Llama *m, cudaStream_t s)
 
 /* Backward from the classifier's d_ln (the gradient of the final norm output).
  * The weight gradients are written, or added to when accumulate (later
- * micro-steps with ZeRO 0 and 1); with ZeRO 2 and 3 each bucket's gradient is
- * handed to the reduce-scatter as soon as it is complete, and stage 3 gathers
- * the weights of layer l - 1 while layer l computes. */
+ * micro-steps into a full-size gradient buffer); each bucket's gradient is
+ * handed to zero.h as soon as it is complete (summed over the GPUs in the last
+ * micro-step), and stage 3 gathers the weights of layer l - 1 while layer l
+ * computes. */
 static inline void llama_backward(Llama *m, int micro, int accumulate, cudaStream_t s)
 {
     const ModelTensors *w = &m->params.weights, *g = &m->params.grads;
@@ -345,16 +390,18 @@ static inline void llama_backward(Llama *m, int micro, int accumulate, cudaStrea
 }
 
 /* Forward, loss and backward of one micro-batch already set with llama_set_batch;
- * micro-step 0 writes the gradients, later ones add to them (with ZeRO 2 and 3 each
- * micro-step writes the staging buffers and the reduce-scatter adds). The
- * micro-step's summed loss lands in loss_parts[micro]; inv_count is 1 / the
- * targets counted in the whole optimizer step, over all ranks. */
+ * micro-step 0 writes the gradients, later ones add to them (where zero.h stages
+ * the gradients, each micro-step writes the staging buffers and the
+ * reduce-scatter adds). A step is opt.max_micro_steps micro-steps: the last one
+ * sums the gradients over the GPUs. The micro-step's summed loss lands in
+ * loss_parts[micro]; inv_count is 1 / the targets counted in the whole optimizer
+ * step, over all ranks. */
 static inline void llama_micro_step(Llama *m, float inv_count, int micro, cudaStream_t s)
 {
     const LlamaConfig *c = &m->config;
     const ModelTensors *w = &m->params.weights, *g = &m->params.grads;
     int N = (int)llama_tokens(m);
-    int accumulate = m->opt.zero_stage < 2 && micro > 0;
+    int accumulate = m->params.zero.full_grads && micro > 0;
     if (micro == 0) /* a new step: the weights may have changed since the last one */
         fp8_weights_changed(m->spec.fp8);
     llama_forward(m, s);

@@ -1,13 +1,12 @@
 /*
  * llama_optimizer.h: one optimizer step of the GPU model on its ZeRO-placed
  * parameters (llama_params.h), all on the device, the host never waiting:
- *   sum the gradients over the ranks (zero_reduce_grads: all-reduce with stage
- *   0, per-bucket reduce-scatter with 1, already done during backward with 2
- *   and 3), the squared norm of each bucket's share this rank updates, their
- *   sum in a fixed order, summed over the ranks, the clip coefficient, then
- *   AdamW (llmc/adamw.h: decay on the matrices only) on each bucket's range,
- *   and the new weights shared again (zero_params_changed). Sums run in bf16
- *   on NCCL's ring (one rounding per rank added).
+ *   wait for the gradients' sums over the ranks (zero.h runs them during the
+ *   last micro-step's backward), the squared norm of each bucket's share this
+ *   rank updates, their sum in a fixed order, summed over the ranks, the clip
+ *   coefficient, then AdamW (llmc/adamw.h: decay on the matrices only) on each
+ *   bucket's range, and the new weights shared again (zero_params_changed),
+ *   overlapped with the next step's forward pass.
  *
  * Memory: the AdamW moments m and v, fp32, for the ranges this rank updates
  * (zero.state_total each, 8 bytes per parameter over the ranks), the decay
@@ -71,12 +70,12 @@ static inline void optimizer_step(Optimizer *o, LlamaParams *p, const AdamWConfi
     Zero *z = &p->zero;
     int n_buckets = z->plan.n_buckets;
     o->step++;
-    PROFILED(PROF_COMM, s, zero_reduce_grads(z, s));
+    PROFILED(PROF_COMM, s, zero_grads_reduced(z, s));
     for (int b = 0; b < n_buckets; b++)
         global_norm_squared(o->bucket_norm_sq + b, o->norm_scratch, zero_update_grads(z, b), z->update_count[b], s);
     norm_squared_combine(o->grad_norm_sq, o->bucket_norm_sq, n_buckets, s);
     if (p->zero_stage >= 1)
-        dist_all_reduce_sum(p->dist, o->grad_norm_sq, 1, 4, s);
+        dist_all_reduce_sum(&p->dist->control, o->grad_norm_sq, 1, 4, s);
     clip_coefficient(o->clip_coef, o->grad_norm_sq, (float)cfg->grad_clip, s);
     for (int b = 0; b < n_buckets; b++) {
         int64_t at = z->state_at[b];

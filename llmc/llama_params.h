@@ -12,9 +12,10 @@
  *
  * The views (ModelTensors: embedding, layers[l].qkv, ..., lm_head) are
  * resolved once when built: they point where the kernels read each weight and
- * write its gradient, which with ZeRO stages 2 and 3 is a staging buffer that
- * the bucket's turn in the step fills (a bucket always uses the same one), so
- * the layer code never computes an offset.
+ * write its gradient, which where zero.h stages a bucket (ZeRO 3's weights,
+ * stage 2 and 3 gradients not accumulated locally) is a staging buffer that the
+ * bucket's turn in the step fills (a bucket always uses the same one), so the
+ * layer code never computes an offset.
  *
  * Memory: weights and gradients 2 bytes each per padded parameter (or per
  * share), residuals 2 bytes per updated parameter; the views are host arrays.
@@ -79,25 +80,59 @@ static inline void params_resolve_views_(ModelTensors *v, const LlamaConfig *c, 
 #undef PARAM_AT
 }
 
-/* Plans the ZeRO buckets for dist->world ranks at zero_stage, allocates the
- * weights, gradients and residuals (zeros: the padding must stay zero, and no
- * kernel writes it), and resolves the views. max_micro_steps: per optimizer step. */
+/* Device memory kept free past the model's own buffers when choosing what the
+ * memory allows (local gradient accumulation, kept FP8 weight codes): cuBLAS's,
+ * cuDNN's and NCCL's workspaces and buffers, which come later. */
+#define PARAMS_MEMORY_RESERVE ((size_t)2 << 30)
+
+static inline double gib(size_t bytes)
+{
+    return bytes / 1073741824.0;
+}
+
+/* Whether the gradients go into a full-size buffer (zero.h), given what the options
+ * ask and, for ZERO_ACCUM_AUTO, whether the device has room for it: besides the
+ * buffers of z, the residuals and AdamW moments (10 bytes per updated parameter)
+ * and later_bytes (what the caller allocates after the parameters). */
+static inline int params_full_grads(const Zero *z, size_t later_bytes)
+{
+    if (z->stage <= 1)
+        return 1;
+    if (!zero_local_accumulation_possible(z))
+        return 0;
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    size_t need = zero_device_bytes(z, 1) + (size_t)z->state_total * (sizeof(int16_t) + 2 * sizeof(float)) +
+                  later_bytes + PARAMS_MEMORY_RESERVE;
+    if (need <= free_b)
+        return 1;
+    if (z->opt.accum == ZERO_ACCUM_LOCAL)
+        FAIL("--grad-accum local: the full-size gradient buffer (%.2f GiB) and the rest of the model need %.2f GiB, "
+             "and %.2f GiB are free\n  hint: --grad-accum sharded reduce-scatters every micro-step instead (%.2f GiB "
+             "less), or lower -B / -T",
+             gib((size_t)z->plan.padded_total * sizeof(bf16)), gib(need), gib(free_b),
+             gib(zero_device_bytes(z, 1) - zero_device_bytes(z, 0)));
+    printf("gradients: reduce-scattered every micro-step (accumulating %d micro-steps locally needs %.2f GiB, %.2f "
+           "GiB are free)\n",
+           z->opt.micro_steps, gib(need), gib(free_b));
+    return 0;
+}
+
+/* Plans the ZeRO buckets for the ranks of dist under zopt, allocates the weights,
+ * gradients and residuals (zeros: the padding must stay zero, and no kernel writes
+ * it), and resolves the views. later_bytes: what the caller allocates after these
+ * (for params_full_grads). */
 static inline void params_build(LlamaParams *p, const LlamaConfig *c, const ParamLayout *layout, const Dist *dist,
-                                int zero_stage, int max_micro_steps)
+                                const ZeroOptions *zopt, size_t later_bytes)
 {
     memset(p, 0, sizeof(*p));
     p->dist = dist;
-    p->zero_stage = zero_stage;
+    p->zero_stage = zopt->stage;
     Zero *z = &p->zero;
-    zero_init(z, dist, c, layout, zero_stage, max_micro_steps);
-    int64_t n_params = zero_params_elements(z), n_grads = zero_grads_elements(z), n_state = z->state_total;
-    z->params = (bf16 *)cuda_malloc_named((size_t)n_params * sizeof(bf16),
-                                          zero_stage >= 3 ? "bf16 weight shares" : "bf16 weights");
-    z->grads = (bf16 *)cuda_malloc_named((size_t)n_grads * sizeof(bf16),
-                                         zero_stage >= 2 ? "bf16 gradient shares" : "bf16 gradients");
+    zero_configure(z, dist, c, layout, zopt);
+    zero_allocate(z, params_full_grads(z, later_bytes));
+    int64_t n_state = z->state_total;
     p->master_lo = (int16_t *)cuda_malloc_named((size_t)n_state * sizeof(int16_t), "fp32 master weights' low halves");
-    CUDA_CHECK(cudaMemset(z->params, 0, (size_t)n_params * sizeof(bf16)));
-    CUDA_CHECK(cudaMemset(z->grads, 0, (size_t)n_grads * sizeof(bf16)));
     CUDA_CHECK(cudaMemset(p->master_lo, 0, (size_t)n_state * sizeof(int16_t)));
 
     /* a tensor's place: its bucket, and its offset there as in the unpadded layout */
@@ -131,8 +166,6 @@ static inline void params_build(LlamaParams *p, const LlamaConfig *c, const Para
 
 static inline void params_free(LlamaParams *p)
 {
-    cuda_free(p->zero.params);
-    cuda_free(p->zero.grads);
     cuda_free(p->master_lo);
     zero_free(&p->zero);
     free(p->tensor_at);
@@ -155,13 +188,15 @@ static inline void params_upload_master(LlamaParams *p, const ParamLayout *layou
     for (int b = 0; b < z->plan.n_buckets; b++) {
         const ZeroBucket *bk = &z->plan.buckets[b];
         int64_t begin, end;
-        zero_update_model_range(&z->plan, p->zero_stage, p->dist->rank, b, &begin, &end);
-        if (p->zero_stage >= 3)
-            CUDA_CHECK(cudaMemcpy(zero_update_weights(z, b), hi + begin, (size_t)(end - begin) * sizeof(uint16_t),
+        if (p->zero_stage >= 3) { /* the rank's group share of the weights */
+            zero_group_model_range(&z->plan, b, z->position, &begin, &end);
+            CUDA_CHECK(cudaMemcpy(z->params + z->group_at[b], hi + begin, (size_t)(end - begin) * sizeof(uint16_t),
                                   cudaMemcpyHostToDevice));
-        else
+        } else {
             CUDA_CHECK(cudaMemcpy(zero_bucket_weights(z, b), hi + bk->offset, (size_t)bk->numel * sizeof(uint16_t),
                                   cudaMemcpyHostToDevice));
+        }
+        zero_update_model_range(&z->plan, p->zero_stage, p->dist->rank, b, &begin, &end);
         CUDA_CHECK(cudaMemcpy(p->master_lo + z->state_at[b], lo + begin, (size_t)(end - begin) * sizeof(int16_t),
                               cudaMemcpyHostToDevice));
     }

@@ -260,10 +260,8 @@ static inline void train_flags_check(const TrainFlags *f)
     char err[2048];
     if (f->ckpt.dir && checkpoint_dir_check_try(f->ckpt.dir, f->ckpt.resume, err, sizeof(err)) != 0)
         FAIL("%s", err); /* now, not at the first save after hours of training */
-    if (strcmp(f->run.on_nan, "skip") != 0 && strcmp(f->run.on_nan, "stop") != 0)
-        FAIL("--on-nan takes skip or stop (got '%s')", f->run.on_nan);
-    if (strcmp(f->ckpt.export_dtype, "fp32") != 0 && strcmp(f->ckpt.export_dtype, "bf16") != 0)
-        FAIL("--export-dtype takes fp32 or bf16 (got '%s')", f->ckpt.export_dtype);
+    flag_choice("--on-nan", f->run.on_nan, "skip|stop");
+    flag_choice("--export-dtype", f->ckpt.export_dtype, "fp32|bf16");
     if (f->ckpt.export_dir && !f->ckpt.export_dir[0])
         FAIL("--export needs a directory");
 }

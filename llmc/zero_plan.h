@@ -4,15 +4,22 @@
  *
  * The flat buffer is cut into buckets that follow the model: the embedding,
  * each decoder layer, then the final norm with lm_head (if untied). A bucket is
- * the unit of one reduce-scatter (gradients, stage 2) and one all-gather
- * (parameters, stage 3), so a layer's communication can overlap the next
- * layer's compute. Each bucket is padded with zeros to a multiple of
- * world * ZERO_ALIGN elements, so every rank owns an equal, aligned share of
- * every bucket and no tensor size is ever refused. Rank r owns, in bucket b,
- * padded elements [padded_offset + r * shard, padded_offset + (r + 1) * shard).
- * What a rank updates at each stage (all of every bucket at stage 0, its shares
- * otherwise) and where its optimizer state keeps it (the shares back to back)
- * follow from that. Pure arithmetic on the layout; allocates the bucket table only.
+ * the unit of one reduce-scatter (gradients) and one all-gather (parameters), so
+ * a layer's communication can overlap the next layer's compute. Each bucket is
+ * padded with zeros to a multiple of world * ZERO_ALIGN elements and cut into
+ * `world` equal shares (`shard` elements each), so every rank owns an equal,
+ * aligned share of every bucket and no tensor size is ever refused.
+ *
+ * Which share a rank owns follows the shard groups (llmc/process_groups.h):
+ * flat, the whole world is one shard group and rank r owns share r. With
+ * sharding over hosts (H hosts of S ranks), a bucket is first cut into S group
+ * shares of H shares each: the rank at position p on host h holds group share p
+ * (weights and gradients it shards with its host) and owns share p * H + h of
+ * it, which it updates. Either way: rank r owns padded elements
+ * [padded_offset + share_of[r] * shard, ... + shard) of bucket b. What a rank
+ * updates at each stage (all of every bucket at stage 0, its share otherwise)
+ * and where its optimizer state keeps it (the shares back to back) follow from
+ * that. Pure arithmetic on the layout; allocates the bucket and share tables only.
  */
 #ifndef LLMC_ZERO_PLAN_H
 #define LLMC_ZERO_PLAN_H
@@ -20,6 +27,7 @@
 #include <stdint.h>
 
 #include "llama_config.h"
+#include "process_groups.h"
 #include "utils.h"
 
 /* Elements each share is a multiple of: 256 bytes of fp32, so shards start
@@ -32,10 +40,14 @@ typedef struct {
     int64_t padded_offset; /* first element in the padded flat buffer */
     int64_t padded;        /* numel rounded up to a multiple of world * ZERO_ALIGN */
     int64_t shard;         /* padded / world: what each rank owns */
+    int64_t group_share;   /* padded / group_size: what a member of a shard group holds */
 } ZeroBucket;
 
 typedef struct {
     int world;
+    int group_size; /* ranks of a shard group: the world, or a host's */
+    int groups;     /* world / group_size: the replicas of each group share */
+    int *share_of;  /* [world] the share each rank owns, in every bucket */
     int n_buckets;
     ZeroBucket *buckets;
     int64_t padded_total; /* size of the padded flat buffers */
@@ -47,6 +59,11 @@ static inline ZeroPlan zero_plan(const LlamaConfig *c, const ParamLayout *layout
         FAIL("zero_plan: world size %d must be at least 1", world);
     ZeroPlan plan;
     plan.world = world;
+    plan.group_size = world;
+    plan.groups = 1;
+    plan.share_of = (int *)malloc_check(sizeof(int) * (size_t)world, "ZeRO shares");
+    for (int r = 0; r < world; r++)
+        plan.share_of[r] = r;
     plan.n_buckets = c->n_layer + 2;
     plan.buckets = (ZeroBucket *)calloc_check((size_t)plan.n_buckets, sizeof(ZeroBucket), "ZeRO buckets");
     /* bucket boundaries in tensor indices: [0, 1), each layer's LAYER_TENSORS, then the rest */
@@ -60,10 +77,25 @@ static inline ZeroPlan zero_plan(const LlamaConfig *c, const ParamLayout *layout
         z->padded = (z->numel + unit - 1) / unit * unit;
         z->padded_offset = padded_offset;
         z->shard = z->padded / world;
+        z->group_share = z->shard; /* flat: the whole world is one shard group */
         padded_offset += z->padded;
     }
     plan.padded_total = padded_offset;
     return plan;
+}
+
+/* Shard groups of the hosts of g (each of g->per_host ranks): the rank at position p
+ * on host h owns share p * hosts + h, inside group share p (see the top). */
+static inline void zero_plan_shard_over_hosts(ZeroPlan *plan, const ProcessGroups *g)
+{
+    if (g->world != plan->world || g->per_host < 1)
+        FAIL("zero_plan_shard_over_hosts: %d ranks in groups of %d, a plan for %d", g->world, g->per_host, plan->world);
+    plan->group_size = g->per_host;
+    plan->groups = g->hosts;
+    for (int r = 0; r < plan->world; r++)
+        plan->share_of[r] = g->position_of[r] * g->hosts + g->host_of[r];
+    for (int b = 0; b < plan->n_buckets; b++)
+        plan->buckets[b].group_share = plan->buckets[b].padded / g->per_host;
 }
 
 /* The model elements rank owns in bucket b: [*begin, *end) of the unpadded
@@ -71,7 +103,7 @@ static inline ZeroPlan zero_plan(const LlamaConfig *c, const ParamLayout *layout
 static inline void zero_owned_range(const ZeroPlan *plan, int b, int rank, int64_t *begin, int64_t *end)
 {
     const ZeroBucket *z = &plan->buckets[b];
-    int64_t lo = (int64_t)rank * z->shard, hi = lo + z->shard;
+    int64_t lo = (int64_t)plan->share_of[rank] * z->shard, hi = lo + z->shard;
     if (lo > z->numel)
         lo = z->numel;
     if (hi > z->numel)
@@ -86,7 +118,7 @@ static inline void zero_owned_range(const ZeroPlan *plan, int b, int rank, int64
 static inline int64_t zero_update_range(const ZeroPlan *plan, int stage, int rank, int b, int64_t *at)
 {
     const ZeroBucket *z = &plan->buckets[b];
-    *at = z->padded_offset + (stage == 0 ? 0 : (int64_t)rank * z->shard);
+    *at = z->padded_offset + (stage == 0 ? 0 : (int64_t)plan->share_of[rank] * z->shard);
     return stage == 0 ? z->padded : z->shard;
 }
 
@@ -116,10 +148,22 @@ static inline int64_t zero_state_offsets(const ZeroPlan *plan, int stage, int ra
     return total;
 }
 
+/* The model elements of group share p of bucket b: [*begin, *end) of the unpadded
+ * flat buffer (empty when it is all padding). */
+static inline void zero_group_model_range(const ZeroPlan *plan, int b, int p, int64_t *begin, int64_t *end)
+{
+    const ZeroBucket *z = &plan->buckets[b];
+    int64_t lo = (int64_t)p * z->group_share, hi = lo + z->group_share;
+    *begin = z->offset + (lo < z->numel ? lo : z->numel);
+    *end = z->offset + (hi < z->numel ? hi : z->numel);
+}
+
 static inline void zero_plan_free(ZeroPlan *plan)
 {
     free(plan->buckets);
+    free(plan->share_of);
     plan->buckets = NULL;
+    plan->share_of = NULL;
 }
 
 #endif /* LLMC_ZERO_PLAN_H */

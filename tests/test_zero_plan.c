@@ -11,6 +11,62 @@ static void check(int ok, const char *what, const char *model, int world)
     ok ? passed++ : failed++;
 }
 
+/* Sharded over hosts (zero_plan_shard_over_hosts): for every host size that divides
+ * the world, ranks placed round-robin over the hosts (the harder case: a host's
+ * ranks are not consecutive), each rank's share lies inside its group share (the
+ * one its position on its host names, which its host's ranks tile), and the
+ * ranks' shares still own every element exactly once. */
+static void test_over_hosts(const char *name, const LlamaConfig *c, const ParamLayout *layout, int world)
+{
+    for (int per_host = 1; per_host <= world; per_host++) {
+        if (world % per_host != 0)
+            continue;
+        int hosts = world / per_host;
+        uint64_t *ids = (uint64_t *)malloc_check(sizeof(uint64_t) * world, "ids");
+        for (int r = 0; r < world; r++)
+            ids[r] = 1000 + r % hosts; /* round-robin */
+        ProcessGroups g;
+        char err[256];
+        if (process_groups_make(&g, ids, world, 0, err, sizeof(err)) != 0)
+            FAIL("%s", err);
+        ZeroPlan plan = zero_plan(c, layout, world);
+        zero_plan_shard_over_hosts(&plan, &g);
+        int ok = plan.group_size == per_host && plan.groups == hosts, tiled = 1;
+        int *owner = (int *)malloc_check(sizeof(int) * world, "owners");
+        for (int b = 0; b < plan.n_buckets; b++) {
+            const ZeroBucket *z = &plan.buckets[b];
+            ok &= z->group_share * per_host == z->padded && z->group_share == z->shard * hosts;
+            for (int i = 0; i < world; i++)
+                owner[i] = -1;
+            int64_t owned = 0;
+            for (int r = 0; r < world; r++) {
+                int share = plan.share_of[r];
+                tiled &= share >= 0 && share < world && owner[share] < 0;
+                if (share >= 0 && share < world)
+                    owner[share] = r;
+                int64_t begin, end, gbegin, gend, at;
+                zero_owned_range(&plan, b, r, &begin, &end);
+                zero_group_model_range(&plan, b, g.position_of[r], &gbegin, &gend);
+                owned += end - begin;
+                ok &= (end == begin) || (begin >= gbegin && end <= gend);
+                zero_update_range(&plan, 1, r, b, &at);
+                ok &= at == z->padded_offset + (int64_t)share * z->shard &&
+                      (at - z->padded_offset) / z->group_share == g.position_of[r] &&
+                      (at - z->padded_offset) % z->group_share == (int64_t)g.host_of[r] * z->shard;
+            }
+            tiled &= owned == z->numel;
+        }
+        char what[128];
+        snprintf(what, sizeof(what), "over %d hosts of %d: shares inside their group shares, each owned once", hosts,
+                 per_host);
+        check(ok && tiled, what, name, world);
+        free(owner);
+        free(ids);
+        process_groups_free(&g);
+        zero_plan_free(&plan);
+    }
+}
+
 static void test_model(const char *name, const LlamaConfig *c)
 {
     ParamLayout layout = llama_param_layout(c);
@@ -25,7 +81,7 @@ static void test_model(const char *name, const LlamaConfig *c)
             contiguous &= z->offset == next && z->padded_offset == next_padded;
             next += z->numel;
             next_padded += z->padded;
-            equal_aligned &= z->shard * world == z->padded && z->shard % ZERO_ALIGN == 0;
+            equal_aligned &= z->shard * world == z->padded && z->shard % ZERO_ALIGN == 0 && z->group_share == z->shard;
             little_padding &= z->padded - z->numel < (int64_t)world * ZERO_ALIGN;
             int64_t last_end = z->offset;
             for (int r = 0; r < world; r++) {
@@ -76,6 +132,7 @@ static void test_model(const char *name, const LlamaConfig *c)
         }
         free(state_at);
         zero_plan_free(&plan);
+        test_over_hosts(name, c, &layout, world);
     }
     llama_param_layout_free(&layout);
 }

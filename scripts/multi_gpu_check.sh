@@ -16,6 +16,24 @@
 #                separate hosts use)
 #   scaling8b    the same for Llama 3.1 8B at B=1 (no socket runs; stage 0 and
 #                1 GPU need about 120 GB: H200s)
+#   modes        the "small" preset as in equivalence, for the modes of issue 28:
+#                --grad-accum sharded (stages 2 and 3 reduce-scattering every
+#                micro-step), --grad-reduce fp32, and --shard-over host with the
+#                N GPUs as 2 stand-in hosts (NCCL_HOSTID per process,
+#                scripts/as_hosts.sh) under stages 1 to 3, with and without
+#                accumulation; losses against 1 GPU within TOL, and the bit
+#                identities the design promises (stages 2 and 3 accumulating
+#                locally = stage 1; the stages over hosts = each other)
+#   netscale     Llama 3.2 1B, B=8, T=2048, a 0.5M-token global batch, on the
+#                network stand-in: 1 GPU; 2 hosts x 1 GPU (stages 1 to 3, and
+#                stage 3 reduce-scattering every micro-step as before issue 28);
+#                with 4 GPUs, 2 hosts x 2 GPUs over hosts (stages 1 to 3) and
+#                flat stage 3
+#   nccl         dev/bench/nccl_bench over one host's GPUs, 2 x 1 and 2 x 2
+#                stand-in hosts: the collectives' times for scaling_model.py
+#   scaling8b4   Llama 3.1 8B, T=8192, B=1 per GPU on 4 GPUs of one host: stages
+#                1 to 3 in bf16 and FP8 at a 0.5M-token batch, and 2 x 2 stand-in
+#                hosts over hosts against one host at a 1M-token batch
 #   checkpoint   resume bit-identical to an uninterrupted run on the same GPU
 #                count (ZeRO 2, one optimizer file per rank), and on the same
 #                count under ZeRO 3 (state re-sharded across stages), resume of that
@@ -24,8 +42,15 @@
 #                the saved model.safetensors + config.json; with N GPUs, a kill -9
 #                of rank 1 during saves makes the other ranks exit with the
 #                watchdog's error within --comm-timeout (20 s here) instead of
-#                waiting forever, and a resume on N GPUs continues bit for bit
-# Usage: scripts/multi_gpu_check.sh [build] [equivalence] [scaling] [scaling8b] [checkpoint]
+#                waiting forever, and a resume on N GPUs continues bit for bit;
+#                a checkpoint of the flat stage 2 resumed over 2 stand-in hosts
+#                (stage 3), and one saved over hosts resumed there (bit for bit),
+#                flat on N / 2 GPUs and on 1 GPU (within TOL)
+#   netns        scripts/two_host_netns.sh: 2 hosts as network namespaces joined by
+#                a veth pair (one rank each, TCP rendezvous, no MPI), ZeRO 3 over
+#                hosts, against 1 GPU and the same run with NCCL_HOSTID alone
+# Usage: scripts/multi_gpu_check.sh [build] [equivalence] [modes] [scaling] [scaling8b] [netscale] [nccl]
+#        [scaling8b4] [netns] [checkpoint]
 set -u
 cd "$(dirname "$0")/.."
 out="${OUT:-/tmp/multi_gpu_check}"
@@ -44,6 +69,40 @@ run() { # name, command...: runs with a time limit, keeps the log
     timeout 300 "$@" > "$out/$name.log" 2>&1 || { echo "FAIL $name (exit $?)"; tail -5 "$out/$name.log"; status=1; }
 }
 mpi=(mpirun -np "$np" --bind-to none -x NCCL_NVLS_ENABLE)
+# the N GPUs as 2 stand-in hosts of N / 2 (NCCL_HOSTID per process)
+hosts2=(mpirun -np "$np" --bind-to none -x NCCL_NVLS_ENABLE -x GPUS_PER_HOST=$((np / 2)) scripts/as_hosts.sh)
+# One record per run in the results: per-GPU throughput, MFU and memory of its log, the
+# median of the steps after the first two. Arguments: results file, check, log, label,
+# then name=value pairs for the record.
+summarize() {
+    python3 - "$@" << 'EOF'
+import json, statistics, sys
+results, check, log, label = sys.argv[1:5]
+extra = dict(kv.split("=", 1) for kv in sys.argv[5:])
+for k, v in list(extra.items()):
+    try:
+        extra[k] = json.loads(v)
+    except ValueError:
+        pass
+try:
+    recs = [r for r in map(json.loads, open(log)) if "tokens_per_s" in r]
+except OSError:
+    recs = []
+timed = recs[2:]
+if not timed:
+    print(f"FAIL {label}: no timed steps in {log}")
+    sys.exit(1)
+gpus = timed[0].get("gpus", 1)
+rec = {"check": check, "run": label, **extra,
+       "tokens_per_s_per_gpu": statistics.median(r["tokens_per_s"] / gpus for r in timed),
+       "ms": statistics.median(r["ms"] for r in timed), "mfu": statistics.median(r["mfu"] for r in timed),
+       "peak_mem_gib": max(r["peak_mem_gib"] for r in recs), "device_mem_gib": max(r["device_mem_gib"] for r in recs),
+       "steps_timed": len(timed), "losses": [r["loss"] for r in recs]}
+print(f"{label}: {rec['tokens_per_s_per_gpu']:.0f} tokens/s per GPU, step {rec['ms']:.0f} ms, MFU "
+      f"{100 * rec['mfu']:.1f}%, peak {rec['peak_mem_gib']:.2f} GiB")
+open(results, "a").write(json.dumps(rec) + "\n")
+EOF
+}
 
 for s in $steps; do
     case "$s" in
@@ -114,6 +173,176 @@ bad += not same
 sys.exit(1 if bad else 0)
 EOF
         ;;
+    modes)
+        small=(./train_llama --preset small -T 256 --random-data --steps 20 --warmup 2 --lr 1e-3)
+        accum=(-T 128 -B $((4 / np)) --total-batch 1024)
+        [ -f "$out/eq_1gpu.jsonl" ] || run eq_1gpu "${small[@]}" -B 4 --log "$out/eq_1gpu.jsonl"
+        [ -f "$out/eq_1gpu_t128.jsonl" ] || run eq_1gpu_t128 "${small[@]}" -T 128 -B 4 --total-batch 1024 \
+            --log "$out/eq_1gpu_t128.jsonl"
+        for z in 1 2 3; do
+            [ -f "$out/eq_accum_z$z.jsonl" ] || run "eq_accum_z$z" "${mpi[@]}" "${small[@]}" "${accum[@]}" \
+                --zero-stage $z --log "$out/eq_accum_z$z.jsonl"
+        done
+        for z in 2 3; do
+            run "md_sharded_z$z" "${mpi[@]}" "${small[@]}" "${accum[@]}" --zero-stage $z --grad-accum sharded \
+                --log "$out/md_sharded_z$z.jsonl"
+        done
+        run md_fp32_z1 "${mpi[@]}" "${small[@]}" -B $((4 / np)) --zero-stage 1 --grad-reduce fp32 \
+            --log "$out/md_fp32_z1.jsonl"
+        run md_fp32_accum_z3 "${mpi[@]}" "${small[@]}" "${accum[@]}" --zero-stage 3 --grad-reduce fp32 \
+            --grad-accum sharded --log "$out/md_fp32_accum_z3.jsonl"
+        for z in 1 2 3; do
+            run "md_hosts_z$z" "${hosts2[@]}" "${small[@]}" -B $((4 / np)) --zero-stage $z --shard-over host \
+                --log "$out/md_hosts_z$z.jsonl"
+        done
+        run md_hosts_accum_z3 "${hosts2[@]}" "${small[@]}" "${accum[@]}" --zero-stage 3 --shard-over host \
+            --log "$out/md_hosts_accum_z3.jsonl"
+        run md_hosts_sharded_z3 "${hosts2[@]}" "${small[@]}" "${accum[@]}" --zero-stage 3 --shard-over host \
+            --grad-accum sharded --log "$out/md_hosts_sharded_z3.jsonl"
+        run md_group_z3 "${mpi[@]}" "${small[@]}" -B $((4 / np)) --zero-stage 3 --shard-over host \
+            --shard-group $((np / 2)) --log "$out/md_group_z3.jsonl"
+        python3 - "$out" "$np" "$results" << 'EOF' || status=1
+import json, sys
+out, np_, results = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+def losses(name):
+    try:
+        return [r["loss"] for r in map(json.loads, open(f"{out}/{name}.jsonl")) if "loss" in r]
+    except OSError:
+        return []
+TOL = 1e-2  # as the equivalence step: bf16 gradients summed in another grouping, 20 AdamW steps at lr 1e-3
+bad = 0
+runs = ["md_sharded_z2", "md_sharded_z3", "md_fp32_z1", "md_fp32_accum_z3", "md_hosts_z1", "md_hosts_z2",
+        "md_hosts_z3", "md_hosts_accum_z3", "md_hosts_sharded_z3", "md_group_z3"]
+for name in runs:
+    ref = losses("eq_1gpu_t128" if "accum" in name or "sharded" in name else "eq_1gpu")
+    got = losses(name)
+    ok = len(got) == len(ref) == 20
+    diff = max(abs(a - b) for a, b in zip(got, ref)) if ok else float("nan")
+    ok = ok and diff <= TOL
+    bad += not ok
+    print(f"{'PASS' if ok else 'FAIL'} {name}: {len(got)} steps, max |loss - 1-GPU loss| = {diff:.2e} (tol {TOL:g}); "
+          f"last {got[-1:]} vs {ref[-1:]}")
+    with open(results, "a") as f:
+        f.write(json.dumps({"check": "modes", "run": name, "gpus": np_, "steps": len(got), "max_abs_loss_diff": diff,
+                            "tol": TOL, "ok": ok, "losses": got, "ref_losses": ref}) + "\n")
+same = [("eq_accum_z2", "eq_accum_z1", "stage 2 accumulating locally = stage 1 (one sum per step)"),
+        ("eq_accum_z3", "eq_accum_z1", "stage 3 accumulating locally = stage 1"),
+        ("md_sharded_z3", "md_sharded_z2", "stage 3 reduce-scattering every micro-step = stage 2 doing so"),
+        ("md_hosts_z2", "md_hosts_z1", "over hosts: stage 2 = stage 1"),
+        ("md_hosts_z3", "md_hosts_z1", "over hosts: stage 3 = stage 1"),
+        ("md_group_z3", "md_hosts_z3", "--shard-group N = N GPUs per NCCL_HOSTID host")]
+for a, b, what in same:
+    ok = bool(losses(a)) and losses(a) == losses(b)
+    bad += not ok
+    print(f"{'PASS' if ok else 'FAIL'} bit-identical losses: {what} ({a}, {b})")
+    with open(results, "a") as f:
+        f.write(json.dumps({"check": "modes_identity", "runs": [a, b], "what": what, "ok": ok}) + "\n")
+sys.exit(1 if bad else 0)
+EOF
+        ;;
+    netscale)
+        # 0.5M tokens per step; the stand-in for separate hosts: NCCL_HOSTID per process (scripts/as_hosts.sh)
+        big=(./train_llama --preset llama3.2-1b -B 8 -T 2048 --random-data --steps 6 --warmup 2)
+        one=(mpirun -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x GPUS_PER_HOST=1 -x CUDA_VISIBLE_DEVICES=0,1
+             scripts/as_hosts.sh)
+        two=(mpirun -np 4 --bind-to none -x NCCL_NVLS_ENABLE -x GPUS_PER_HOST=2 scripts/as_hosts.sh)
+        common=(model=llama3.2-1b params=1235814400 B=8 T=2048 link=net)
+        run ns_1gpu "${big[@]}" --total-batch 262144 --log "$out/ns_1gpu.jsonl"
+        summarize "$results" netscale "$out/ns_1gpu.jsonl" ns_1gpu "${common[@]}" stage=1 mode=flat hosts=1 \
+            gpus_per_host=1 micro_steps=16 link=none || status=1
+        for z in 1 2 3; do
+            run "ns_z${z}_2x1" "${one[@]}" "${big[@]}" --total-batch 524288 --zero-stage $z \
+                --log "$out/ns_z${z}_2x1.jsonl"
+            summarize "$results" netscale "$out/ns_z${z}_2x1.jsonl" "ns_z${z}_2x1" "${common[@]}" stage=$z mode=flat \
+                hosts=2 gpus_per_host=1 micro_steps=16 || status=1
+        done
+        run ns_z3_2x1_sharded "${one[@]}" "${big[@]}" --total-batch 524288 --zero-stage 3 --grad-accum sharded \
+            --log "$out/ns_z3_2x1_sharded.jsonl"
+        summarize "$results" netscale "$out/ns_z3_2x1_sharded.jsonl" ns_z3_2x1_sharded "${common[@]}" stage=3 \
+            mode=flat_per_micro_step hosts=2 gpus_per_host=1 micro_steps=16 || status=1
+        if [ "$np" -ge 4 ]; then
+            for z in 1 2 3; do
+                run "ns_z${z}_2x2_host" "${two[@]}" "${big[@]}" --total-batch 524288 --zero-stage $z --shard-over host \
+                    --log "$out/ns_z${z}_2x2_host.jsonl"
+                summarize "$results" netscale "$out/ns_z${z}_2x2_host.jsonl" "ns_z${z}_2x2_host" "${common[@]}" \
+                    stage=$z mode=host hosts=2 gpus_per_host=2 micro_steps=8 || status=1
+            done
+            run ns_z3_2x2 "${two[@]}" "${big[@]}" --total-batch 524288 --zero-stage 3 --log "$out/ns_z3_2x2.jsonl"
+            summarize "$results" netscale "$out/ns_z3_2x2.jsonl" ns_z3_2x2 "${common[@]}" stage=3 mode=flat hosts=2 \
+                gpus_per_host=2 micro_steps=8 || status=1
+        fi;;
+    nccl)
+        [ -x dev/bench/nccl_bench ] || make dev/bench/nccl_bench > "$out/nccl_build.log" 2>&1 \
+            || { tail -5 "$out/nccl_build.log"; status=1; }
+        nb=(./dev/bench/nccl_bench --iters 8)
+        timeout 300 mpirun -np "$np" --bind-to none -x NCCL_NVLS_ENABLE "${nb[@]}" --max-mib 1024 \
+            --label "1x$np nvlink" >> "$out/nccl.jsonl" 2> "$out/nccl_1host.log" || status=1
+        timeout 300 mpirun -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x GPUS_PER_HOST=1 -x CUDA_VISIBLE_DEVICES=0,1 \
+            scripts/as_hosts.sh "${nb[@]}" --max-mib 256 --label "2x1 hostid" >> "$out/nccl.jsonl" \
+            2> "$out/nccl_2x1.log" || status=1
+        if [ "$np" -ge 4 ]; then
+            timeout 300 "${hosts2[@]}" "${nb[@]}" --max-mib 256 --label "2x$((np / 2)) hostid" >> "$out/nccl.jsonl" \
+                2> "$out/nccl_2x2.log" || status=1
+        fi
+        cat "$out/nccl.jsonl" >> "$results"
+        python3 - "$out/nccl.jsonl" << 'EOF'
+import json, sys
+for r in map(json.loads, open(sys.argv[1])):
+    if r["bytes"] >= 64 << 20:
+        print(f"{r['label']:12s} {r['group']:6s} {r['collective']:20s} {r['ranks']} ranks {r['bytes'] >> 20:5d} MiB "
+              f"{r['seconds'] * 1e3:8.2f} ms {r['busbw_gbs']:7.1f} GB/s")
+EOF
+        ;;
+    scaling8b4)
+        # the 8B at T=8192 on 4 GPUs of one host; B=1, the largest that fits every stage
+        b8=(./train_llama --preset llama3.1-8b -B 1 -T 8192 --random-data --warmup 2)
+        common=(model=llama3.1-8b params=8030261248 B=1 T=8192)
+        for prec in ${PRECISIONS:-bf16 fp8}; do
+            for z in ${STAGES:-1 2 3}; do
+                name="s8_z${z}_$prec"
+                run "$name" "${mpi[@]}" "${b8[@]}" --steps "${STEPS_8B:-5}" --total-batch 524288 --zero-stage $z \
+                    $([ "$prec" = fp8 ] && echo --fp8) --log "$out/$name.jsonl"
+                summarize "$results" scaling8b4 "$out/$name.jsonl" "$name" "${common[@]}" stage=$z mode=flat hosts=1 \
+                    gpus_per_host=4 micro_steps=16 precision=$prec link=nvlink || status=1
+            done
+        done
+        if [ "${HOSTS_1M:-1}" = 1 ]; then
+            run s8_z3_1m "${mpi[@]}" "${b8[@]}" --steps "${STEPS_8B:-4}" --total-batch 1048576 --zero-stage 3 \
+                --log "$out/s8_z3_1m.jsonl"
+            summarize "$results" scaling8b4 "$out/s8_z3_1m.jsonl" s8_z3_1m "${common[@]}" stage=3 mode=flat hosts=1 \
+                gpus_per_host=4 micro_steps=32 precision=bf16 link=nvlink || status=1
+            run s8_z3_1m_2x2_host "${hosts2[@]}" "${b8[@]}" --steps "${STEPS_8B:-4}" --total-batch 1048576 --zero-stage 3 \
+                --shard-over host --log "$out/s8_z3_1m_2x2_host.jsonl"
+            summarize "$results" scaling8b4 "$out/s8_z3_1m_2x2_host.jsonl" s8_z3_1m_2x2_host "${common[@]}" stage=3 \
+                mode=host hosts=2 gpus_per_host=2 micro_steps=32 precision=bf16 link=net || status=1
+        fi;;
+    netns)
+        # two hosts as two network namespaces on this machine (scripts/two_host_netns.sh), against the same run
+        # with NCCL_HOSTID alone and against 1 GPU (the equivalence step's batch of 4 x 256 tokens)
+        small=(./train_llama --preset small -T 256 --random-data --steps 20 --warmup 2 --lr 1e-3)
+        [ -f "$out/eq_1gpu.jsonl" ] || run eq_1gpu "${small[@]}" -B 4 --log "$out/eq_1gpu.jsonl"
+        bash scripts/two_host_netns.sh "$out/netns_z3" || status=1
+        run netns_hostid_z3 mpirun -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x GPUS_PER_HOST=1 \
+            -x CUDA_VISIBLE_DEVICES=0,1 scripts/as_hosts.sh "${small[@]}" -B 2 --zero-stage 3 --shard-over host \
+            --log "$out/netns_hostid_z3.jsonl"
+        python3 - "$out" "$results" << 'EOF' || status=1
+import json, sys
+out, results = sys.argv[1], sys.argv[2]
+def losses(name):
+    try:
+        return [r["loss"] for r in map(json.loads, open(f"{out}/{name}.jsonl")) if "loss" in r]
+    except OSError:
+        return []
+ns, hostid, one = losses("netns_z3"), losses("netns_hostid_z3"), losses("eq_1gpu")
+diff = max((abs(a - b) for a, b in zip(ns, one)), default=float("nan"))
+ok = len(ns) == len(one) == 20 and diff <= 1e-2
+print(f"{'PASS' if ok else 'FAIL'} two network namespaces, ZeRO 3 over hosts: {len(ns)} steps, max |loss - 1-GPU "
+      f"loss| = {diff:.2e} (tol 1e-2); {'bit-identical to' if ns == hostid else 'differs from'} the NCCL_HOSTID run")
+open(results, "a").write(json.dumps({"check": "netns", "ok": ok, "max_abs_loss_diff": diff, "losses": ns,
+                                     "same_as_hostid": ns == hostid}) + "\n")
+sys.exit(0 if ok else 1)
+EOF
+        ;;
     scaling | scaling8b)
         # 1B: the throughput table, also over sockets; 8B (B = 1): where sharding's memory saving matters
         if [ "$s" = scaling ]; then
@@ -177,6 +406,20 @@ EOF
         run ck_stage3 "${mpi[@]}" "${nano[@]}" -B $((4 / np)) --zero-stage 3 --checkpoint-dir "$ck/stage3" --resume \
             --log "$out/ck_stage3.jsonl"
         run ck_one "${nano[@]}" -B 4 --checkpoint-dir "$ck/one" --resume --log "$out/ck_one.jsonl"
+        # across modes: the flat stage 2 checkpoint over 2 stand-in hosts (stage 3); one saved over hosts,
+        # resumed there, flat on half the GPUs (twice the rows each: the same global batch) and on 1 GPU
+        mkdir -p "$ck/hosts_from_flat" "$ck/hosts_same" "$ck/hosts_half" "$ck/hosts_one"
+        cp -r "$ck/full/step_00000004" "$ck/hosts_from_flat/"
+        run ck_hosts_from_flat "${hosts2[@]}" "${nano[@]}" -B $((4 / np)) --zero-stage 3 --shard-over host \
+            --checkpoint-dir "$ck/hosts_from_flat" --resume --log "$out/ck_hosts_from_flat.jsonl"
+        run ck_hosts_full "${hosts2[@]}" "${nano[@]}" -B $((4 / np)) --zero-stage 3 --shard-over host \
+            --checkpoint-dir "$ck/hosts_full" --save-every 4 --log "$out/ck_hosts_full.jsonl"
+        for d in hosts_same hosts_half hosts_one; do cp -r "$ck/hosts_full/step_00000004" "$ck/$d/"; done
+        run ck_hosts_same "${hosts2[@]}" "${nano[@]}" -B $((4 / np)) --zero-stage 3 --shard-over host \
+            --checkpoint-dir "$ck/hosts_same" --resume --log "$out/ck_hosts_same.jsonl"
+        run ck_hosts_half mpirun -np $((np / 2)) --bind-to none -x NCCL_NVLS_ENABLE "${nano[@]}" -B $((8 / np)) \
+            --zero-stage 1 --checkpoint-dir "$ck/hosts_half" --resume --log "$out/ck_hosts_half.jsonl"
+        run ck_hosts_one "${nano[@]}" -B 4 --checkpoint-dir "$ck/hosts_one" --resume --log "$out/ck_hosts_one.jsonl"
         # kill -9 while it saves every step, then resume: the newest complete checkpoint continues bit for bit
         run ck_ref "${nano[@]}" --steps 40 -B 4 --log "$out/ck_ref.jsonl"
         "${nano[@]}" --steps 40 -B 4 --checkpoint-dir "$ck/kill" --save-every 1 --keep 2 \
@@ -236,6 +479,15 @@ checks = [("resume on the same GPU count (ZeRO 2, a file per rank): steps 5-12 b
 diff = max((abs(one[k] - full[k]) for k in steps if k in one and k in full), default=float("nan"))
 checks.append((f"resume of the {np_}-GPU checkpoint on 1 GPU: steps 5-12 within 1e-2 (max diff {diff:.2e})",
                len(one) == 8 and diff <= 1e-2))
+def close(a, b, what):
+    d = max((abs(a[k] - b[k]) for k in steps if k in a and k in b), default=float("nan"))
+    checks.append((f"{what}: steps 5-12 within 1e-2 (max diff {d:.2e})", len(a) == 8 and d <= 1e-2))
+hosts_full, hosts_same = losses("ck_hosts_full"), losses("ck_hosts_same")
+close(losses("ck_hosts_from_flat"), full, "the flat ZeRO 2 checkpoint resumed over 2 stand-in hosts, ZeRO 3")
+checks.append(("a checkpoint saved over hosts (ZeRO 3) resumed there: steps 5-12 bit-identical",
+               bool(hosts_same) and all(hosts_same.get(k) == hosts_full.get(k) for k in steps)))
+close(losses("ck_hosts_half"), hosts_full, f"the checkpoint saved over hosts resumed flat on {np_ // 2} GPU(s), ZeRO 1")
+close(losses("ck_hosts_one"), hosts_full, "the checkpoint saved over hosts resumed on 1 GPU")
 first = min(resumed) if resumed else None
 checks.append((f"kill -9 after step {max(killed) if killed else '?'} of 40; resumed at step {first}, every resumed "
                "step bit-identical to the uninterrupted run",
@@ -272,7 +524,9 @@ sys.exit(1 if bad else 0)
 EOF
         echo "checkpoint dir after the kill: $(tr '\n' ' ' < "$out/ck_kill_dir.txt")";;
     *)
-        echo "unknown step '$s' (build, equivalence, scaling, scaling8b, checkpoint)"; status=1;;
+        echo "unknown step '$s' (build, equivalence, modes, scaling, scaling8b, netscale, nccl, scaling8b4, netns,
+        checkpoint)"
+        status=1;;
     esac
 done
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1 >> "$out/gpu.txt"

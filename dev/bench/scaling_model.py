@@ -1,0 +1,491 @@
+#!/usr/bin/env python3
+"""A model of train_llama's data-parallel step time from NCCL measurements.
+
+Reads JSON lines (several files may be given; other lines are skipped):
+  {"bench": "nccl", ...}        dev/bench/nccl_bench records: one collective, group and size each
+  {"check": "netscale" | "scaling8b4" | "scaling", ...}   trainer records of scripts/multi_gpu_check.sh
+                                with params, stage, mode, hosts, gpus_per_host, micro_steps, B, T,
+                                tokens_per_s_per_gpu and one_gpu.ms (the compute-only step time)
+Fits t = alpha + beta * bytes * (n - 1) / n per (collective, link kind), predicts the measured
+trainer points from the fits and the one-GPU step time, and predicts 1..64 hosts x 8 GPUs for
+the 1B and the 8B model on a 400 Gb/s-per-GPU network.
+
+  python3 dev/bench/scaling_model.py RESULTS.jsonl [MORE.jsonl ...] [--json OUT.jsonl]
+          [--markdown OUT.md] [--plot OUT.png]
+
+Step time = one-GPU compute time + the communication that compute does not hide:
+  gradient reduce-scatter (all-reduce at stage 0): hidden behind the last micro-step's backward
+    (2/3 of a micro-step) except the last bucket (--tail-fraction of it), which nothing follows;
+  weight all-gather after the update (stages 1, 2): hidden behind the first forward (1/3);
+  stage 3's per-micro-step gathers (forward + backward): each micro-step takes the longer of its
+    compute and its gathers.
+Hierarchical (--shard-over host) collectives are the sum of their in-host and across-host parts.
+"""
+import argparse
+import json
+import statistics
+import sys
+
+COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce", "reduce_scatter_fp32")
+CHECKS = ("netscale", "scaling8b4", "scaling")
+POINT_FIELDS = ("stage", "mode", "hosts", "gpus_per_host", "micro_steps", "B", "T", "tokens_per_s_per_gpu")
+# the two predicted models: parameters, sequences per micro-step, sequence length and the
+# fallback one-GPU time per micro-step (H100) when no one_gpu record gives it
+# (layers and each decoder layer's parameters: stage 3 gathers layer by layer, see step_time)
+MODELS = {
+    "1b": {"name": "llama3.2-1b", "params": 1235814400, "B": 8, "T": 2048, "t_micro": 0.231, "layers": 16,
+           "layer_params": 60821504},
+    "8b": {"name": "llama3.1-8b", "params": 8030261248, "B": 1, "T": 8192, "t_micro": 0.62, "layers": 32,
+           "layer_params": 218112000},
+}
+
+
+def model_shape(name):
+    """(layers, parameters per layer) of a model by name, or None."""
+    m = next((m for m in MODELS.values() if m["name"] == name), None)
+    return (m["layers"], m["layer_params"]) if m else None
+HOSTS = (1, 2, 4, 8, 16, 32, 64)
+GPUS_PER_HOST = 8
+MODES = [(s, m) for s in (1, 2, 3) for m in ("flat", "host")]
+
+
+def die(msg):
+    sys.exit(f"scaling_model.py: {msg}")
+
+
+def read_records(paths):
+    """All JSON objects of the files, in order; lines that are not JSON objects are skipped."""
+    recs = []
+    for path in paths:
+        try:
+            with open(path) as f:
+                for line in f:
+                    line = line.strip()
+                    if not line:
+                        continue
+                    try:
+                        r = json.loads(line)
+                    except ValueError:
+                        continue
+                    if isinstance(r, dict):
+                        recs.append(r)
+        except OSError as e:
+            die(f"cannot read {path}: {e}")
+    return recs
+
+
+def nccl_link(r):
+    """Link kind of one nccl_bench point: nvlink within a host, net across hosts, and
+    net_mixed for a flat ring over several hosts with several GPUs each (the net links
+    govern it, but its in-host hops make it a different ring, so it gets its own fit)."""
+    if r["group"] == "host" or (r["group"] == "all" and r["hosts"] == 1):
+        return "nvlink"
+    if r["group"] == "across":
+        return "net"
+    if r["group"] == "all":
+        return "net_mixed" if r["world"] > r["hosts"] else "net"
+    return None
+
+
+def nccl_points(recs):
+    pts = []
+    for r in recs:
+        if r.get("bench") != "nccl":
+            continue
+        try:
+            p = {"collective": r["collective"], "group": r["group"], "ranks": int(r["ranks"]),
+                 "world": int(r["world"]), "hosts": int(r["hosts"]), "bytes": float(r["bytes"]),
+                 "seconds": float(r["seconds"]), "label": r.get("label", "")}
+        except (KeyError, TypeError, ValueError):
+            continue
+        if p["collective"] not in COLLECTIVES or p["ranks"] < 2 or p["seconds"] <= 0 or p["bytes"] <= 0:
+            continue
+        p["link"] = nccl_link(p)
+        if p["link"]:
+            pts.append(p)
+    return pts
+
+
+def fit_line(xs, ts):
+    """Weighted least squares of t = alpha + beta * x with weights 1/t^2 (relative error, so
+    the microsecond points count as much as the second-long ones). Solves the 2x2 normal
+    equations by hand; a negative alpha (noise at small sizes) is clamped to 0 and beta refitted
+    through the origin, as is a set of points with a single x."""
+    ws = [1.0 / (t * t) for t in ts]
+    sw = sum(ws)
+    swx = sum(w * x for w, x in zip(ws, xs))
+    swxx = sum(w * x * x for w, x in zip(ws, xs))
+    swt = sum(w * t for w, t in zip(ws, ts))
+    swxt = sum(w * x * t for w, x, t in zip(ws, xs, ts))
+    det = sw * swxx - swx * swx
+    alpha = beta = None
+    if det > 1e-12 * sw * swxx:
+        alpha = (swxx * swt - swx * swxt) / det
+        beta = (sw * swxt - swx * swt) / det
+    if alpha is None or alpha < 0 or beta <= 0:
+        alpha, beta = 0.0, swxt / swxx
+    return alpha, beta
+
+
+def fit_all(pts):
+    """{(collective, link): fit} over all sizes and rank counts of that pair."""
+    groups = {}
+    for p in pts:
+        groups.setdefault((p["collective"], p["link"]), []).append(p)
+    fits = {}
+    for key, ps in sorted(groups.items()):
+        xs = [p["bytes"] * (p["ranks"] - 1) / p["ranks"] for p in ps]
+        ts = [p["seconds"] for p in ps]
+        alpha, beta = fit_line(xs, ts)
+        err = max(abs(alpha + beta * x - t) / t for x, t in zip(xs, ts))
+        fits[key] = {"collective": key[0], "link": key[1], "alpha": alpha, "beta": beta,
+                     "points": len(ps), "ranks": sorted({p["ranks"] for p in ps}),
+                     "max_rel_err": err, "source": "fit"}
+    return fits
+
+
+def coll_time(params, nbytes, n):
+    """Ring model of one collective over n ranks; nothing to do for a group of one."""
+    if n <= 1:
+        return 0.0
+    return params["alpha"] + params["beta"] * nbytes * (n - 1) / n
+
+
+def step_time(stage, mode, hosts, gpn, micro, t_micro, nparams, links, lookup, tail, shape=None):
+    """Modelled step time (s) and its parts. links maps the groups "flat" (all ranks),
+    "host" (the G GPUs of a host) and "across" (one GPU per host) to a link kind;
+    lookup(collective, link) gives {"alpha", "beta"}; it is called only for groups of 2 or more,
+    so a configuration never asks for a link it does not use."""
+    n = hosts * gpn
+    w = 2.0 * nparams  # bf16 bytes of all parameters (or gradients)
+
+    def t(coll, group, nranks, nbytes):
+        return coll_time(lookup(coll, links[group]), nbytes, nranks) if nranks > 1 else 0.0
+
+    # the last bucket (embedding) is reduced after the backward has nothing left to overlap:
+    # f*t_rs + max(0, (1-f)*t_rs - 2/3 t_micro) = max(f*t_rs, t_rs - 2/3 t_micro)
+    def grad_exposed(t_rs):
+        return max(tail * t_rs, t_rs - 2.0 / 3.0 * t_micro)
+
+    def gather_exposed(t_ag):  # hidden behind the next step's first forward
+        return max(0.0, t_ag - t_micro / 3.0)
+
+    # Stage 3 gathers a micro-step's weights layer by layer into staging slots (llmc/zero.h): the
+    # embedding's and the head's slots keep theirs for the whole step, and the two layer slots
+    # still hold the last two layers of one pass when the next begins, so a micro-step gathers
+    # 2 (L - 2) layers, each its own collective. Without the model's shape: all weights twice.
+    def stage3_gathers(group, nranks):
+        if not shape:
+            return 2 * t("all_gather", group, nranks, w)
+        layers, per_layer = shape
+        return 2 * (layers - 2) * t("all_gather", group, nranks, 2.0 * per_layer)
+
+    parts = {"t_compute": micro * t_micro, "t_grad": 0.0, "t_gather_after": 0.0, "t_gather_micro": 0.0}
+    if stage == 0:  # a flat all-reduce whatever the mode
+        parts["t_grad"] = t("all_reduce", "flat", n, w)
+        exposed = grad_exposed(parts["t_grad"])
+    elif mode == "flat":
+        parts["t_grad"] = t("reduce_scatter", "flat", n, w)
+        exposed = grad_exposed(parts["t_grad"])
+        if stage == 3:
+            parts["t_gather_micro"] = stage3_gathers("flat", n)
+        else:
+            parts["t_gather_after"] = t("all_gather", "flat", n, w)
+            exposed += gather_exposed(parts["t_gather_after"])
+    else:  # hierarchical: in-host over G ranks, then across hosts over H ranks with 1/G of the bytes
+        parts["t_grad"] = t("reduce_scatter", "host", gpn, w) + t("reduce_scatter", "across", hosts, w / gpn)
+        exposed = grad_exposed(parts["t_grad"])
+        parts["t_gather_after"] = t("all_gather", "across", hosts, w / gpn)
+        if stage == 3:
+            parts["t_gather_micro"] = stage3_gathers("host", gpn)
+        else:
+            parts["t_gather_after"] += t("all_gather", "host", gpn, w)
+        exposed += gather_exposed(parts["t_gather_after"])
+    # stage 3: every micro-step is bound by the slower of its compute and its two gathers
+    compute = micro * max(t_micro, parts["t_gather_micro"])
+    parts["t_exposed"] = compute - parts["t_compute"] + exposed
+    parts["t_step"] = compute + exposed
+    return parts
+
+
+def trainer_points(recs):
+    """The trainer records with every field the model needs, and how many records of those
+    checks lacked some (e.g. the older 'scaling' records without stage, hosts, micro_steps)."""
+    pts, skipped = [], 0
+    # a record without one_gpu takes the one-GPU run of the same model and shape among the records
+    singles = {(r.get("model"), r.get("B"), r.get("T")): {"ms": r["ms"], "micro_steps": r.get("micro_steps")}
+               for r in recs if r.get("check") in CHECKS and r.get("hosts") == 1 and r.get("gpus_per_host") == 1
+               and "ms" in r}
+    for r in recs:
+        if r.get("check") not in CHECKS or (r.get("hosts") == 1 and r.get("gpus_per_host") == 1):
+            continue
+        one = r.get("one_gpu") or singles.get((r.get("model"), r.get("B"), r.get("T")))
+        nparams = r.get("params") or next((m["params"] for m in MODELS.values() if m["name"] == r.get("model")), None)
+        if (any(k not in r for k in POINT_FIELDS) or r["mode"] not in ("flat", "host") or not nparams
+                or not isinstance(one, dict) or not one.get("ms")):
+            skipped += 1
+            continue
+        # the one-GPU run may have used another number of micro-steps: per micro-step time
+        one_micro = one.get("micro_steps", r["micro_steps"])
+        pts.append({"check": r["check"], "run": r.get("run", "?"), "model": r.get("model", "?"),
+                    "params": int(nparams), "stage": int(r["stage"]), "mode": r["mode"],
+                    "hosts": int(r["hosts"]), "gpus_per_host": int(r["gpus_per_host"]),
+                    "micro_steps": int(r["micro_steps"]), "B": int(r["B"]), "T": int(r["T"]),
+                    "link": r.get("link"), "measured": float(r["tokens_per_s_per_gpu"]),
+                    "t_micro": float(one["ms"]) / 1000.0 / float(one_micro)})
+    return pts, skipped
+
+
+def point_links(p):
+    """Link kinds of a trainer point's groups. Its optional "link" names the transport that
+    joined its hosts (or, for a one-host run, of the whole run, e.g. P2P and SHM off)."""
+    h, g, link = p["hosts"], p["gpus_per_host"], p["link"]
+    links = {"host": "nvlink", "across": link or "net"}
+    if h == 1:
+        links["flat"] = link or "nvlink"
+        if link:
+            links["host"] = link
+    elif (link or "net") == "net":
+        links["flat"] = "net_mixed" if g > 1 else "net"
+    else:
+        links["flat"] = link
+    return links
+
+
+def make_measured_lookup(fits, nvlink_default, notes, ctx):
+    """Fitted parameters for the measured points; ctx["run"] names the point asking (for errors)."""
+    def lookup(coll, link):
+        if (coll, link) in fits:
+            return fits[(coll, link)]
+        if link == "net_mixed" and (coll, "net") in fits:
+            notes.add(f"{coll} over net_mixed: no points, the net fit stands in")
+            return fits[(coll, "net")]
+        if link == "nvlink":
+            notes.add(f"{coll} over nvlink: no points, the default nvlink parameters stand in")
+            return nvlink_default
+        die(f"no NCCL points for {coll} over {link}, which the trainer point {ctx['run']} needs; "
+            f"run dev/bench/nccl_bench on that link and pass its records")
+    return lookup
+
+
+def default_t_micro(pts, key, given):
+    """Per micro-step compute time for a predicted model: the option, else the median of the
+    measured one-GPU records of that model and T (scaled to the model's B), else the constant."""
+    m = MODELS[key]
+    if given is not None:
+        return given, "--t-micro-" + key
+    ts = [p["t_micro"] * m["B"] / p["B"] for p in pts if p["model"] == m["name"] and p["T"] == m["T"]]
+    if ts:
+        return statistics.median(ts), f"median of {len(ts)} one_gpu records"
+    return m["t_micro"], "built-in default"
+
+
+def predict(args, fits, pts):
+    net = {"alpha": args.net_latency_us * 1e-6, "beta": 1.0 / (args.nic_gbit / 8.0 * 1e9 * args.net_efficiency)}
+    nv_default = {"alpha": args.nvlink_latency_us * 1e-6, "beta": 1.0 / (args.nvlink_gbs * 1e9)}
+    nv_src = {}
+
+    def lookup(coll, link):
+        if link in ("net", "net_mixed"):  # a ring over all N*8 GPUs is bound by each GPU's own NIC
+            return net
+        if args.nvlink_given or (coll, "nvlink") not in fits:
+            nv_src[coll] = "options"
+            return nv_default
+        nv_src[coll] = "fit"
+        return fits[(coll, "nvlink")]
+
+    preds, notes = [], []
+    for key, m in MODELS.items():
+        t_micro, src = default_t_micro(pts, key, getattr(args, "t_micro_" + key))
+        batch = getattr(args, "batch_" + key)
+        notes.append(f"{m['name']}: {t_micro * 1000:.1f} ms per micro-step of B={m['B']}, T={m['T']} ({src}), "
+                     f"global batch {batch} tokens")
+        for hosts in HOSTS:
+            per_micro = hosts * GPUS_PER_HOST * m["B"] * m["T"]  # tokens of one micro-step, all GPUs
+            micro = batch // per_micro
+            if micro < 1:
+                notes.append(f"{m['name']} on {hosts}x{GPUS_PER_HOST}: the batch of {batch} tokens is less than "
+                             f"one micro-step on every GPU; 1 micro-step used (a batch of {per_micro})")
+                micro = 1
+            elif batch % per_micro:
+                notes.append(f"{m['name']} on {hosts}x{GPUS_PER_HOST}: {micro} micro-steps, a batch of "
+                             f"{micro * per_micro} tokens")
+            for stage, mode in MODES:
+                links = {"flat": "net" if hosts > 1 else "nvlink", "host": "nvlink", "across": "net"}
+                parts = step_time(stage, mode, hosts, GPUS_PER_HOST, micro, t_micro, m["params"], links,
+                                  lookup, args.tail_fraction, (m["layers"], m["layer_params"]))
+                tps = m["B"] * m["T"] * micro / parts["t_step"]
+                preds.append({"kind": "prediction", "model": m["name"], "hosts": hosts,
+                              "gpus_per_host": GPUS_PER_HOST, "stage": stage, "mode": mode, "micro_steps": micro,
+                              "tokens_per_s_per_gpu": tps, "fraction_of_one_gpu": parts["t_compute"] / parts["t_step"],
+                              **parts})
+    for coll, s in sorted(nv_src.items()):
+        notes.append(f"nvlink {coll}: " + ("fitted parameters" if s == "fit" else
+                     f"{args.nvlink_gbs:g} GB/s, {args.nvlink_latency_us:g} us (options/defaults)"))
+    return preds, notes
+
+
+def text_table(headers, rows):
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
+    line = lambda cells: "  ".join(str(c).rjust(w) for c, w in zip(cells, widths))
+    return [line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows]
+
+
+def md_table(headers, rows):
+    return (["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+            + ["| " + " | ".join(str(c) for c in r) + " |" for r in rows])
+
+
+def plot(path, preds, points):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"matplotlib is not importable: no plot written to {path}", file=sys.stderr)
+        return
+    fig, axes = plt.subplots(1, len(MODELS), figsize=(6 * len(MODELS), 4.5))
+    for ax, m in zip(axes, MODELS.values()):
+        for stage, mode in MODES:
+            ps = [p for p in preds if p["model"] == m["name"] and p["stage"] == stage and p["mode"] == mode]
+            # stages 1 and 2 move the same bytes: markers of decreasing size keep both visible
+            ax.plot([p["hosts"] for p in ps], [p["tokens_per_s_per_gpu"] for p in ps], marker="os^"[stage - 1],
+                    markersize=10 - 3 * stage, fillstyle="none", linestyle="-" if mode == "host" else "--",
+                    label=f"ZeRO {stage} {mode}")
+        meas = [p for p in points if p["model"] == m["name"]]
+        if meas:
+            ax.scatter([p["hosts"] for p in meas], [p["measured"] for p in meas], color="black", marker="x",
+                       zorder=5, label="measured (own G, micro)")
+            for p in meas:
+                ax.annotate(p["run"], (p["hosts"], p["measured"]), fontsize=6, xytext=(3, 3),
+                            textcoords="offset points")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(f"hosts (x{GPUS_PER_HOST} GPUs)")
+        ax.set_ylabel("tokens/s per GPU")
+        ax.set_title(m["name"])
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"plot written to {path}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("results", nargs="+", help="JSON-lines files with nccl_bench and/or trainer records")
+    ap.add_argument("--json", metavar="OUT", help="write every fit, point and prediction as JSON lines to OUT")
+    ap.add_argument("--markdown", metavar="OUT", help="write the measured-vs-model and prediction tables to OUT")
+    ap.add_argument("--plot", metavar="OUT.png", help="plot the predictions and measured points (needs matplotlib)")
+    ap.add_argument("--tail-fraction", type=float, default=0.15, metavar="F",
+                    help="share of the gradient reduce-scatter (the last bucket's) that is never hidden (0.15)")
+    ap.add_argument("--nic-gbit", type=float, default=400.0, metavar="GBIT", help="network per GPU, Gb/s, for predictions (400)")
+    ap.add_argument("--net-efficiency", type=float, default=0.9, metavar="F",
+                    help="bus bandwidth across hosts as a share of the NIC rate, for predictions (0.9)")
+    ap.add_argument("--net-latency-us", type=float, default=20.0, metavar="US",
+                    help="collective latency across hosts, us, for predictions (20)")
+    ap.add_argument("--nvlink-gbs", type=float, default=None, metavar="GBS",
+                    help="NVLink bus bandwidth, GB/s, for predictions; overrides the nvlink fits "
+                         "(default: the fits, else 370)")
+    ap.add_argument("--nvlink-latency-us", type=float, default=None, metavar="US",
+                    help="NVLink collective latency, us: overrides the nvlink fits in predictions like "
+                         "--nvlink-gbs; both stand in for a missing nvlink fit anywhere (15)")
+    ap.add_argument("--t-micro-1b", type=float, default=None, metavar="S",
+                    help="1B one-GPU time per micro-step (B=8, T=2048), s (default: measured one_gpu "
+                         "records of llama3.2-1b, else 0.231)")
+    ap.add_argument("--t-micro-8b", type=float, default=None, metavar="S",
+                    help="8B one-GPU time per micro-step (B=1, T=8192), s (default: measured one_gpu "
+                         "records of llama3.1-8b, e.g. scaling8b4, else 0.62)")
+    ap.add_argument("--batch-1b", type=int, default=524288, metavar="TOKENS", help="1B global batch, tokens (524288)")
+    ap.add_argument("--batch-8b", type=int, default=1048576, metavar="TOKENS", help="8B global batch, tokens (1048576)")
+    args = ap.parse_args()
+    args.nvlink_given = args.nvlink_gbs is not None or args.nvlink_latency_us is not None
+    args.nvlink_gbs = 370.0 if args.nvlink_gbs is None else args.nvlink_gbs
+    args.nvlink_latency_us = 15.0 if args.nvlink_latency_us is None else args.nvlink_latency_us
+    if not 0 <= args.tail_fraction <= 1:
+        die("--tail-fraction must lie in [0, 1]")
+
+    recs = read_records(args.results)
+    fits = fit_all(nccl_points(recs))
+    points, skipped = trainer_points(recs)
+    out_json = []
+
+    print("NCCL fits, t = alpha + bytes * (n-1)/n / busbw, weights 1/t^2")
+    rows = []
+    for f in fits.values():
+        rows.append([f["collective"], f["link"], f["points"], ",".join(map(str, f["ranks"])),
+                     f"{f['alpha'] * 1e6:.1f}", f"{1e-9 / f['beta']:.2f}", f"{100 * f['max_rel_err']:.1f}%"])
+        out_json.append({"kind": "fit", **f, "latency_us": f["alpha"] * 1e6, "busbw_gbs": 1e-9 / f["beta"]})
+    if rows:
+        print("\n".join(text_table(["collective", "link", "points", "ranks", "latency us", "bus GB/s",
+                                    "max err"], rows)))
+    else:
+        print("  (no nccl records)")
+
+    # a) the measured trainer points
+    nv_default = {"alpha": args.nvlink_latency_us * 1e-6, "beta": 1.0 / (args.nvlink_gbs * 1e9)}
+    notes, ctx = set(), {"run": ""}
+    lookup = make_measured_lookup(fits, nv_default, notes, ctx)
+    heads = ["run", "model", "ZeRO", "mode", "hosts x G", "micro", "measured tok/s", "model tok/s", "error"]
+    rows, misses, worst = [], [], 0.0
+    for p in points:
+        ctx["run"] = p["run"]
+        parts = step_time(p["stage"], p["mode"], p["hosts"], p["gpus_per_host"], p["micro_steps"], p["t_micro"],
+                          p["params"], point_links(p), lookup, args.tail_fraction, model_shape(p["model"]))
+        pred = p["B"] * p["T"] * p["micro_steps"] / parts["t_step"]
+        err = (pred - p["measured"]) / p["measured"]
+        worst = max(worst, abs(err))
+        if abs(err) > 0.10:
+            misses.append(f"{p['run']} ({100 * err:+.1f}%)")
+        rows.append([p["run"], p["model"], p["stage"], p["mode"], f"{p['hosts']}x{p['gpus_per_host']}",
+                     p["micro_steps"], f"{p['measured']:.0f}", f"{pred:.0f}", f"{100 * err:+.1f}%"])
+        out_json.append({"kind": "point", **p, "predicted": pred, "rel_err": err, **parts})
+    print(f"\nMeasured trainer points against the model ({len(points)}; {skipped} trainer records "
+          f"without the needed fields skipped)")
+    point_lines = text_table(heads, rows) if rows else ["  (no trainer records with the needed fields)"]
+    print("\n".join(point_lines))
+    if points:
+        verdict = (f"max error {100 * worst:.1f}%: " +
+                   ("all points within 10%" if not misses else "outside 10%: " + ", ".join(misses)))
+        print(verdict)
+    for n in sorted(notes):
+        print("note:", n)
+
+    # b) predictions for 1..64 hosts of 8 GPUs
+    preds, pnotes = predict(args, fits, points)
+    out_json += preds
+    print(f"\nPredicted tokens/s per GPU (share of one GPU), {GPUS_PER_HOST} GPUs per host, network "
+          f"{args.nic_gbit:g} Gb/s per GPU x {args.net_efficiency:g}, {args.net_latency_us:g} us")
+    for n in pnotes:
+        print("note:", n)
+    pheads = ["model", "hosts", "micro"] + [f"Z{s} {m}" for s, m in MODES]
+    prows = []
+    for name in [m["name"] for m in MODELS.values()]:
+        for hosts in HOSTS:
+            ps = {(p["stage"], p["mode"]): p for p in preds if p["model"] == name and p["hosts"] == hosts}
+            prows.append([name, hosts, ps[MODES[0]]["micro_steps"]] +
+                         [f"{ps[k]['tokens_per_s_per_gpu']:.0f} ({100 * ps[k]['fraction_of_one_gpu']:.0f}%)"
+                          for k in MODES])
+    print("\n".join(text_table(pheads, prows)))
+
+    if args.json:
+        with open(args.json, "w") as f:
+            for r in out_json:
+                f.write(json.dumps(r) + "\n")
+        print(f"JSON lines written to {args.json}")
+    if args.markdown:
+        md = ["### Measured against the model", ""] + (md_table(heads, rows) if rows else ["(no points)"])
+        if points:
+            md += ["", verdict[0].upper() + verdict[1:] + "."]
+        md += ["", f"### Predicted tokens/s per GPU (share of one GPU), 1-{HOSTS[-1]} hosts x {GPUS_PER_HOST} GPUs",
+               "", f"Network {args.nic_gbit:g} Gb/s per GPU at {args.net_efficiency:g} efficiency, "
+               f"{args.net_latency_us:g} us; Z = ZeRO stage, flat = one ring over all GPUs, "
+               "host = --shard-over host.", ""] + md_table(pheads, prows)
+        with open(args.markdown, "w") as f:
+            f.write("\n".join(md) + "\n")
+        print(f"Markdown written to {args.markdown}")
+    if args.plot:
+        plot(args.plot, preds, points)
+
+
+if __name__ == "__main__":
+    main()

@@ -70,6 +70,16 @@ if [ -x ./train_llama ]; then
         ./train_llama --preset nano -B 2 -T 64 --total-batch 384 --rank 0 --world-size 2 --train "$good"
     expect "train_llama FP8 block recipe without whole 128-blocks" "--fp8-recipe block needs B*T, d_model" \
         ./train_llama --preset nano -B 2 -T 64 --fp8-recipe block --train "$good"
+    expect "train_llama unknown --shard-over" "--shard-over takes world or host (got 'node')" \
+        ./train_llama --preset nano --shard-over node --train "$good"
+    expect "train_llama --shard-over host needs a sharding stage" "--shard-over host needs --zero-stage 1, 2 or 3" \
+        ./train_llama --preset nano --shard-over host --zero-stage 0 --train "$good"
+    expect "train_llama --shard-group without --shard-over host" "hint: add --shard-over host" \
+        ./train_llama --preset nano --shard-group 2 --train "$good"
+    expect "train_llama unknown --grad-accum" "--grad-accum takes auto, local or sharded (got 'global')" \
+        ./train_llama --preset nano --grad-accum global --train "$good"
+    expect "train_llama unknown --grad-reduce" "--grad-reduce takes bf16 or fp32 (got 'fp16')" \
+        ./train_llama --preset nano --grad-reduce fp16 --train "$good"
     expect "train_llama bad rendezvous spec" "tcp://HOST:PORT" \
         ./train_llama --preset nano --rendezvous "udp://x:1" --train "$good"
     expect "train_llama rank outside the world" "rank" \

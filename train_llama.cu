@@ -282,9 +282,20 @@ static void train_step(Llama *m, BatchSource *src, const Args *a, int step, int 
         memcpy(targets + k * N, tg, (size_t)N * sizeof(int));
     }
     double count = dist_sum_host(m->params.dist, (double)count_targets(targets, N * accum), s);
-    float inv_count = count > 0 ? (float)(1.0 / count) : 0.0f;
     LrSchedule schedule = train_schedule(&a->t.optim, a->t.run.steps);
     float lr = schedule_lr(&schedule, step), norm_sq, clip_coef;
+    out->step = step + 1;
+    out->lr = lr;
+    if (count == 0) { /* every rank's targets masked: nothing to learn, the weights and AdamW state stay (as the CPU
+                         reference does) */
+        double end = now_seconds();
+        out->ms = (end - *clock) * 1e3;
+        *clock = end;
+        out->loss = NAN;
+        out->skipped = out->no_targets = 1;
+        return;
+    }
+    float inv_count = (float)(1.0 / count);
     int profiling = step + 1 == a->profile_step;
     if (profiling)
         profile_begin_step(s);
@@ -304,9 +315,7 @@ static void train_step(Llama *m, BatchSource *src, const Args *a, int step, int 
     double loss = 0.0;
     for (int k = 0; k < accum; k++)
         loss += h_parts[k];
-    out->step = step + 1;
     out->loss = dist_sum_host(m->params.dist, loss, s) * inv_count;
-    out->lr = lr;
     out->grad_norm = sqrt(norm_sq);
     /* the device skipped the update when the norm was not finite (adamw.h): undo the step count */
     out->skipped = !isfinite(clip_coef);
@@ -327,8 +336,8 @@ static void sample_next_logits(void *ctx, const int *tokens, int n, float *logit
     llama_last_logits(c->m, tokens, n, logits, c->s);
 }
 
-/* Mean val loss over all ranks' slices of `batches` global batches. */
-static float evaluate(Llama *m, DataLoader *val, int batches, cudaStream_t s)
+/* Mean val loss over all ranks' slices of `batches` global batches (val_shards: their glob, for errors). */
+static float evaluate(Llama *m, DataLoader *val, int batches, const char *val_shards, cudaStream_t s)
 {
     dataloader_reset(val);
     double loss_sum = 0.0, count = 0.0;
@@ -344,7 +353,7 @@ static float evaluate(Llama *m, DataLoader *val, int batches, cudaStream_t s)
     }
     loss_sum = dist_sum_host(m->params.dist, loss_sum, s);
     count = dist_sum_host(m->params.dist, count, s);
-    return count > 0 ? (float)(loss_sum / count) : NAN;
+    return train_val_loss(loss_sum, count, batches, val_shards);
 }
 
 /* The GPU's part of a step's log line: throughput, MFU and memory. */
@@ -415,11 +424,11 @@ int main(int argc, char **argv)
     CUDA_CHECK(cudaMallocHost(&tokens, (size_t)2 * llama_tokens(&model) * accum * sizeof(int)));
     CUDA_CHECK(cudaMallocHost(&h_parts, (size_t)accum * sizeof(float)));
     double flops_per_token = llama_flops_per_token(&config, t->batch.T), tokens_per_s_sum = 0.0;
-    NanGuard nan_guard = {0, 0};
+    NanGuard nan_guard = {0, 0, 0};
     double clock = now_seconds(); /* where the next step's time starts (train_step) */
     for (int step = start_step; step < t->run.steps; step++) {
         if (have_val && step % t->run.eval_every == 0) {
-            run_log_eval(&log, step, evaluate(&model, &val, t->run.eval_batches, s));
+            run_log_eval(&log, step, evaluate(&model, &val, t->run.eval_batches, val_shards, s));
             watchdog_progress(&gpus.watchdog, "evaluation at step %d", step);
             clock = now_seconds();
         }
@@ -431,7 +440,7 @@ int main(int argc, char **argv)
         run_log_step(&log, &r);
         if (step + 1 == a.profile_step)
             profile_report(log.json, step + 1, r.ms, profile_ms, profile_busy);
-        nan_guard_step(&nan_guard, &t->run, step + 1, r.loss, r.grad_norm, r.skipped);
+        nan_guard_step(&nan_guard, &t->run, step + 1, r.loss, r.grad_norm, r.skipped, r.no_targets);
         watchdog_progress(&gpus.watchdog, "step %d", step + 1);
         if (t->ckpt.dir && checkpoint_due(step + 1, t->ckpt.save_every, t->run.steps)) {
             CheckpointState st = checkpoint_state(run_id, (uint64_t)(step + 1), (uint64_t)model.optimizer.step, 0);
@@ -448,7 +457,8 @@ int main(int argc, char **argv)
         }
     }
     if (have_val)
-        run_log_eval(&log, t->run.steps, evaluate(&model, &val, t->run.eval_batches, s));
+        run_log_eval(&log, t->run.steps, evaluate(&model, &val, t->run.eval_batches, val_shards, s));
+    nan_guard_report(&nan_guard);
     if (t->ckpt.export_dir) {
         float *master = params_download_master(&model.params, &model.layout, s); /* every rank gives its part */
         if (rank == 0)

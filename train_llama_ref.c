@@ -918,8 +918,17 @@ static void train_step(Llama *m, BatchSource *src, const TrainFlags *t, int step
         memcpy(targets + k * bt, tg, (size_t)bt * sizeof(int));
     }
     int64_t counted = count_targets(targets, bt * accum);
-    if (counted == 0)
-        FAIL("step %d has no target to learn from (all are the ignore index)", step + 1);
+    LrSchedule schedule = train_schedule(&t->optim, t->run.steps);
+    out->step = step + 1;
+    out->steps = t->run.steps;
+    out->lr = schedule_lr(&schedule, step);
+    if (counted == 0) { /* every target masked: nothing to learn, the weights and AdamW state stay (train_llama too) */
+        out->loss = NAN;
+        out->skipped = out->no_targets = 1;
+        out->ms = 1e3 * (now_seconds() - t0);
+        out->tokens_per_s = (double)(bt * accum) / (out->ms * 1e-3);
+        return;
+    }
     llama_zero_grad(m);
     double loss_sum = 0.0;
     for (int k = 0; k < accum; k++) {
@@ -929,16 +938,12 @@ static void train_step(Llama *m, BatchSource *src, const TrainFlags *t, int step
     }
     const AdamWConfig *cfg = &t->optim.adamw;
     float norm = clip_grad_norm(m->grads, m->layout.total, cfg->grad_clip > 0.0 ? (float)cfg->grad_clip : INFINITY);
-    LrSchedule schedule = train_schedule(&t->optim, t->run.steps);
     AdamWConfig opt = *cfg;
-    opt.lr = schedule_lr(&schedule, step);
+    opt.lr = out->lr;
     out->loss = (float)(loss_sum / (double)counted);
     out->skipped = !isfinite(out->loss) || !isfinite(norm); /* --on-nan: a NaN never reaches the weights */
     if (!out->skipped)
         llama_adamw_step(m, &opt);
-    out->step = step + 1;
-    out->steps = t->run.steps;
-    out->lr = opt.lr;
     out->grad_norm = norm;
     out->ms = 1e3 * (now_seconds() - t0);
     out->tokens_per_s = (double)(bt * accum) / (out->ms * 1e-3);
@@ -997,8 +1002,8 @@ static LlamaConfig parse_args(Args *a, int argc, char **argv, HfTokenIds *init_i
     return c;
 }
 
-/* Mean loss over eval_batches batches from the start of the val shards. */
-static float evaluate(Llama *m, DataLoader *val, int eval_batches)
+/* Mean loss over eval_batches batches from the start of the val shards (val_shards: their glob, for errors). */
+static float evaluate(Llama *m, DataLoader *val, int eval_batches, const char *val_shards)
 {
     double loss_sum = 0.0;
     int64_t counted = 0;
@@ -1009,7 +1014,7 @@ static float evaluate(Llama *m, DataLoader *val, int eval_batches)
         loss_sum += m->loss_sum;
         counted += m->n_counted;
     }
-    return counted > 0 ? (float)(loss_sum / (double)counted) : NAN;
+    return train_val_loss(loss_sum, (double)counted, eval_batches, val_shards);
 }
 
 /* Resumes from the newest complete checkpoint (weights, AdamW state, step, data
@@ -1098,15 +1103,15 @@ int main(int argc, char **argv)
     int64_t step_tokens = (int64_t)t->batch.B * t->batch.T * accum;
     int *inputs = (int *)malloc_check((size_t)step_tokens * sizeof(int), "step inputs");
     int *targets = (int *)malloc_check((size_t)step_tokens * sizeof(int), "step targets");
-    NanGuard nan_guard = {0, 0};
+    NanGuard nan_guard = {0, 0, 0};
     for (int step = start_step; step < t->run.steps; step++) {
         if (have_val && step % t->run.eval_every == 0)
-            run_log_eval(&log, step, evaluate(&model, &val, t->run.eval_batches));
+            run_log_eval(&log, step, evaluate(&model, &val, t->run.eval_batches, val_shards));
         StepLog r;
         memset(&r, 0, sizeof(r));
         train_step(&model, &src, t, step, accum, inputs, targets, &r);
         run_log_step(&log, &r);
-        nan_guard_step(&nan_guard, &t->run, step + 1, r.loss, r.grad_norm, r.skipped);
+        nan_guard_step(&nan_guard, &t->run, step + 1, r.loss, r.grad_norm, r.skipped, r.no_targets);
         if (t->ckpt.dir && checkpoint_due(step + 1, t->ckpt.save_every, t->run.steps)) {
             CheckpointState st = checkpoint_state(run_id, (uint64_t)(step + 1), (uint64_t)model.adam_step, 0);
             batch_source_get_state(&src, &st.rng_state, &st.data);
@@ -1120,7 +1125,8 @@ int main(int argc, char **argv)
                          &log);
     }
     if (have_val)
-        run_log_eval(&log, t->run.steps, evaluate(&model, &val, t->run.eval_batches));
+        run_log_eval(&log, t->run.steps, evaluate(&model, &val, t->run.eval_batches, val_shards));
+    nan_guard_report(&nan_guard);
     if (t->ckpt.export_dir)
         train_export(&outputs, &t->ckpt, &model.config, &model.layout, model.params);
 

@@ -283,18 +283,46 @@ static inline int llmt_weights_try(TensorFile *tf, const ParamLayout *layout, fl
 
 /* The weights of what --init-from names (an HF directory or a .llmt weights
  * file) into params (layout->total floats); exits naming the file on an error. */
+/* 0, or -1 naming the first tensor of params that holds a NaN or an infinity, with how many. */
+static inline int model_weights_finite_try(const ParamLayout *layout, const float *params, const char *path, char *err,
+                                           size_t errlen)
+{
+    for (int i = 0; i < layout->n_tensors; i++) {
+        const ParamTensor *t = &layout->tensors[i];
+        int64_t bad = 0, first = -1;
+        for (int64_t j = 0; j < t->numel; j++)
+            if (!isfinite(params[t->offset + j])) {
+                first = first < 0 ? j : first;
+                bad++;
+            }
+        if (bad > 0) {
+            snprintf(err, errlen,
+                     "'%s': tensor '%s' holds %lld value%s that %s not finite (the first at element %lld)\n  hint: "
+                     "the model diverged before it was saved; start from an earlier checkpoint or another model",
+                     path, t->name, (long long)bad, bad == 1 ? "" : "s", bad == 1 ? "is" : "are", (long long)first);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The weights of path (an HF model directory or a .llmt weights file) into params, all
+ * finite (a NaN would only show as skipped steps; the NaN guard's tests let one through
+ * with LLMC_TEST_ALLOW_NONFINITE=1); exits with the reader's message on bad input. */
 static inline void model_weights_load(const char *path, const ParamLayout *layout, float *params)
 {
     char err[2048];
+    int rc;
     if (path_is_dir(path)) {
-        if (hf_model_weights_try(path, layout, params, err, sizeof(err)) != 0)
-            FAIL("%s", err);
-        return;
+        rc = hf_model_weights_try(path, layout, params, err, sizeof(err));
+    } else {
+        TensorFile tf;
+        tensorfile_open(&tf, path);
+        rc = llmt_weights_try(&tf, layout, params, err, sizeof(err));
+        tensorfile_close(&tf);
     }
-    TensorFile tf;
-    tensorfile_open(&tf, path);
-    int rc = llmt_weights_try(&tf, layout, params, err, sizeof(err));
-    tensorfile_close(&tf);
+    if (rc == 0 && !getenv("LLMC_TEST_ALLOW_NONFINITE"))
+        rc = model_weights_finite_try(layout, params, path, err, sizeof(err));
     if (rc != 0)
         FAIL("%s", err);
 }

@@ -44,14 +44,26 @@ static inline double now_seconds(void)
 
 typedef struct {
     FILE *json; /* NULL: no log file */
+    char path[LLMC_PATH_MAX];
 } RunLog;
+
+/* Every line is flushed as written, and a failed write (a full disk) ends the run
+ * naming the log: a run that goes on logging nowhere has lost its record. */
+static inline void run_log_flush_(RunLog *log)
+{
+    if (fflush(log->json) != 0 || ferror(log->json))
+        FAIL("cannot write the log '%s': %s\n  hint: free space there (the newest checkpoint stays intact: go on "
+             "with --resume), or pass another --log",
+             log->path, strerror(errno));
+}
 
 /* One optimizer step's numbers. */
 typedef struct {
     int step, steps; /* steps done, of steps */
     double loss, lr, grad_norm, ms, tokens_per_s;
-    int skipped; /* the update was skipped: the loss or the gradient was not finite (--on-nan) */
-    int gpus;    /* 0 on the CPU; then the fields below are not reported */
+    int skipped;    /* the update was skipped: the loss or the gradient was not finite (--on-nan), or no targets */
+    int no_targets; /* every target of the step's batch was masked: nothing to learn, the update skipped */
+    int gpus;       /* 0 on the CPU; then the fields below are not reported */
     int zero_stage;
     double mfu, peak_mem_gib, device_mem_gib;
 } StepLog;
@@ -112,6 +124,8 @@ static inline void run_log_open(RunLog *log, const char *path, int append, uint6
     log->json = NULL;
     if (!path || !path[0])
         return;
+    if (path_format(log->path, sizeof(log->path), "%s", path) != 0)
+        FAIL("--log: the path '%.100s...' is too long", path);
     const char *slash = strrchr(path, '/');
     if (slash && slash != path) {
         char dir[LLMC_PATH_MAX];
@@ -142,7 +156,7 @@ static inline void run_log_open(RunLog *log, const char *path, int append, uint6
     fprintf(f, ", \"flags\": ");
     run_log_flags_json_(f, flags, n_flags, options);
     fprintf(f, "}}\n");
-    fflush(f);
+    run_log_flush_(log);
 }
 
 static inline void run_log_step(RunLog *log, const StepLog *r)
@@ -151,7 +165,7 @@ static inline void run_log_step(RunLog *log, const StepLog *r)
            r->grad_norm, r->ms, r->tokens_per_s);
     if (r->gpus > 0)
         printf(" | MFU %.1f%% | mem %.2f GiB (device %.2f)", 100 * r->mfu, r->peak_mem_gib, r->device_mem_gib);
-    printf("%s\n", r->skipped ? " | skipped: not finite" : "");
+    printf("%s\n", r->no_targets ? " | skipped: no targets (all masked)" : r->skipped ? " | skipped: not finite" : "");
     if (r->gpus > 1)
         printf("           %d GPUs: %.0f tok/s per GPU\n", r->gpus, r->tokens_per_s / r->gpus);
     if (!log->json)
@@ -166,8 +180,9 @@ static inline void run_log_step(RunLog *log, const StepLog *r)
                 ", \"tokens_per_s_per_gpu\": %.1f, \"gpus\": %d, \"zero_stage\": %d, \"mfu\": %.5f, "
                 "\"peak_mem_gib\": %.4f, \"device_mem_gib\": %.4f",
                 r->tokens_per_s / r->gpus, r->gpus, r->zero_stage, r->mfu, r->peak_mem_gib, r->device_mem_gib);
-    fprintf(log->json, "%s}\n", r->skipped ? ", \"skipped\": true" : "");
-    fflush(log->json);
+    fprintf(log->json, "%s%s}\n", r->skipped ? ", \"skipped\": true" : "",
+            r->no_targets ? ", \"no_targets\": true" : "");
+    run_log_flush_(log);
 }
 
 /* The validation loss after `step` steps. */
@@ -178,7 +193,7 @@ static inline void run_log_eval(RunLog *log, int step, double val_loss)
         fprintf(log->json, "{\"step\": %d, \"val_loss\": ", step);
         json_write_number(log->json, "%.6f", val_loss);
         fprintf(log->json, "}\n");
-        fflush(log->json);
+        run_log_flush_(log);
     }
 }
 
@@ -197,13 +212,14 @@ static inline void run_log_sample(RunLog *log, int step, const char *prompt, con
     for (int i = 0; i < n_tokens; i++)
         fprintf(log->json, i ? ", %d" : "%d", tokens[i]);
     fprintf(log->json, "]}\n");
-    fflush(log->json);
+    run_log_flush_(log);
 }
 
 static inline void run_log_close(RunLog *log)
 {
-    if (log->json)
-        fclose(log->json);
+    if (log->json && fclose(log->json) != 0)
+        FAIL("cannot write the log '%s': %s\n  hint: free space there, or pass another --log", log->path,
+             strerror(errno));
     log->json = NULL;
 }
 

@@ -104,7 +104,8 @@ typedef struct {
              "attention only within each document of a packed row: documents start at the shards' BOS token, and a "   \
              "row's first token starts one"),                                                                          \
         FLAG_NUM("--doc-positions", FLAG_INT, O, m.data.doc_positions, 0, 1, FLAG_CLOSED,                              \
-                 "with --doc-mask: 1 restarts RoPE positions at each document (HF's position_ids), 0 counts on along " \
+                 "with --doc-mask: 1 (the default) restarts RoPE positions at each document (HF's position_ids), 0 "   \
+                 "counts on along "                                                                                    \
                  "the row"),                                                                                           \
         FLAG_SECTION("model"),                                                                                         \
         FLAG("--preset", FLAG_STRING, O, m.model.preset, "the model's shape: a preset listed below (default tiny)"),   \
@@ -205,7 +206,7 @@ static inline TrainFlags train_flags_defaults(void)
     TrainFlags f;
     memset(&f, 0, sizeof(f));
     f.data.train = DEFAULT_TRAIN_SHARDS;
-    f.data.doc_positions = 1;
+    f.data.doc_positions = FLAG_INT_UNSET; /* 1 with --doc-mask (train_flags_check) */
     f.model.vocab_size = f.model.d_model = f.model.n_layer = f.model.n_head = SHAPE_UNSET;
     f.model.n_kv_head = f.model.head_dim = f.model.ffn_dim = SHAPE_UNSET;
     f.batch.B = 4;
@@ -247,9 +248,21 @@ static inline int model_flags_shape_given(const ModelFlags *m)
 }
 
 /* Every check that needs neither the model nor the GPUs; exits naming the flag. */
-static inline void train_flags_check(const TrainFlags *f)
+static inline void train_flags_check(TrainFlags *f)
 {
     const ModelFlags *m = &f->model; /* the numbers' ranges were checked by flags_parse (the FLAG_NUM table) */
+    /* flags that would otherwise be ignored without a word */
+    if (f->data.doc_positions != FLAG_INT_UNSET && !f->data.doc_mask)
+        FAIL("--doc-positions %d says where RoPE positions restart in packed documents, which only --doc-mask "
+             "finds\n  hint: add --doc-mask, or drop --doc-positions",
+             f->data.doc_positions);
+    if (f->data.doc_positions == FLAG_INT_UNSET)
+        f->data.doc_positions = 1;
+    if (f->data.random && strcmp(f->data.train, DEFAULT_TRAIN_SHARDS) != 0)
+        FAIL("--random-data trains on random tokens, not on --train '%s'\n  hint: drop one of the two", f->data.train);
+    if (f->data.random && f->data.val && f->data.val[0])
+        FAIL("--random-data has no val shards to evaluate: --val '%s' would be ignored\n  hint: drop --val",
+             f->data.val);
     if (m->init_from && (m->preset || model_flags_shape_given(m)))
         FAIL("--init-from takes the model shape from '%s'; drop --preset and the shape flags", m->init_from);
     ScheduleKind kind;
@@ -342,18 +355,38 @@ static inline const char *train_val_shards(const TrainFlags *f)
     return f->data.random || !val[0] || f->run.eval_every == 0 ? NULL : val;
 }
 
-/* Steps whose loss or gradient norm is not finite, for --on-nan. */
+/* The mean val loss of an evaluation over `batches` batches of the val shards (all
+ * ranks' sums); an evaluation with no target at all ends the run, which would
+ * otherwise log a null val loss at every evaluation. */
+static inline float train_val_loss(double loss_sum, double count, int batches, const char *val_shards)
+{
+    if (!(count > 0))
+        FAIL("the first %d val batch%s (--eval-batches) of '%s' hold no target: every target is masked\n  hint: "
+             "evaluate on shards with completions (the pairs and chat formats of prepare.py mask the prompts only), "
+             "raise --eval-batches, or pass --val '' to train without evaluating",
+             batches, batches == 1 ? "" : "es", val_shards);
+    return (float)(loss_sum / count);
+}
+
+/* Steps whose loss or gradient norm is not finite, for --on-nan, and steps
+ * with no target to learn from. */
 typedef struct {
     int in_a_row, total;
+    int no_targets; /* steps whose every target was masked: skipped, never counted against --max-skips */
 } NanGuard;
 
-/* After a step: a finite one resets the count; one whose loss or gradient norm
- * is not finite ends the run with --on-nan stop (or when its update could not
- * be skipped, or at the --max-skips-th in a row), else counts as skipped. The
- * caller has skipped its update when skipped_update; returns whether it did. */
+/* After a step: one with no targets (its update skipped by the caller) is counted
+ * apart; a finite one resets the count; one whose loss or gradient norm is not
+ * finite ends the run with --on-nan stop (or when its update could not be
+ * skipped, or at the --max-skips-th in a row), else counts as skipped. The caller
+ * has skipped its update when skipped_update; returns whether it did. */
 static inline int nan_guard_step(NanGuard *g, const RunFlags *r, int step, double loss, double grad_norm,
-                                 int skipped_update)
+                                 int skipped_update, int no_targets)
 {
+    if (no_targets) {
+        g->no_targets++;
+        return 1;
+    }
     if (isfinite(loss) && isfinite(grad_norm)) {
         g->in_a_row = 0;
         return 0;
@@ -369,6 +402,18 @@ static inline int nan_guard_step(NanGuard *g, const RunFlags *r, int step, doubl
              "  hint: lower --lr, check the data, or resume from the last checkpoint",
              step, g->in_a_row, r->max_skips);
     return 1;
+}
+
+/* At the end of a run: the steps skipped, if any. */
+static inline void nan_guard_report(const NanGuard *g)
+{
+    if (g->no_targets > 0)
+        printf("%d step%s had no target to learn from (every target masked, as windows of a long prompt are) and "
+               "%s skipped\n",
+               g->no_targets, g->no_targets == 1 ? "" : "s", g->no_targets == 1 ? "was" : "were");
+    if (g->total > 0)
+        printf("%d step%s skipped: the loss or gradient norm was not finite (--on-nan skip)\n", g->total,
+               g->total == 1 ? " was" : "s were");
 }
 
 /* Micro-steps per optimizer step for `processes` processes of B*T tokens each. */

@@ -170,14 +170,20 @@ static inline void train_export(const TrainOutputs *o, const CheckpointFlags *ck
     if (make_dirs(staging) != 0)
         FAIL("--export: cannot create '%s': %s", staging, strerror(errno));
     int bf16 = strcmp(ck->export_dtype, "bf16") == 0;
-    if (hf_model_write_try(staging, c, layout, master, bf16, -1, &o->extras, err, sizeof(err)) != 0)
-        FAIL("--export: %s", err);
+    /* a failed export (a full disk) leaves nothing behind, not a half-written DIR.tmp */
+    if (hf_model_write_try(staging, c, layout, master, bf16, -1, &o->extras, err, sizeof(err)) != 0) {
+        remove_flat_dir(staging);
+        FAIL("--export: %s\n  hint: free space there; the checkpoints, if any, are HF model directories already", err);
+    }
     fsync_path(staging);
     train_export_check(ck); /* still absent or empty */
     if (path_exists(dir))
         rmdir(dir);
-    if (rename(staging, dir) != 0)
-        FAIL("--export: cannot rename '%s' to '%s': %s", staging, dir, strerror(errno));
+    if (rename(staging, dir) != 0) {
+        int e = errno;
+        remove_flat_dir(staging);
+        FAIL("--export: cannot rename '%s' to '%s': %s", staging, dir, strerror(e));
+    }
     printf("exported the model to '%s' (%s)\n", dir, ck->export_dtype);
 }
 

@@ -33,6 +33,23 @@ for bin in ./train_llama_ref ./train_llama; do
     expect "$bin bad export dtype" "--export-dtype takes fp32 or bf16" $bin --preset nano --export-dtype fp16 --train "$good"
     expect "$bin unknown FP8 recipe" "unknown --fp8-recipe 'column'; use tensor, row or block" \
         $bin --preset nano --fp8-recipe column --train "$good"
+    if [ "$bin" = ./train_llama_ref ] || nvidia-smi -L > /dev/null 2>&1; then # these train a step first
+        expect "$bin --log on a full disk" "cannot write the log '/dev/full': No space left on device" \
+            $bin --preset nano -B 1 -T 64 --steps 2 --train "$good" --val '' --log /dev/full
+        # a full disk under the export: writes past a 64 KiB file-size limit fail (EFBIG, SIGXFSZ ignored), as
+        # ENOSPC would
+        full_disk=(bash -c 'trap "" XFSZ; ulimit -f 64; exec "$@"' full_disk)
+        expect "$bin --export on a full disk" "--export: " "${full_disk[@]}" $bin --preset nano -B 1 -T 64 \
+            --steps 1 --train "$good" --val '' --log '' --export "$tmp/export_full"
+        check "$bin a failed --export leaves no DIR.tmp and no DIR" \
+            test ! -e "$tmp/export_full.tmp" -a ! -e "$tmp/export_full"
+    fi
+    expect "$bin --doc-positions without --doc-mask" "--doc-positions 0 says where RoPE positions restart" \
+        $bin --preset nano --doc-positions 0 --train "$good"
+    expect "$bin --random-data with --train" "--random-data trains on random tokens, not on --train '$good'" \
+        $bin --preset nano --random-data --train "$good"
+    expect "$bin --random-data with --val" "--random-data has no val shards to evaluate" \
+        $bin --preset nano --random-data --val "$good"
     expect "$bin samples without a tokenizer" "--sample-every needs the shards' tokenizer" \
         $bin --preset nano -B 1 -T 64 --sample-every 5 --train "$good" --val ''
     expect "$bin a tokenizer file that is none" "$tmp/junk_000000.bin' holds" \

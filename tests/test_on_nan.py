@@ -36,8 +36,22 @@ def nan_model(tmp_path):
     return ["--init-from", src, "-B", 2, "-T", 16, "--val", "", "--train", tmp_path / "d_train_*.bin"]
 
 
-def run(bin, *args):
-    return subprocess.run([os.path.join(ROOT, bin), *map(str, args)], capture_output=True, text=True, cwd=ROOT)
+def run(bin, *args, allow_nonfinite=True):
+    """The trainers refuse non-finite --init-from weights (test_nonfinite_init_weights_are_refused); the guard's
+    tests let the planted NaN through with the loader's test switch."""
+    env = dict(os.environ, LLMC_TEST_ALLOW_NONFINITE="1") if allow_nonfinite else None
+    return subprocess.run([os.path.join(ROOT, bin), *map(str, args)], capture_output=True, text=True, cwd=ROOT,
+                          env=env)
+
+
+@pytest.mark.parametrize("bin", BINS)
+def test_nonfinite_init_weights_are_refused(nan_model, bin):
+    """A NaN in --init-from's weights ends the run before any step, naming the tensor (it used to train, skipping
+    every step, and exit 0)."""
+    r = run(bin, *nan_model, "--steps", 5, "--log", "", allow_nonfinite=False)
+    assert r.returncode != 0
+    assert "tensor 'model.norm.weight' holds 1 value that is not finite (the first at element 5)" in r.stderr, r.stderr
+    assert "step 1" not in r.stdout, r.stdout
 
 
 @pytest.mark.parametrize("bin", BINS)

@@ -8,7 +8,9 @@
  *             -> the model (llama_model.h) -> resume (llama_checkpoint.h) or init
  *   step:     each micro-batch (batch_source.h): forward, fused classifier,
  *             backward (llama_layer.h); then the optimizer step with ZeRO's
- *             gradient reduction (llama_optimizer.h, zero.h); one host sync
+ *             gradient reduction (llama_optimizer.h, zero.h); one host sync at
+ *             the step's end (with several GPUs two more: the step's target
+ *             count and loss summed over the ranks, dist_sum_host)
  *   evaluate: the val shards' mean loss, every --eval-every steps and at the end
  *   log:      a console line and a JSON line per step (run_log.h)
  *   save:     a checkpoint every --save-every steps and at the end

@@ -411,9 +411,11 @@ __global__ void documents_offsets_kernel(int *qkv_offsets, int *out_offsets, int
 void attention_documents_offsets(AttentionDocs *docs, int H, int KV, int D, cudaStream_t stream)
 {
     int n = docs->slots + 1;
+    profile_push(PROF_ATTENTION, stream); /* every launcher marks its work (profile.h) */
     documents_offsets_kernel<<<ceil_div(n, 256), 256, 0, stream>>>(
         docs->qkv_offsets, docs->out_offsets, docs->stats_offsets, docs->start, n, (H + 2 * KV) * D, H * D, H);
     CUDA_CHECK_LAST();
+    profile_pop(stream);
 }
 
 /* The graph's batch and sequence sizes, and the index tensors of packed documents in pack. */

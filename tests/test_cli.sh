@@ -80,6 +80,16 @@ expect "train_llama_ref an unwritable --log" "cannot create the folder of the lo
 # make CFLAGS=... used to drop the Makefile's own flags (-I., -std=gnu11) and fail to build
 check "make CFLAGS=-O0 keeps the Makefile's flags" \
     bash -c "make -n -B CFLAGS=-O0 train_llama_ref | grep -q -- '-O0 -std=gnu11 -Wall -Wextra -I\.'"
+# The README's claim: both trainers take the same training flags. Every flag of the CPU reference's --help is
+# one of the GPU trainer's.
+if [ -x ./train_llama ]; then
+    missing=$(comm -23 <(./train_llama_ref --help 2>&1 | grep -oE '^  -[-A-Za-z0-9]+' | sort -u) \
+                       <(./train_llama --help 2>&1 | grep -oE '^  -[-A-Za-z0-9]+' | sort -u) | tr -d ' ' | tr '\n' ' ')
+    count=$(./train_llama_ref --help 2>&1 | grep -cE '^  -[-A-Za-z0-9]+')
+    check "the GPU trainer takes each of the CPU reference's $count flags${missing:+ (missing: $missing)}" \
+        test -z "$missing" -a "$count" -gt 40
+fi
+
 if [ -x ./train_llama ]; then
     expect "train_llama total batch not a multiple of B*T" "multiple" \
         ./train_llama --preset nano -B 2 -T 64 --total-batch 100 --train "$good"

@@ -4,7 +4,7 @@
  * output, the final norm, every parameter gradient, and the losses and grad
  * norms of N AdamW steps on the same batch.
  *
- *   ./test_llama_ref                      # both committed dumps
+ *   ./test_llama_ref                      # the three committed dumps and a greedy sample
  *   ./test_llama_ref testdata/X.dump.llmt # each dump with its X.weights.llmt
  *
  * Error metric of a tensor a against the reference b: the max relative error

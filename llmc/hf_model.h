@@ -15,7 +15,8 @@
  * of old checkpoints aside, and an lm_head.weight of a tied model, which must
  * then equal the embedding). Nothing is half-loaded: an error leaves the
  * caller's buffer unspecified and returns -1 with the file and the tensor.
- * model_weights_load_try reads either this or a .llmt weights file.
+ * model_weights_load reads either this or a .llmt weights file, refuses
+ * non-finite weights, and exits with the reader's message on bad input.
  *
  * Writing (hf_model_write_try): config.json, generation_config.json,
  * model.safetensors in fp32 or bf16, and the tokenizer file the shards were

@@ -37,8 +37,9 @@
  * layouts, are kept from the first forward of a step through its
  * recomputations, backward and later micro-steps (fp8_weights_changed starts
  * over): 2 bytes per weight and their scales. Where that memory matters more
- * (ZeRO 3), room for one W's codes instead, both layouts made afresh at each
- * use.
+ * (ZeRO 3), or where the codes do not fit beside the rest (llama_build checks
+ * before allocating), room for one W's codes instead, both layouts made afresh
+ * at each use: the same bits.
  */
 #ifndef LLMC_LINEAR_H
 #define LLMC_LINEAR_H

@@ -17,7 +17,8 @@
 #include "llmc/utils.h"
 #include "tests/check.h"
 
-/* The dumps test_llama and test_llama_ref check when given none. */
+/* The dumps test_llama and test_llama_ref check when given none, besides the packed-documents dump
+ * (testdata/packed_docs_gqa.dump.llmt), which each runs after these. */
 static const char *const DEFAULT_DUMPS[] = {"testdata/tiny_gqa_tied.dump.llmt",
                                             "testdata/small_mha_untied_rope31.dump.llmt"};
 #define N_DEFAULT_DUMPS 2

@@ -471,6 +471,7 @@ static void llama_load(Llama *m, const char *path)
     LlamaConfig config = model_config_load(path, &ids); /* an HF model directory or a .llmt file */
     llama_build(m, &config);
     model_weights_load(path, &m->layout, m->params);
+    checkpoint_init_from_verify(path, &m->layout, m->params); /* a checkpoint's files against its manifest */
 }
 
 static void llama_alloc_activations(Llama *m, int B, int T)

@@ -16,7 +16,13 @@
  * refused with the field and its value: another model_type or architecture,
  * attention_bias or mlp_bias true, a hidden_act other than silu, attention
  * dropout, another rope type, and sizes that are not positive integers within
- * llama_config_check's bounds.
+ * llama_config_check's bounds. A key given twice takes its last value, as
+ * Python's json (which transformers uses) reads it (json.h).
+ *
+ * Floats are written with the fewest digits that read back as the same float
+ * (1e-05, 500000.0), so that a config written and read again is the same
+ * model; hf_config_check_try compares a checkpoint's config.json with the
+ * run's model field by field.
  *
  * The *_try functions return 0, or -1 with a message naming the file in err.
  * Memory: the JSON tree of the file while it is read. Plain C (POSIX);
@@ -57,6 +63,20 @@ static inline HfTokenIds hf_token_ids(int bos_id, int eos_id)
     return t;
 }
 
+/* x as JSON with the fewest significant digits (6 to 9) that read back as the
+ * same float, as the readers here read it ((float)strtod); point: an integral
+ * value gets ".0" (500000.0, as Python writes a float). */
+static inline void hf_float_json_(char *out, size_t n, float x, int point)
+{
+    for (int digits = 6; digits <= 9; digits++) {
+        snprintf(out, n, "%.*g", digits, (double)x);
+        if ((float)strtod(out, NULL) == x)
+            break;
+    }
+    if (point && !strpbrk(out, ".eEn") && strlen(out) + 3 <= n)
+        strcat(out, ".0");
+}
+
 /* The EOS ids as JSON: null, one number, or a list. */
 static inline void hf_eos_json_(char *out, size_t n, const HfTokenIds *t)
 {
@@ -77,48 +97,52 @@ static inline void hf_eos_json_(char *out, size_t n, const HfTokenIds *t)
 static inline int hf_config_write_try(const char *path, const LlamaConfig *c, const HfTokenIds *ids, const char *dtype,
                                       char *err, size_t errlen)
 {
-    char buf[4096], rope[512], bos[32], eos[128];
+    char buf[4096], rope[512], bos[32], eos[128], eps[32], theta[32], factor[32], low[32], high[32];
     snprintf(bos, sizeof(bos), ids->bos_id >= 0 ? "%d" : "null", ids->bos_id);
     hf_eos_json_(eos, sizeof(eos), ids);
+    hf_float_json_(eps, sizeof(eps), c->norm_eps, 0);
+    hf_float_json_(theta, sizeof(theta), c->rope_theta, 1);
     if (c->rope_scaling_llama3) {
+        hf_float_json_(factor, sizeof(factor), c->rope_factor, 0);
+        hf_float_json_(low, sizeof(low), c->rope_low_freq_factor, 0);
+        hf_float_json_(high, sizeof(high), c->rope_high_freq_factor, 0);
         snprintf(rope, sizeof(rope),
-                 "{\"rope_type\": \"llama3\", \"factor\": %g, \"low_freq_factor\": %g, "
-                 "\"high_freq_factor\": %g, \"original_max_position_embeddings\": %d",
-                 (double)c->rope_factor, (double)c->rope_low_freq_factor, (double)c->rope_high_freq_factor,
-                 c->rope_original_max_pos);
+                 "{\"rope_type\": \"llama3\", \"factor\": %s, \"low_freq_factor\": %s, "
+                 "\"high_freq_factor\": %s, \"original_max_position_embeddings\": %d",
+                 factor, low, high, c->rope_original_max_pos);
     } else {
         snprintf(rope, sizeof(rope), "{\"rope_type\": \"default\"");
     }
-    int n = snprintf(buf, sizeof(buf),
-                     "{\n"
-                     "  \"architectures\": [\"LlamaForCausalLM\"],\n"
-                     "  \"model_type\": \"llama\",\n"
-                     "  \"vocab_size\": %d,\n"
-                     "  \"hidden_size\": %d,\n"
-                     "  \"intermediate_size\": %d,\n"
-                     "  \"num_hidden_layers\": %d,\n"
-                     "  \"num_attention_heads\": %d,\n"
-                     "  \"num_key_value_heads\": %d,\n"
-                     "  \"head_dim\": %d,\n"
-                     "  \"max_position_embeddings\": %d,\n"
-                     "  \"rms_norm_eps\": %g,\n"
-                     "  \"rope_theta\": %.1f,\n"
-                     "  \"rope_scaling\": %s%s,\n"
-                     "  \"rope_parameters\": %s, \"rope_theta\": %.1f},\n"
-                     "  \"tie_word_embeddings\": %s,\n"
-                     "  \"hidden_act\": \"silu\",\n"
-                     "  \"attention_bias\": false,\n"
-                     "  \"attention_dropout\": 0.0,\n"
-                     "  \"mlp_bias\": false,\n"
-                     "  \"initializer_range\": %g,\n"
-                     "  \"torch_dtype\": \"%s\",\n"
-                     "  \"bos_token_id\": %s,\n"
-                     "  \"eos_token_id\": %s\n"
-                     "}\n",
-                     c->vocab_size, c->d_model, c->ffn_dim, c->n_layer, c->n_head, c->n_kv_head, c->head_dim,
-                     c->max_seq_len, (double)c->norm_eps, (double)c->rope_theta, c->rope_scaling_llama3 ? rope : "null",
-                     c->rope_scaling_llama3 ? "}" : "", rope, (double)c->rope_theta,
-                     c->tie_embeddings ? "true" : "false", (double)c->init_std, dtype, bos, eos);
+    int n =
+        snprintf(buf, sizeof(buf),
+                 "{\n"
+                 "  \"architectures\": [\"LlamaForCausalLM\"],\n"
+                 "  \"model_type\": \"llama\",\n"
+                 "  \"vocab_size\": %d,\n"
+                 "  \"hidden_size\": %d,\n"
+                 "  \"intermediate_size\": %d,\n"
+                 "  \"num_hidden_layers\": %d,\n"
+                 "  \"num_attention_heads\": %d,\n"
+                 "  \"num_key_value_heads\": %d,\n"
+                 "  \"head_dim\": %d,\n"
+                 "  \"max_position_embeddings\": %d,\n"
+                 "  \"rms_norm_eps\": %s,\n"
+                 "  \"rope_theta\": %s,\n"
+                 "  \"rope_scaling\": %s%s,\n"
+                 "  \"rope_parameters\": %s, \"rope_theta\": %s},\n"
+                 "  \"tie_word_embeddings\": %s,\n"
+                 "  \"hidden_act\": \"silu\",\n"
+                 "  \"attention_bias\": false,\n"
+                 "  \"attention_dropout\": 0.0,\n"
+                 "  \"mlp_bias\": false,\n"
+                 "  \"initializer_range\": %g,\n"
+                 "  \"torch_dtype\": \"%s\",\n"
+                 "  \"bos_token_id\": %s,\n"
+                 "  \"eos_token_id\": %s\n"
+                 "}\n",
+                 c->vocab_size, c->d_model, c->ffn_dim, c->n_layer, c->n_head, c->n_kv_head, c->head_dim,
+                 c->max_seq_len, eps, theta, c->rope_scaling_llama3 ? rope : "null", c->rope_scaling_llama3 ? "}" : "",
+                 rope, theta, c->tie_embeddings ? "true" : "false", (double)c->init_std, dtype, bos, eos);
     if (n < 0 || (size_t)n >= sizeof(buf))
         return set_error(err, errlen, "config.json for '%s' does not fit its buffer", path);
     return write_file_synced(path, buf, (size_t)n, err, errlen);
@@ -345,34 +369,97 @@ static inline int hf_config_read_try(const char *path, LlamaConfig *c, HfTokenId
     return rc;
 }
 
-/* Checks that config.json at path describes the model c: its shape fields. */
+/* What the model of config.json (got) and the run's (want) have for every
+ * field that changes the model: 0, or -1 with the first that differs, by its
+ * config.json name, and both values. init_std is not one: it only draws the
+ * first weights. */
+static inline int hf_config_compare_(const char *path, const LlamaConfig *got, const LlamaConfig *want, char *err,
+                                     size_t errlen)
+{
+    const struct {
+        const char *key;
+        int got, want;
+    } ints[] = {
+        {"vocab_size", got->vocab_size, want->vocab_size},
+        {"hidden_size", got->d_model, want->d_model},
+        {"intermediate_size", got->ffn_dim, want->ffn_dim},
+        {"num_hidden_layers", got->n_layer, want->n_layer},
+        {"num_attention_heads", got->n_head, want->n_head},
+        {"num_key_value_heads", got->n_kv_head, want->n_kv_head},
+        {"head_dim", got->head_dim, want->head_dim},
+        {"tie_word_embeddings", got->tie_embeddings, want->tie_embeddings},
+    };
+    const struct {
+        const char *key;
+        float got, want;
+    } floats[] = {
+        {"rms_norm_eps", got->norm_eps, want->norm_eps},
+        {"rope_theta", got->rope_theta, want->rope_theta},
+        {"rope_scaling.factor", got->rope_factor, want->rope_factor},
+        {"rope_scaling.low_freq_factor", got->rope_low_freq_factor, want->rope_low_freq_factor},
+        {"rope_scaling.high_freq_factor", got->rope_high_freq_factor, want->rope_high_freq_factor},
+    };
+    const char *hint = "  hint: resume with the model flags the checkpoint was saved with (its config.json)";
+    char a[32], b[32];
+    for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
+        if (ints[i].got == ints[i].want)
+            continue;
+        if (strcmp(ints[i].key, "tie_word_embeddings") == 0)
+            return set_error(err, errlen, "'%s' has tie_word_embeddings = %s but this run's model has %s\n%s", path,
+                             ints[i].got ? "true" : "false", ints[i].want ? "true" : "false", hint);
+        return set_error(err, errlen, "'%s' has %s = %d but this run's model has %d\n%s", path, ints[i].key,
+                         ints[i].got, ints[i].want, hint);
+    }
+    for (size_t i = 0; i < 2; i++) {
+        if (floats[i].got == floats[i].want)
+            continue;
+        hf_float_json_(a, sizeof(a), floats[i].got, 0);
+        hf_float_json_(b, sizeof(b), floats[i].want, 0);
+        return set_error(err, errlen, "'%s' has %s = %s but this run's model has %s\n%s", path, floats[i].key, a, b,
+                         hint);
+    }
+    if (got->rope_scaling_llama3 != want->rope_scaling_llama3)
+        return set_error(err, errlen, "'%s' has rope_scaling = %s but this run's model has %s\n%s", path,
+                         got->rope_scaling_llama3 ? "llama3" : "none", want->rope_scaling_llama3 ? "llama3" : "none",
+                         hint);
+    for (size_t i = 2; i < sizeof(floats) / sizeof(floats[0]) && got->rope_scaling_llama3; i++) {
+        if (floats[i].got == floats[i].want)
+            continue;
+        hf_float_json_(a, sizeof(a), floats[i].got, 0);
+        hf_float_json_(b, sizeof(b), floats[i].want, 0);
+        return set_error(err, errlen, "'%s' has %s = %s but this run's model has %s\n%s", path, floats[i].key, a, b,
+                         hint);
+    }
+    if (got->rope_scaling_llama3 && got->rope_original_max_pos != want->rope_original_max_pos)
+        return set_error(err, errlen,
+                         "'%s' has rope_scaling.original_max_position_embeddings = %d but this run's model has %d\n%s",
+                         path, got->rope_original_max_pos, want->rope_original_max_pos, hint);
+    if (got->max_seq_len != want->max_seq_len)
+        return set_error(err, errlen, "'%s' has max_position_embeddings = %d but this run's model has %d\n%s", path,
+                         got->max_seq_len, want->max_seq_len, hint);
+    return 0;
+}
+
+/* Checks that the config.json text[0..len) (path names it) describes the model
+ * c: every field that changes the model (hf_config_compare_). */
+static inline int hf_config_check_text_try(const char *text, size_t len, const char *path, const LlamaConfig *c,
+                                           char *err, size_t errlen)
+{
+    LlamaConfig got;
+    HfTokenIds ids;
+    if (hf_config_parse_try(text, len, path, &got, &ids, err, errlen) != 0)
+        return -1;
+    return hf_config_compare_(path, &got, c, err, errlen);
+}
+
+/* Checks that config.json at path describes the model c (hf_config_check_text_try). */
 static inline int hf_config_check_try(const char *path, const LlamaConfig *c, char *err, size_t errlen)
 {
-    static const char *keys[] = {"vocab_size",        "hidden_size",         "intermediate_size",
-                                 "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-                                 "head_dim",          "tie_word_embeddings"};
-    double want[] = {(double)c->vocab_size, (double)c->d_model,   (double)c->ffn_dim,  (double)c->n_layer,
-                     (double)c->n_head,     (double)c->n_kv_head, (double)c->head_dim, (double)c->tie_embeddings};
-    JsonDoc doc;
-    if (json_parse_file(&doc, path, HF_CONFIG_MAX_BYTES, err, errlen) != 0)
+    LlamaConfig got;
+    HfTokenIds ids;
+    if (hf_config_read_try(path, &got, &ids, err, errlen) != 0)
         return -1;
-    const JsonNode *root = json_root(&doc);
-    int rc = root->type == JSON_OBJECT ? 0 : set_error(err, errlen, "'%s' is not a JSON object", path);
-    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]) && rc == 0; i++) {
-        const JsonNode *v = json_get(&doc, root, keys[i]);
-        double got = !v ? 0.0 : v->type == JSON_TRUE ? 1.0 : v->type == JSON_FALSE ? 0.0 : v->number;
-        if (!v)
-            rc = set_error(err, errlen, "'%s' has no '%s'", path, keys[i]);
-        else if (v->type != JSON_NUMBER && v->type != JSON_TRUE && v->type != JSON_FALSE)
-            rc = set_error(err, errlen, "'%s': '%s' is a %s, not a number", path, keys[i], json_type_name(v->type));
-        else if (got != want[i])
-            rc = set_error(err, errlen,
-                           "'%s' has %s = %g but this run's model has %g\n"
-                           "  hint: resume with the same model flags as the checkpoint",
-                           path, keys[i], got, want[i]);
-    }
-    json_free(&doc);
-    return rc;
+    return hf_config_compare_(path, &got, c, err, errlen);
 }
 
 #endif /* LLMC_HF_CONFIG_H */

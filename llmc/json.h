@@ -11,7 +11,10 @@
  * pairs to UTF-8 (a lone surrogate is an error); a number that overflows a
  * double is an error, and one that is an integer literal within int64 is also
  * kept exactly (JsonNode.integer); nesting is limited to JSON_MAX_DEPTH. An
- * error returns -1 with "line L, column C: what" in err; nothing is kept.
+ * error returns -1 with "line L, column C: what" in err; nothing is kept. An
+ * object may hold a key twice: every member is kept, and json_get gives the
+ * last, as Python's json does (json_duplicate_key finds them, for readers that
+ * refuse them: safetensors headers).
  *
  * Memory: nodes and strings grow as the text is read: at most one node per
  * byte of text and a string buffer no longer than the text. Reads only the
@@ -460,16 +463,20 @@ static inline const char *json_string(const JsonDoc *doc, const JsonNode *n)
 {
     return n && n->type == JSON_STRING ? doc->strings + n->str : NULL;
 }
-/* The first member of object named key; NULL if there is none or it is no object. */
+/* The member of object named key; NULL if there is none or it is no object.
+ * A key given twice (JSON allows it) gives its last member, as Python's json
+ * reads it (a dict keeps the last value): transformers, which writes and reads
+ * the HF files read here, sees that value too. */
 static inline const JsonNode *json_get(const JsonDoc *doc, const JsonNode *object, const char *key)
 {
+    const JsonNode *found = NULL;
     if (!object || object->type != JSON_OBJECT)
         return NULL;
     for (const JsonNode *m = json_first(doc, object); m; m = json_next(doc, m)) {
         if (strcmp(doc->strings + m->key, key) == 0)
-            return m;
+            found = m;
     }
-    return NULL;
+    return found;
 }
 
 static inline int json_compare_keys_(const void *a, const void *b)
@@ -477,7 +484,7 @@ static inline int json_compare_keys_(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* A key that object holds twice (JSON allows it, the files read here must not), or NULL. */
+/* A key that object holds twice (JSON allows it; safetensors headers must not), or NULL. */
 static inline const char *json_duplicate_key(const JsonDoc *doc, const JsonNode *object)
 {
     if (!object || object->type != JSON_OBJECT || object->count < 2)

@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoint.h"
 #include "cuda_common.h"
 #include "distributed.h"
 #include "documents.h"
@@ -279,6 +280,7 @@ static inline void llama_load_weights(Llama *m, const char *path)
     }
     float *host = (float *)malloc_check((size_t)m->layout.total * sizeof(float), "weights");
     model_weights_load(path, &m->layout, host);
+    checkpoint_init_from_verify(path, &m->layout, host); /* a checkpoint directory: its files as saved */
     params_upload_master(&m->params, &m->layout, host);
     free(host);
 }

@@ -28,6 +28,12 @@
  * the file's before anything is allocated from it; every rank's file must
  * carry rank 0's step and run id.
  *
+ * Checksums (checkpoint.h's manifest): the writer hashes each file (XXH64,
+ * fileutil.h) as its bytes go to fwrite; the loader hashes each file as it
+ * reads it, and says which files it read whole, in order (their hash is the
+ * file's), and which only in part (another world size's ranges), for the
+ * caller to check against the manifest.
+ *
  * The run id is drawn at random when a run starts fresh and carried through
  * every resume: it tells one run's checkpoints from another's in the same
  * directory, so --keep never deletes a checkpoint of another run.
@@ -118,9 +124,11 @@ static inline int ckpt_merge_ranges(const char *path, const CkptRange *ranges, i
 }
 
 /* A train_state file of format 2: ranges[n_ranges] as ckpt_merge_ranges leaves
- * them; adam_m, adam_v: their moments concatenated (NULL: zeros). */
+ * them; adam_m, adam_v: their moments concatenated (NULL: zeros). *sum (NULL:
+ * none): the file's size and XXH64, of the bytes as they were written. */
 static inline int ckpt_write_state(const char *path, const CheckpointState *st, int64_t total, const CkptRange *ranges,
-                                   int n_ranges, const float *adam_m, const float *adam_v, char *err, size_t errlen)
+                                   int n_ranges, const float *adam_m, const float *adam_v, FileSum *sum, char *err,
+                                   size_t errlen)
 {
     unsigned char h[CKPT_STATE_HEADER_BYTES], entry[16];
     int64_t count = 0;
@@ -147,21 +155,23 @@ static inline int ckpt_write_state(const char *path, const CheckpointState *st, 
     FILE *f = fopen(path, "wb");
     if (!f)
         return set_error(err, errlen, "cannot create '%s': %s", path, strerror(errno));
-    int ok = fwrite(h, 1, sizeof(h), f) == sizeof(h);
+    Xxh64 hash;
+    xxh64_init(&hash);
+    int ok = fwrite_hashed(h, sizeof(h), f, &hash);
     for (int i = 0; i < n_ranges && ok; i++) {
         put_u64le(entry, (uint64_t)ranges[i].offset);
         put_u64le(entry + 8, (uint64_t)ranges[i].count);
-        ok = fwrite(entry, 1, sizeof(entry), f) == sizeof(entry);
+        ok = fwrite_hashed(entry, sizeof(entry), f, &hash);
     }
     for (int which = 0; which < 2 && ok; which++) {
         const float *src = which == 0 ? adam_m : adam_v;
         if (src) {
-            ok = fwrite(src, sizeof(float), (size_t)count, f) == (size_t)count;
+            ok = fwrite_hashed(src, sizeof(float) * (size_t)count, f, &hash);
         } else { /* no AdamW step yet: zero moments */
             static const float zeros[1024] = {0};
             for (int64_t i = 0; i < count && ok; i += 1024) {
                 size_t n = (size_t)(count - i < 1024 ? count - i : 1024);
-                ok = fwrite(zeros, sizeof(float), n, f) == n;
+                ok = fwrite_hashed(zeros, sizeof(float) * n, f, &hash);
             }
         }
     }
@@ -170,6 +180,11 @@ static inline int ckpt_write_state(const char *path, const CheckpointState *st, 
     ok = (fclose(f) == 0) && ok;
     if (!ok)
         return set_error(err, errlen, "cannot write '%s': %s\n  hint: is the disk full?", path, strerror(saved));
+    if (sum) {
+        file_sum_name(sum, path);
+        sum->size = (int64_t)hash.total;
+        sum->xxh64 = xxh64_digest(&hash);
+    }
     return 0;
 }
 
@@ -233,7 +248,28 @@ typedef struct {
     int64_t count;     /* moments in the file: the sum of the ranges' counts */
     int64_t data_at;   /* byte offset of m[0]; v[0] is count floats later */
     CkptRange *ranges; /* in file order, the moments of each following the previous' */
+    int64_t size;      /* of the file */
+    Xxh64 hash;        /* of the bytes read so far, while they follow each other from the start */
+    int64_t hashed_to; /* the end of those bytes */
+    int out_of_order;  /* a read that did not start at hashed_to: hash is not the file's */
 } CkptStateFile;
+
+/* What the moments loader read of one train_state file. */
+typedef struct {
+    FileSum sum; /* its name and size, and its XXH64 where whole */
+    int whole;   /* 1: every byte was read, in order, so that sum.xxh64 is the file's */
+} CkptStateRead;
+
+/* Feeds n bytes read at offset `at` of a file to its hash, when they follow the ones before. */
+static inline void ckpt_hash_read_(CkptStateFile *file, int64_t at, const void *data, size_t n)
+{
+    if (file->out_of_order || at != file->hashed_to) {
+        file->out_of_order = 1;
+        return;
+    }
+    xxh64_update(&file->hash, data, n);
+    file->hashed_to += (int64_t)n;
+}
 
 /* The header and range table of an open train_state file into *out (its
  * ranges allocated here); sizes are checked against the file's before they
@@ -243,8 +279,11 @@ static inline int ckpt_read_header_(FILE *f, const char *path, int64_t size, int
 {
     unsigned char h[CKPT_STATE_HEADER_BYTES], entry[16];
     CheckpointState *st = &out->state;
+    xxh64_init(&out->hash);
+    out->size = size;
     if (size < CKPT_STATE_HEADER_BYTES || fread(h, 1, sizeof(h), f) != sizeof(h))
         return set_error(err, errlen, "'%s' is too short (%lld bytes) to be a train_state.bin", path, (long long)size);
+    ckpt_hash_read_(out, 0, h, sizeof(h));
     if (memcmp(h, CKPT_STATE_MAGIC "\0", 8) != 0)
         return set_error(err, errlen, "'%s' is not a train_state.bin (bad magic)", path);
     uint32_t version = get_u32le(h + 8);
@@ -295,6 +334,7 @@ static inline int ckpt_read_header_(FILE *f, const char *path, int64_t size, int
     for (int64_t i = 0; i < out->n_ranges; i++) {
         if (fread(entry, 1, sizeof(entry), f) != sizeof(entry))
             return set_error(err, errlen, "'%s': short read of the range table", path);
+        ckpt_hash_read_(out, CKPT_STATE_HEADER_BYTES + 16 * i, entry, sizeof(entry));
         out->ranges[i].offset = (int64_t)get_u64le(entry);
         out->ranges[i].count = (int64_t)get_u64le(entry + 8);
     }
@@ -515,9 +555,10 @@ static inline CkptRead *ckpt_moments_plan_(const CkptMomentsSource *src, const C
     return reads;
 }
 
-/* Carries out the reads, each file's in file order: all of m, then all of v. */
-static inline int ckpt_moments_read_(const CkptMomentsSource *src, const CkptRead *reads, int n_reads, float *m,
-                                     float *v, char *err, size_t errlen)
+/* Carries out the reads, each file's in file order: all of m, then all of v;
+ * each read feeds the file's hash (ckpt_hash_read_). */
+static inline int ckpt_moments_read_(CkptMomentsSource *src, const CkptRead *reads, int n_reads, float *m, float *v,
+                                     char *err, size_t errlen)
 {
     char path[LLMC_PATH_MAX + 64];
     for (int i = 0; i < n_reads;) {
@@ -535,6 +576,8 @@ static inline int ckpt_moments_read_(const CkptMomentsSource *src, const CkptRea
                 off_t at = (off_t)src->files[r].data_at + (off_t)(which * src->files[r].count + c->src) * 4;
                 float *to = (which == 0 ? m : v) + c->dst;
                 ok = fseeko(f, at, SEEK_SET) == 0 && fread(to, sizeof(float), (size_t)c->n, f) == (size_t)c->n;
+                if (ok)
+                    ckpt_hash_read_(&src->files[r], (int64_t)at, to, (size_t)c->n * sizeof(float));
             }
         }
         fclose(f);
@@ -550,10 +593,13 @@ static inline int ckpt_moments_read_(const CkptMomentsSource *src, const CkptRea
  * train_state files of ckpt_dir, whatever world size and ranges wrote them: all
  * files' ranges together must tile [0, total). Wanted ranges may come in any
  * order and overlap; their elements at or past total are zero (ZeRO padding).
- * state receives rank 0's header (step, data position, RNG). */
-static inline int checkpoint_load_moments_try(const char *ckpt_dir, int64_t total, const CkptRange *wanted,
-                                              int n_wanted, float *m, float *v, CheckpointState *state, char *err,
-                                              size_t errlen)
+ * state receives rank 0's header (step, data position, RNG). *reads (NULL: not
+ * wanted; else the caller frees it): what was read of each of the *n_reads
+ * files, in rank order, with the checksum of those read whole (on success). */
+static inline int checkpoint_load_moments_read_try(const char *ckpt_dir, int64_t total, const CkptRange *wanted,
+                                                   int n_wanted, float *m, float *v, CheckpointState *state,
+                                                   CkptStateRead **reads_out, int *n_reads_out, char *err,
+                                                   size_t errlen)
 {
     int64_t count = 0;
     if (n_wanted < 0 || (n_wanted > 0 && !wanted))
@@ -585,8 +631,30 @@ static inline int checkpoint_load_moments_try(const char *ckpt_dir, int64_t tota
         free(reads);
         *state = src.files[0].state;
     }
+    if (rc == 0 && reads_out) {
+        *reads_out = (CkptStateRead *)calloc_check((size_t)src.n_files, sizeof(CkptStateRead), "checkpoint reads");
+        *n_reads_out = src.n_files;
+        for (int r = 0; r < src.n_files; r++) {
+            CkptStateRead *out = &(*reads_out)[r];
+            const CkptStateFile *file = &src.files[r];
+            char path[LLMC_PATH_MAX + 64];
+            checkpoint_state_file(path, sizeof(path), ckpt_dir, r, src.world);
+            file_sum_name(&out->sum, path);
+            out->sum.size = file->size;
+            out->whole = !file->out_of_order && file->hashed_to == file->size;
+            out->sum.xxh64 = out->whole ? xxh64_digest(&file->hash) : 0;
+        }
+    }
     ckpt_moments_free_(&src);
     return rc;
+}
+
+/* checkpoint_load_moments_read_try without the checksums */
+static inline int checkpoint_load_moments_try(const char *ckpt_dir, int64_t total, const CkptRange *wanted,
+                                              int n_wanted, float *m, float *v, CheckpointState *state, char *err,
+                                              size_t errlen)
+{
+    return checkpoint_load_moments_read_try(ckpt_dir, total, wanted, n_wanted, m, v, state, NULL, NULL, err, errlen);
 }
 
 #endif /* LLMC_TRAIN_STATE_H */

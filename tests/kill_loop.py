@@ -60,6 +60,11 @@ def checkpoint_files(path):
         data = open(os.path.join(path, name), "rb").read()
         if name.startswith("train_state"):
             out[name] = (data[:RUN_ID_BYTES.start] + data[RUN_ID_BYTES.stop:], data[RUN_ID_BYTES][::-1].hex())
+        elif name == "COMPLETE":  # the manifest: its run line, the train states' checksums and its own name the run
+            lines = data.split(b"\n")
+            run = next((line[4:].decode() for line in lines if line.startswith(b"run ")), None)
+            out[name] = (b"\n".join(line for line in lines
+                                    if not line.startswith((b"run ", b"end ")) and b" train_state" not in line), run)
         else:
             out[name] = (data, None)
     return out
@@ -158,7 +163,7 @@ def main():
         files = sorted(want)
         same = sorted(have) == files and all(have[f][0] == want[f][0] for f in files)
         ids, ref_ids = run_ids(log), run_ids(ref_log)
-        final_ids = {have[f][1] for f in files if f.startswith("train_state")} if same else set()
+        final_ids = {have[f][1] for f in files if f.startswith("train_state") or f == "COMPLETE"} if same else set()
         one_run = len(set(ids)) == 1 and final_ids == set(ids) and ids[0] not in ref_ids
         if not one_run:
             print(f"FAIL the starts logged run ids {sorted(set(ids))}, the final checkpoint {sorted(final_ids)}, the "

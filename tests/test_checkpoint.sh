@@ -110,8 +110,119 @@ expect "a --checkpoint-dir too long for its paths is refused" "at most" \
     train --steps 2 --checkpoint-dir "$tmp/$(printf 'd%.0s' $(seq 1000))"
 mkdir -p "$tmp/m4" && cp -r "$tmp/a/step_00000006" "$tmp/m4/"
 printf '\x01' | dd of="$tmp/m4/step_00000006/train_state.bin" bs=1 seek=104 conv=notrunc status=none
+printf 'step 6\n' > "$tmp/m4/step_00000006/COMPLETE" # without checksums: the loader's check, not the manifest's
 expect "a data position that does not fit names the checkpoint" "resuming from '$tmp/m4/step_00000006': its data position" \
     train --steps 8 --checkpoint-dir "$tmp/m4" --resume
+
+# (f) checksums (issue 32): COMPLETE is a manifest of every file's XXH64 and size and the run id, checked
+# on --resume and --init-from; a file changed since the save is refused, naming it, the expected and found
+flip() { # FILE OFFSET: flips the lowest bit of the byte at OFFSET (negative: from the end)
+    local at=$2 b
+    [ "$at" -lt 0 ] && at=$(($(stat -c %s "$1") + at))
+    b=$(od -An -tu1 -j "$at" -N1 "$1" | tr -d ' ')
+    printf "$(printf '\\%03o' $((b ^ 1)))" | dd of="$1" bs=1 seek="$at" conv=notrunc status=none
+}
+copy_a6() { rm -rf "$tmp/$1" && mkdir -p "$tmp/$1" && cp -r "$tmp/a/step_00000006" "$tmp/$1/"; } # a copy of step 6 of run a
+ck=$tmp/a/step_00000006
+check "COMPLETE lists every file of the checkpoint with its size, and the run id of the log" "$PYTHON" - "$ck" \
+    "$(run_id "$tmp/a.jsonl")" <<'PY'
+import os, sys
+d, run = sys.argv[1], sys.argv[2]
+lines = open(f"{d}/COMPLETE").read().splitlines()
+assert lines[0] == "step 6" and lines[1] == f"run {run}", lines[:2]
+files = {}
+for l in lines[2:-1]:
+    kind, h, size, name = l.split(" ")
+    assert kind == "xxh64" and len(h) == 16, l
+    files[name] = int(size)
+assert lines[-1].startswith("end xxh64 "), lines[-1]
+want = {f: os.path.getsize(f"{d}/{f}") for f in os.listdir(d) if f != "COMPLETE"}
+assert files == want, (files, want)
+PY
+if command -v xxh64sum > /dev/null; then # xxHash's own tool: the same hashes
+    check "xxh64sum agrees with every checksum of COMPLETE" bash -c "cd '$ck' && sed -n \
+        's/^xxh64 \([0-9a-f]*\) [0-9]* \(.*\)/\1  \2/p' COMPLETE | xxh64sum -c --quiet"
+else
+    echo "SKIP xxh64sum is not installed (apt install xxhash)"
+fi
+copy_a6 f1
+f=$tmp/f1/step_00000006/model.safetensors
+flip "$f" -1000
+expect "a flipped bit in model.safetensors is refused on --resume, naming the file" \
+    "'$f' does not match the checkpoint's manifest" train --steps 8 --checkpoint-dir "$tmp/f1" --resume
+expect "... saying what was expected and found, with a hint" "the file changed since it was saved" \
+    train --steps 8 --checkpoint-dir "$tmp/f1" --resume
+init() { ./train_llama_ref -B 2 -T 32 --warmup 2 --lr 3e-3 --seed 5 --train "$tmp/data_*.bin" "$@"; }
+expect "a flipped bit in model.safetensors is refused on --init-from, naming the file" \
+    "'$f' does not match the checkpoint's manifest" init --steps 1 --init-from "$tmp/f1/step_00000006"
+init --steps 1 --init-from "$ck" > "$tmp/f0.out" 2>&1
+check "--init-from an intact checkpoint directory loads" [ $? -eq 0 ]
+copy_a6 f0 && rm "$tmp/f0/step_00000006/COMPLETE" "$tmp/f0/step_00000006/train_state.bin" # a plain HF directory
+init --steps 1 --init-from "$tmp/f0/step_00000006" > "$tmp/f0.out" 2>&1
+check "--init-from an HF directory without a manifest (as transformers writes it) loads, without a warning" \
+    [ $? -eq 0 -a -z "$(grep warning "$tmp/f0.out")" ]
+# train_state.bin: header fields (AdamW step, RNG, data seed) and a moment edited, each refused naming the file
+for edit in "24 its AdamW step" "32 its RNG state" "96 its data seed" "-4 a moment"; do
+    copy_a6 f2
+    f=$tmp/f2/step_00000006/train_state.bin
+    flip "$f" "${edit%% *}"
+    expect "train_state.bin with ${edit#* } edited is refused, naming the file" \
+        "'$f' does not match the checkpoint's manifest" train --steps 8 --checkpoint-dir "$tmp/f2" --resume
+done
+# the state of another run at the same step, copied in
+train --steps 6 --seed 6 --checkpoint-dir "$tmp/b" > /dev/null 2>&1
+copy_a6 f3 && cp "$tmp/b/step_00000006/train_state.bin" "$tmp/f3/step_00000006/"
+expect "a train_state.bin of another run at the same step is refused" \
+    "'$tmp/f3/step_00000006/train_state.bin' belongs to run" train --steps 8 --checkpoint-dir "$tmp/f3" --resume
+copy_a6 f4 && cp "$tmp/b/step_00000006/model.safetensors" "$tmp/f4/step_00000006/"
+expect "a model.safetensors of another run at the same step is refused" \
+    "'$tmp/f4/step_00000006/model.safetensors' does not match" train --steps 8 --checkpoint-dir "$tmp/f4" --resume
+# config.json: an edited rope_theta (or rms_norm_eps) is refused
+copy_a6 f5
+f=$tmp/f5/step_00000006/config.json
+sed -i 's/"rope_theta": 500000.0/"rope_theta": 10000.0/g' "$f"
+expect "an edited rope_theta in config.json is refused, naming the file" \
+    "'$f' does not match the checkpoint's manifest" train --steps 8 --checkpoint-dir "$tmp/f5" --resume
+expect "... on --init-from too" "'$f' does not match the checkpoint's manifest" \
+    init --steps 1 --init-from "$tmp/f5/step_00000006"
+copy_a6 f6
+sed -i 's/"rms_norm_eps": 1e-05/"rms_norm_eps": 1e-06/' "$tmp/f6/step_00000006/config.json"
+expect "an edited rms_norm_eps in config.json is refused" "config.json' does not match the checkpoint's manifest" \
+    train --steps 8 --checkpoint-dir "$tmp/f6" --resume
+# the manifest itself: an edited line, a listed file that is missing
+copy_a6 f7
+sed -i '3s/^xxh64 \(.\)/xxh64 0\1/; 3s/^xxh64 0\(.\{16\}\)./xxh64 \1/' "$tmp/f7/step_00000006/COMPLETE"
+expect "an edited manifest is refused, naming it" "'$tmp/f7/step_00000006/COMPLETE' is corrupt" \
+    train --steps 8 --checkpoint-dir "$tmp/f7" --resume
+copy_a6 f8 && rm "$tmp/f8/step_00000006/generation_config.json"
+expect "a file of the manifest that is missing is refused, naming it" \
+    "'$tmp/f8/step_00000006/generation_config.json' is in the checkpoint's manifest but" \
+    train --steps 8 --checkpoint-dir "$tmp/f8" --resume
+
+# (g) checkpoints of an older build (COMPLETE without checksums) resume, with a warning; a model flag that
+# differs from the checkpoint's config.json is refused with or without checksums, naming the field and both values
+copy_a6 g1 && printf 'step 6\n' > "$tmp/g1/step_00000006/COMPLETE"
+train --steps 8 --checkpoint-dir "$tmp/g1" --resume --keep 0 > "$tmp/g1.out" 2>&1
+rc=$?
+check "a checkpoint without checksums resumes (exit $rc)" [ $rc -eq 0 ]
+check "... with a warning that it is not verified" grep -q "warning: '$tmp/g1/step_00000006' has no checksums" "$tmp/g1.out"
+check "... and its next checkpoint has them" grep -q '^end xxh64 ' "$tmp/g1/step_00000008/COMPLETE"
+copy_a6 g2 && printf 'step 6\n' > "$tmp/g2/step_00000006/COMPLETE"
+sed -i 's/"rope_theta": 500000.0/"rope_theta": 10000.0/g' "$tmp/g2/step_00000006/config.json"
+expect "an edited rope_theta in a checkpoint without checksums is refused, naming the field and both values" \
+    "config.json' has rope_theta = 10000 but this run's model has 500000" \
+    train --steps 8 --checkpoint-dir "$tmp/g2" --resume
+copy_a6 g3 && copy_a6 g4 && copy_a6 g5
+expect "a resume with another preset of the same shape is refused, naming the rope scaling" \
+    "config.json' has rope_scaling = none but this run's model has llama3" \
+    train --steps 8 --checkpoint-dir "$tmp/g3" --resume --preset llama3.2-1b --vocab 512 --d-model 64 --n-layer 2 \
+    --n-head 4 --n-kv-head 2 --head-dim 16 --ffn-dim 176
+expect "a resume with a model of another rope_theta (--init-from) is refused, naming both values" \
+    "config.json' has rope_theta = 500000 but this run's model has 10000" \
+    init --steps 8 --checkpoint-dir "$tmp/g4" --resume --init-from "$tmp/g2/step_00000006"
+expect "a resume with another shape flag is refused, naming the field and both values" \
+    "config.json' has intermediate_size = 176 but this run's model has 192" \
+    train --steps 8 --checkpoint-dir "$tmp/g5" --resume --ffn-dim 192
 
 # (e) the format, read by Python: config.json (its BOS and EOS the shard's) always, safetensors where installed
 ck=$tmp/a/step_00000006

@@ -7,7 +7,13 @@
  * the end zero. Adjacent ranges are merged when written; version 1 files (one
  * range, no table) still load; overlapping or missing ranges, a missing or
  * foreign rank file and a corrupt range table are errors that name what is
- * wrong. Runs in a temporary directory, no GPU. */
+ * wrong. Checksums (issue 32): XXH64 against the reference implementation's
+ * values; the manifest in COMPLETE written by a commit that gathers each rank's
+ * .xxh64 line, read back, and refused when edited; a resume by any world size
+ * checks every file once (whole reads as they happen, the rest by the rank they
+ * fall to) and names a changed one. The JSON reader takes a duplicate key's last
+ * value, as Python's json does (config.json). Runs in a temporary directory, no
+ * GPU. */
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -75,9 +81,10 @@ static float moment(int which, int64_t i)
     return (which ? -1.0f : 1.0f) * (float)(i % 1000) * 0.5f + (float)which;
 }
 
-/* Writes rank r of world's state file into dir, with the moments of ranges. */
-static int write_rank(const char *dir, int64_t total, int world, int r, uint64_t step, const CkptRange *ranges, int n,
-                      char *err, size_t errlen)
+/* Writes rank r of world's state file into dir, with the moments of ranges;
+ * *sum (NULL: none): its checksum. */
+static int write_rank_sum(const char *dir, int64_t total, int world, int r, uint64_t step, const CkptRange *ranges,
+                          int n, FileSum *sum, char *err, size_t errlen)
 {
     CheckpointState st = checkpoint_state(0x5eed, step, step, 99);
     int64_t count = 0;
@@ -94,10 +101,16 @@ static int write_rank(const char *dir, int64_t total, int world, int r, uint64_t
             v[at] = moment(1, ranges[i].offset + k);
         }
     }
-    int rc = checkpoint_write_state_try(dir, &st, total, ranges, n, m, v, err, errlen);
+    int rc = checkpoint_write_state_try(dir, &st, total, ranges, n, m, v, sum, err, errlen);
     free(m);
     free(v);
     return rc;
+}
+
+static int write_rank(const char *dir, int64_t total, int world, int r, uint64_t step, const CkptRange *ranges, int n,
+                      char *err, size_t errlen)
+{
+    return write_rank_sum(dir, total, world, r, step, ranges, n, NULL, err, errlen);
 }
 
 /* Writes the state files of `world` ranks into dir (as each rank would). */
@@ -260,6 +273,297 @@ static void fresh_dir(char *dir, size_t n, const char *root, const char *name)
 {
     snprintf(dir, n, "%s/%s", root, name);
     mkdir(dir, 0755);
+}
+
+/* XXH64 against the values of the reference implementation (libxxhash 0.8's
+ * XXH64, seed 0) for a pattern of n bytes, in one call and split in pieces of
+ * every size from 1 to 96. */
+static void test_xxh64(void)
+{
+    static const struct {
+        size_t n;
+        uint64_t want;
+    } cases[] = {{1, 0xa96c7f0ce858bbb7ull},   {4, 0xfa212ae44b3bb23dull},    {8, 0x994b676b71ce94ddull},
+                 {31, 0x6711d55e306b5d8full},  {32, 0x07f7b8e3bc5d6e25ull},   {33, 0x2c31b24a7e2c2975ull},
+                 {100, 0xe7e1c9bea5461a46ull}, {1000, 0xb7d233d29e4d1d5eull}, {100003, 0xfce180ea552b63e2ull}};
+    unsigned char *b = (unsigned char *)malloc_check(100003, "pattern");
+    for (size_t i = 0; i < 100003; i++)
+        b[i] = (unsigned char)(i * 131 + 7 + (i >> 5));
+    check(xxh64("", 0) == 0xef46db3751d8e999ull && xxh64("abc", 3) == 0x44bc2cf5ad770999ull,
+          "xxh64 of \"\" and \"abc\" are the reference's");
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        int split_ok = 1;
+        for (size_t piece = 1; piece <= 96 && split_ok; piece++) {
+            Xxh64 h;
+            xxh64_init(&h);
+            for (size_t at = 0; at < cases[c].n; at += piece)
+                xxh64_update(&h, b + at, cases[c].n - at < piece ? cases[c].n - at : piece);
+            split_ok = xxh64_digest(&h) == cases[c].want;
+        }
+        check(xxh64(b, cases[c].n) == cases[c].want && split_ok,
+              "xxh64 of %zu bytes is the reference's, in one piece and split any way", cases[c].n);
+    }
+    free(b);
+}
+
+/* The JSON reader on duplicate keys: the last value wins, as in Python's json
+ * (json.loads('{"a": 1, "a": 2}') == {"a": 2}), which transformers reads config.json with. */
+static void test_json_duplicates(const char *root)
+{
+    const char *text = "{\"a\": 1, \"b\": {\"c\": true, \"c\": false}, \"a\": 2, \"d\": [], \"a\": 3}";
+    JsonDoc doc;
+    char err[1024];
+    int ok = json_parse(&doc, text, strlen(text), err, sizeof(err)) == 0;
+    const JsonNode *a = ok ? json_get(&doc, json_root(&doc), "a") : NULL;
+    const JsonNode *c = ok ? json_get(&doc, json_get(&doc, json_root(&doc), "b"), "c") : NULL;
+    check(a && a->type == JSON_NUMBER && a->number == 3.0, "a key given three times reads as its last value, 3");
+    check(c && c->type == JSON_FALSE, "... in a nested object too: false");
+    check(ok && json_root(&doc)->count == 5 && json_duplicate_key(&doc, json_root(&doc)) != NULL &&
+              strcmp(json_duplicate_key(&doc, json_root(&doc)), "a") == 0,
+          "every member is kept, and json_duplicate_key still finds the duplicate");
+    if (ok)
+        json_free(&doc);
+    /* config.json as HF reads it: the last rope_theta and num_hidden_layers */
+    const char *config = "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"vocab_size\": 512, "
+                         "\"hidden_size\": 64, \"intermediate_size\": 176, \"num_hidden_layers\": 3, "
+                         "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"max_position_embeddings\": 1024, "
+                         "\"rope_theta\": 10000.0, \"num_hidden_layers\": 2, \"rope_theta\": 500000.0}";
+    LlamaConfig cfg;
+    HfTokenIds ids;
+    ok = hf_config_parse_try(config, strlen(config), "config.json", &cfg, &ids, err, sizeof(err)) == 0;
+    check(ok && cfg.n_layer == 2 && cfg.rope_theta == 500000.0f,
+          "config.json with num_hidden_layers and rope_theta twice: the last values, 2 and 500000 (got %d, %g)",
+          ok ? cfg.n_layer : -1, ok ? (double)cfg.rope_theta : -1.0);
+    char path[512];
+    snprintf(path, sizeof(path), "%s/dup_config.json", root);
+    FILE *f = fopen(path, "wb");
+    fputs(config, f);
+    fclose(f);
+    LlamaConfig want = cfg;
+    want.rope_theta = 10000.0f;
+    int rc = ok ? hf_config_check_try(path, &want, err, sizeof(err)) : 0;
+    check(rc != 0 && strstr(err, "rope_theta = 500000 but this run's model has 10000"),
+          "a resume compares the last rope_theta of config.json with the run's: %s", err);
+}
+
+/* The manifest as COMPLETE holds it: written, read back the same, an older
+ * build's "step N" read as one without checksums, any edit refused. */
+static void test_manifest(const char *root)
+{
+    CkptManifest man, back;
+    char err[1024], path[600];
+    FileSum a = {"model.safetensors", 503072, 0xa030efead917ffb0ull}, b = {"train_state.00001.bin", 0, 1};
+    ckpt_manifest_init(&man, 6, 0x8f90a36c22084d38ull);
+    ckpt_manifest_add(&man, &b);
+    ckpt_manifest_add(&man, &a);
+    size_t len;
+    char *text = ckpt_manifest_text(&man, &len);
+    check(strncmp(text,
+                  "step 6\nrun 8f90a36c22084d38\nxxh64 a030efead917ffb0 503072 model.safetensors\n"
+                  "xxh64 0000000000000001 0 train_state.00001.bin\nend xxh64 ",
+                  90) == 0 &&
+              text[len - 1] == '\n',
+          "the manifest's text: step, run, a line per file by name, end");
+    int rc = ckpt_manifest_parse_try("COMPLETE", text, len, &back, err, sizeof(err));
+    check(rc == 0 && back.has_sums && back.step == 6 && back.run_id == 0x8f90a36c22084d38ull && back.n == 2 &&
+              ckpt_manifest_find(&back, "model.safetensors") == 0 && back.files[0].size == 503072 &&
+              back.files[0].xxh64 == a.xxh64 && back.files[1].size == 0 && back.files[1].xxh64 == 1,
+          "the manifest reads back as written");
+    if (rc == 0)
+        checkpoint_manifest_free(&back);
+    rc = ckpt_manifest_parse_try("COMPLETE", "step 12\n", 8, &back, err, sizeof(err));
+    check(rc == 0 && !back.has_sums && back.step == 12, "\"step 12\" (an older build's COMPLETE) has no checksums");
+    rc = ckpt_manifest_parse_try("COMPLETE", "", 0, &back, err, sizeof(err));
+    check(rc == 0 && !back.has_sums, "an empty COMPLETE has no checksums");
+    /* edits: every one refused, naming the file */
+    struct {
+        const char *what, *from, *to;
+    } edits[] = {
+        {"a changed hash", "a030efead917ffb0", "a030efead917ffb1"},
+        {"a changed size", "503072", "503073"},
+        {"a changed run id", "run 8f90", "run 8f91"},
+        {"a changed step", "step 6", "step 7"},
+        {"a file name that leaves the directory", "0 train_state.00001.bin", "0 ../train_state.00001.bin"},
+        {"a file named twice", "0 train_state.00001.bin", "503072 model.safetensors"},
+        {"a missing end line", "\nend xxh64 ", "\n"},
+        {"uppercase hex", "a030efead917ffb0", "A030EFEAD917FFB0"},
+    };
+    for (size_t i = 0; i < sizeof(edits) / sizeof(edits[0]); i++) {
+        char edited[1024];
+        const char *at = strstr(text, edits[i].from);
+        size_t head = (size_t)(at - text), n_from = strlen(edits[i].from);
+        snprintf(edited, sizeof(edited), "%.*s%s%s", (int)head, text, edits[i].to, at + n_from);
+        if (strcmp(edits[i].what, "a missing end line") == 0) /* the end line's hash, cut */
+            edited[head + 1] = '\0';
+        rc = ckpt_manifest_parse_try("d/COMPLETE", edited, strlen(edited), &back, err, sizeof(err));
+        check(rc != 0 && strstr(err, "'d/COMPLETE' is corrupt"), "a manifest with %s is refused: %s", edits[i].what,
+              err);
+    }
+    char junk[1100];
+    snprintf(junk, sizeof(junk), "%sxxh64 0000000000000001 1 late\n", text);
+    rc = ckpt_manifest_parse_try("d/COMPLETE", junk, strlen(junk), &back, err, sizeof(err));
+    check(rc != 0 && strstr(err, "more after"), "a manifest with lines after its end is refused: %s", err);
+    /* a file against it: size, hash, unknown name */
+    FileSum got = a;
+    got.size++;
+    rc = checkpoint_check_sum_try("d", &man, &got, err, sizeof(err));
+    check(rc != 0 && strstr(err, "'d/model.safetensors' does not match the checkpoint's manifest 'd/COMPLETE'") &&
+              strstr(err, "expected 503072 bytes") && strstr(err, "found 503073 bytes") &&
+              strstr(err, "hint: the file changed since it was saved"),
+          "a file of another size: expected and found sizes, and a hint: %s", err);
+    got = a;
+    got.xxh64 ^= 1;
+    rc = checkpoint_check_sum_try("d", &man, &got, err, sizeof(err));
+    check(rc != 0 && strstr(err, "expected xxh64 a030efead917ffb0, found xxh64 a030efead917ffb1"),
+          "a file of another hash: both hashes: %s", err);
+    snprintf(got.name, sizeof(got.name), "tokenizer.model");
+    rc = checkpoint_check_sum_try("d", &man, &got, err, sizeof(err));
+    check(rc != 0 && strstr(err, "'d/tokenizer.model' is not in the checkpoint's manifest"),
+          "a file the manifest does not list: %s", err);
+    free(text);
+    checkpoint_manifest_free(&man);
+    /* read from a directory */
+    snprintf(path, sizeof(path), "%s/manifest_dir", root);
+    mkdir(path, 0755);
+    snprintf(path, sizeof(path), "%s/manifest_dir/COMPLETE", root);
+    FILE *f = fopen(path, "wb");
+    fputs("step 3\nrun zz\n", f);
+    fclose(f);
+    snprintf(path, sizeof(path), "%s/manifest_dir", root);
+    rc = checkpoint_manifest_read_try(path, &back, err, sizeof(err));
+    check(rc != 0 && strstr(err, "manifest_dir/COMPLETE' is corrupt (line 2"),
+          "a COMPLETE read from disk is checked: %s", err);
+}
+
+/* Rank r of `load_world` resumes ckpt (saved by another world or sharding):
+ * loads its ranges and checks the files it falls to; 0, or -1 with err. */
+static int resume_rank(const char *ckpt, int64_t total, int kind, int load_world, int r, int *whole_own, char *err,
+                       size_t errlen)
+{
+    CkptRange wanted[MAX_RANGES];
+    int n = ranges_of(kind, total, load_world, r, 1, wanted);
+    int64_t count = 0;
+    for (int i = 0; i < n; i++)
+        count += wanted[i].count;
+    float *m = (float *)malloc_check((size_t)(count + 1) * sizeof(float), "m");
+    float *v = (float *)malloc_check((size_t)(count + 1) * sizeof(float), "v");
+    CheckpointState st;
+    CkptManifest man;
+    CkptStateRead *reads = NULL;
+    int n_reads = 0;
+    int rc = checkpoint_manifest_read_try(ckpt, &man, err, errlen);
+    if (rc == 0) {
+        rc = checkpoint_load_moments_read_try(ckpt, total, wanted, n, m, v, &st, &reads, &n_reads, err, errlen);
+        if (rc == 0)
+            rc = checkpoint_verify_try(ckpt, &man, &st, reads, n_reads, r, load_world, err, errlen);
+        if (whole_own)
+            *whole_own = rc == 0 && r < n_reads && reads[r].whole;
+        checkpoint_manifest_free(&man);
+    }
+    free(reads);
+    free(m);
+    free(v);
+    return rc;
+}
+
+/* A save of `world` ranks as train_llama makes it: the staging directory, each
+ * rank's file and its .xxh64 line, a small file without one, rank 0's commit;
+ * then resumes by other worlds, and changed files. */
+static void test_multi_rank_sums(const char *root)
+{
+    const int64_t total = 4099;
+    char ck[256], staging[LLMC_PATH_MAX], saved[LLMC_PATH_MAX], err[2048], path[LLMC_PATH_MAX + 64];
+    snprintf(ck, sizeof(ck), "%s/sums", root);
+    int rc = checkpoint_stage_try(ck, 7, staging, sizeof(staging), err, sizeof(err));
+    for (int r = 0; r < 3 && rc == 0; r++) {
+        CkptRange ranges[MAX_RANGES];
+        FileSum sum;
+        int n = ranges_of(BUCKETED, total, 3, r, 0, ranges);
+        rc = write_rank_sum(staging, total, 3, r, 7, ranges, n, &sum, err, sizeof(err));
+        if (rc == 0)
+            rc = checkpoint_write_sum_try(staging, &sum, err, sizeof(err));
+    }
+    snprintf(path, sizeof(path), "%s/generation_config.json", staging);
+    if (rc == 0)
+        rc = write_file_synced(path, "{}\n", 3, err, sizeof(err));
+    if (rc == 0)
+        rc = checkpoint_commit_try(ck, 7, 0x5eed, 0, NULL, 0, saved, sizeof(saved), err, sizeof(err));
+    check(rc == 0, "3 ranks' files and .xxh64 lines committed: %s", rc == 0 ? saved : err);
+    CkptManifest man;
+    rc = checkpoint_manifest_read_try(saved, &man, err, sizeof(err));
+    int listed = rc == 0 && man.has_sums && man.n == 4 && man.run_id == 0x5eed && man.step == 7;
+    for (int r = 0; r < 3 && listed; r++) {
+        FileSum on_disk;
+        checkpoint_state_file(path, sizeof(path), saved, r, 3);
+        int at = ckpt_manifest_find(&man, strrchr(path, '/') + 1);
+        listed = at >= 0 && file_xxh64_try(path, &on_disk, err, sizeof(err)) == 0 &&
+                 on_disk.xxh64 == man.files[at].xxh64 && on_disk.size == man.files[at].size;
+        snprintf(path + strlen(path), sizeof(path) - strlen(path), CKPT_SUM_SUFFIX);
+        listed = listed && !path_exists(path);
+    }
+    check(listed && ckpt_manifest_find(&man, "generation_config.json") >= 0,
+          "the manifest lists every rank's file with its hash as written and the file hashed at the commit; no "
+          ".xxh64 is left");
+    if (rc == 0)
+        checkpoint_manifest_free(&man);
+    /* resumes: the same world reads each file whole; others check the rest by the rank they fall to */
+    int all_whole = 1;
+    for (int r = 0; r < 3; r++) {
+        int whole = 0;
+        rc = resume_rank(saved, total, BUCKETED, 3, r, &whole, err, sizeof(err));
+        all_whole = all_whole && rc == 0 && whole;
+    }
+    check(all_whole, "a resume by the same 3 ranks: each reads its own file whole, hashed as read, and it matches");
+    const int worlds[] = {1, 2, 4, 5};
+    for (int w = 0; w < 4; w++) {
+        for (int kind = 0; kind < 2; kind++) {
+            int ok = 1;
+            for (int r = 0; r < worlds[w] && ok; r++)
+                ok = resume_rank(saved, total, kind, worlds[w], r, NULL, err, sizeof(err)) == 0;
+            check(ok, "a resume by %d rank(s), %s, checks the files: %s", worlds[w], kind_name[kind], ok ? "ok" : err);
+        }
+    }
+    /* a flipped bit in rank 2's moments: refused by whichever rank checks it, for every world */
+    char bad[256], cmd[600];
+    snprintf(bad, sizeof(bad), "%s/sums_bad", root);
+    snprintf(cmd, sizeof(cmd), "cp -r %s %s", ck, bad);
+    if (system(cmd) != 0)
+        FAIL("cannot copy '%s'", ck);
+    char bad_ckpt[300];
+    snprintf(bad_ckpt, sizeof(bad_ckpt), "%s/step_00000007", bad);
+    checkpoint_state_file(path, sizeof(path), bad_ckpt, 2, 3);
+    FILE *f = fopen(path, "r+b");
+    if (!f || fseeko(f, -5, SEEK_END) != 0)
+        FAIL("cannot open '%s'", path);
+    int c = fgetc(f);
+    fseeko(f, -5, SEEK_END);
+    fputc(c ^ 1, f);
+    fclose(f);
+    const int all_worlds[] = {1, 2, 3, 4, 5};
+    for (int w = 0; w < 5; w++) {
+        for (int kind = 0; kind < 2; kind++) {
+            int refusals = 0, named = 1;
+            for (int r = 0; r < all_worlds[w]; r++) {
+                if (resume_rank(bad_ckpt, total, kind, all_worlds[w], r, NULL, err, sizeof(err)) != 0) {
+                    refusals++;
+                    named = named && strstr(err, "train_state.00002.bin' does not match the checkpoint's manifest");
+                }
+            }
+            check(refusals >= 1 && named, "rank 2's changed file is refused by %d of %d %s resuming rank(s), naming it",
+                  refusals, all_worlds[w], kind_name[kind]);
+        }
+    }
+    /* a missing rank file that another world would not read whole, a .xxh64 line that is not its file's */
+    unlink(path);
+    rc = resume_rank(bad_ckpt, total, BUCKETED, 3, 0, NULL, err, sizeof(err));
+    check(rc != 0 && strstr(err, "train_state.00002.bin"), "a missing rank file is refused, naming it: %s", err);
+    rc = checkpoint_stage_try(ck, 8, staging, sizeof(staging), err, sizeof(err));
+    snprintf(path, sizeof(path), "%s/train_state.00001.bin" CKPT_SUM_SUFFIX, staging);
+    if (rc == 0)
+        rc = write_file_synced(path, "xxh64 0000000000000001 3 train_state.00002.bin\n", 47, err, sizeof(err));
+    rc = rc == 0 ? checkpoint_commit_try(ck, 8, 0x5eed, 0, NULL, 0, saved, sizeof(saved), err, sizeof(err)) : 0;
+    check(rc != 0 && strstr(err, "is not the checksum line of 'train_state.00001.bin'"),
+          "a .xxh64 line of another file is refused at the commit: %s", err);
 }
 
 int main(void)
@@ -473,6 +777,10 @@ int main(void)
     snprintf(dir, sizeof(dir), "%s/t0_contiguous_w2", root);
     rc = checkpoint_load_moments_try(dir, 1001, &head, 1, m, v, &st, err, sizeof(err));
     check(rc != 0 && strstr(err, "1000") != NULL, "state of another model size is refused: %s", err);
+    test_xxh64();
+    test_json_duplicates(root);
+    test_manifest(root);
+    test_multi_rank_sums(root);
     snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
     if (system(cmd) != 0)
         printf("warning: could not remove %s\n", root);

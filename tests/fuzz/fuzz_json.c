@@ -2,9 +2,10 @@
  * fuzz_json.c: libFuzzer target for llmc/json.h. Any input must either parse
  * or fail with a message, never crash, leak or read out of bounds (ASan and
  * UBSan watch). A parsed tree must be well formed (every container's count
- * matches its linked children, only object members have keys) and must
- * survive a round trip: written back as JSON and parsed again it gives the
- * same tree. Build and run: make test-fuzz (tests/fuzz/run.sh).
+ * matches its linked children, only object members have keys), json_get must
+ * give the last member of a key given twice (as Python's json does), and it
+ * must survive a round trip: written back as JSON and parsed again it gives
+ * the same tree. Build and run: make test-fuzz (tests/fuzz/run.sh).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -80,6 +81,22 @@ static void same_tree(const JsonDoc *da, const JsonNode *a, const JsonDoc *db, c
     fuzz_assert(!ca && !cb && children == a->count, "a container's count differs from its children");
 }
 
+/* In every object under n, json_get(key) is the last member with that key. */
+static void last_key_wins(const JsonDoc *doc, const JsonNode *n)
+{
+    for (const JsonNode *c = json_first(doc, n); c; c = json_next(doc, c)) {
+        if (n->type == JSON_OBJECT) {
+            const JsonNode *got = json_get(doc, n, json_key(doc, c));
+            fuzz_assert(got != NULL && strcmp(json_key(doc, got), json_key(doc, c)) == 0, "json_get misses a key");
+            for (const JsonNode *later = json_next(doc, got); later; later = json_next(doc, later))
+                fuzz_assert(strcmp(json_key(doc, later), json_key(doc, c)) != 0,
+                            "json_get gives a key's earlier value");
+            fuzz_assert(got >= c, "json_get gives a member before this one of the same key");
+        }
+        last_key_wins(doc, c);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     JsonDoc doc, again;
@@ -91,6 +108,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const JsonNode *root = json_root(&doc);
     fuzz_assert(root != NULL && root->key < 0, "no root, or a root with a key");
     json_duplicate_key(&doc, root);
+    last_key_wins(&doc, root);
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);

@@ -6,8 +6,9 @@
  * where it holds the separator "=NEXTFILE="; the parameter count is taken
  * from the first header when it is small (so that the files' other fields are
  * reached), else 1000. Any files must be refused with a message naming the
- * file or the directory, or give moments whose ranges tile [0, total); never
- * a crash, an overflow or a read past a file.
+ * file or the directory, or give moments whose ranges tile [0, total), and for
+ * each file that the loader says it read whole, the checksum of the file
+ * (hashed as read); never a crash, an overflow or a read past a file.
  * Build and run: make test-fuzz (tests/fuzz/run.sh).
  */
 #define _GNU_SOURCE /* memmem */
@@ -87,6 +88,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int64_t count = total + total / 3 + 1 + 5;
     float *m = (float *)malloc((size_t)count * sizeof(float)), *v = (float *)malloc((size_t)count * sizeof(float));
     CheckpointState state;
+    CkptStateRead *reads = NULL;
+    int n_reads = 0;
     if (checkpoint_load_moments_try(dir, total, wanted, 3, m, v, &state, err, sizeof(err)) != 0) {
         expect_named(err);
     } else {
@@ -94,6 +97,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (m[count - 4 + k] != 0.0f || v[count - 4 + k] != 0.0f)
                 abort();
         }
+    }
+    /* all the moments once, in order: every file is read whole, hashed as read */
+    if (checkpoint_load_moments_read_try(dir, total, wanted, 1, m, v, &state, &reads, &n_reads, err, sizeof(err)) ==
+        0) {
+        for (int i = 0; i < n_reads; i++) { /* a file read whole has the file's checksum */
+            char path[256];
+            FileSum sum;
+            snprintf(path, sizeof(path), "%s/%s", dir, reads[i].sum.name);
+            if (file_xxh64_try(path, &sum, err, sizeof(err)) != 0 || sum.size != reads[i].sum.size || !reads[i].whole ||
+                sum.xxh64 != reads[i].sum.xxh64)
+                abort();
+        }
+        free(reads);
     }
     free(m);
     free(v);

@@ -52,6 +52,20 @@ def corpus(tmp_path):
     return root
 
 
+@pytest.fixture
+def bigger_corpus(corpus):
+    """The corpus and 16 more text files of random words: some 5,000 tokens, several shards of the least
+    --shard-tokens (1,000)."""
+    import random
+    rng = random.Random(11)
+    words = ["shard", "token", "header", "the", "of", "and", "naïve", "café", "1234", "!", "\n", "emoji 🎉"]
+    for i in range(16):
+        path = corpus / "more" / f"{i:02d}.txt"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(" ".join(rng.choice(words) for _ in range(rng.randint(100, 300))) + "\n")
+    return corpus
+
+
 def run(*args, env=None):
     return subprocess.run([sys.executable, PREPARE, *map(str, args)], capture_output=True, text=True, env=env)
 
@@ -122,14 +136,15 @@ def test_special_token_text_is_encoded_as_text(corpus, tmp_path, llama3):
 
 
 @needs_llama3
-def test_shard_splitting(corpus, tmp_path):
+def test_shard_splitting(bigger_corpus, tmp_path):
+    corpus = bigger_corpus
     whole, split = tmp_path / "whole", tmp_path / "split"
     run_ok(corpus, "--out-dir", whole, "--val-tokens", 0)
-    run_ok(corpus, "--out-dir", split, "--val-tokens", 0, "--shard-tokens", 25)
+    run_ok(corpus, "--out-dir", split, "--val-tokens", 0, "--shard-tokens", 1000)
     paths = shards(split, "train")
     counts = [prepare.read_shard_header(p)["num_tokens"] for p in paths]
     assert len(paths) >= 3
-    assert all(c == 25 for c in counts[:-1]) and 1 <= counts[-1] <= 25
+    assert all(c == 1000 for c in counts[:-1]) and 1 <= counts[-1] <= 1000
     assert [os.path.basename(p) for p in paths] == [f"corpus_train_{i:06d}.bin" for i in range(len(paths))]
     assert all_tokens(paths) == all_tokens(shards(whole, "train"))
 
@@ -188,9 +203,10 @@ def test_long_documents_do_not_panic_tiktoken(tmp_path, llama3):
 
 
 @needs_llama3
-def test_stale_shards_of_a_longer_run_are_removed(corpus, tmp_path):
+def test_stale_shards_of_a_longer_run_are_removed(bigger_corpus, tmp_path):
+    corpus = bigger_corpus
     out = tmp_path / "out"
-    run_ok(corpus, "--out-dir", out, "--val-tokens", 0, "--shard-tokens", 25)
+    run_ok(corpus, "--out-dir", out, "--val-tokens", 0, "--shard-tokens", 1000)
     assert len(shards(out, "train")) >= 3
     other = out / "other_train_000005.bin"
     other.write_bytes(b"not ours")
@@ -484,9 +500,11 @@ def reference_streams(docs, tokenizer, val_tokens, seed=1337):
 
 
 @needs_llama3
-def test_a_corpus_within_the_buffer_is_shuffled_whole_as_before(corpus, tmp_path, llama3):
+def test_a_corpus_within_the_buffer_is_shuffled_whole_as_before(bigger_corpus, tmp_path, llama3):
+    corpus = bigger_corpus
     out = tmp_path / "out"
-    run_ok(corpus, "--out-dir", out, "--val-tokens", 30, "--shard-tokens", 40)
+    run_ok(corpus, "--out-dir", out, "--val-tokens", 30, "--shard-tokens", 1000)
+    assert len(shards(out, "train")) >= 3
     docs = [open(path, encoding="utf-8", newline="").read() for path in prepare.find_input_files([str(corpus)])]
     want = reference_streams(docs, llama3, 30)
     assert all_tokens(shards(out, "val")) == want["val"] and all_tokens(shards(out, "train")) == want["train"]
@@ -758,9 +776,10 @@ def test_an_interrupted_run_resumes_to_the_same_shards(signal_name, tmp_path):
 
 
 @needs_llama3
-def test_resume_says_why_it_cannot(corpus, tmp_path):
+def test_resume_says_why_it_cannot(bigger_corpus, tmp_path):
+    corpus = bigger_corpus
     out = tmp_path / "out"
-    args = (corpus, "--out-dir", out, "--shard-tokens", 10, "--val-tokens", 0)
+    args = (corpus, "--out-dir", out, "--shard-tokens", 1000, "--val-tokens", 0)
     result = run(*args, "--resume")
     assert result.returncode == 1 and "nothing to resume" in result.stderr
     assert run(*args, env=dict(os.environ, PREPARE_TEST_KILL="2")).returncode == -9
@@ -778,3 +797,328 @@ def test_resume_says_why_it_cannot(corpus, tmp_path):
 def test_progress_goes_to_stderr_as_plain_lines(corpus, tmp_path):
     result = run_ok(corpus, "--out-dir", tmp_path / "out", "--val-tokens", 0)
     assert "prepare: 100.0% of " in result.stderr and "tokens/s" in result.stderr and "\r" not in result.stderr
+
+
+# ------------------------------------------------------- the audit of prepare.py (issue 32)
+
+def jsonl_corpus(folder, files=3, lines=2_500, seed=1):
+    """files JSON lines files of lines records of 1-30 random words each: text that tokenizes fast."""
+    import json
+    import random
+    rng = random.Random(seed)
+    words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(1, 8))) for _ in range(2000)]
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in range(files):
+        with open(folder / f"{f}.jsonl", "w") as out:
+            for _ in range(lines):
+                out.write(json.dumps({"text": " ".join(rng.choice(words) for _ in range(rng.randint(1, 30)))}) + "\n")
+    return folder
+
+
+def state_of(out, name="corpus"):
+    import json
+    path = out / f"{name}_prepare_state.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+# The repro of issue 32 (three 25k-line files, 300,000-token shards, --buffer-mb 2), scaled down by 10.
+RESUME_ARGS = ("--shard-tokens", 30_000, "--val-tokens", 5_000, "--buffer-mb", 0.2, "--workers", 2, "--name", "k")
+
+
+@needs_llama3
+def test_a_resumed_run_killed_before_it_completes_a_shard_keeps_its_position(tmp_path):
+    src = jsonl_corpus(tmp_path / "in")
+    whole = tmp_path / "whole"
+    run_ok(src, "--out-dir", whole, *RESUME_ARGS)
+    assert len(shards(whole, "train", "k")) >= 6
+    out = tmp_path / "out"
+    kill = dict(os.environ, PREPARE_TEST_KILL="3")
+    assert run(src, "--out-dir", out, *RESUME_ARGS, env=kill).returncode == -9
+    first = state_of(out, "k")
+    assert first["item"] >= 0 and sum(map(len, first["shards"].values())) == 3
+    # killed again at once: 3 shards are complete already, and it has begun the next
+    assert run(src, "--out-dir", out, *RESUME_ARGS, "--resume", env=kill).returncode == -9
+    second = state_of(out, "k")
+    result = run_ok(src, "--out-dir", out, *RESUME_ARGS, "--resume")
+    assert "(resumed)" in result.stdout
+    assert file_hashes(out) == file_hashes(whole)
+    assert second == first  # the position it resumed from, not "item -1, split null"
+
+
+# The kill loop: runs stopped by PREPARE_TEST_KILL at random shard counts (at or below the complete shards too: then a
+# resumed run is stopped before it completes one) with SIGKILL, SIGINT or SIGTERM, each resumed, until a run finishes;
+# its output must be byte-identical to an uninterrupted run's. About 25 s on 2 CPUs.
+KILL_LOOP_TRIALS = 8
+KILL_LOOP_MAX_KILLS = 6  # per trial; then a run without kills finishes it
+KILL_LOOP_SEED = 32
+KILL_LOOP_SIGNALS = {"KILL": -9, "INT": 130, "TERM": 143}
+
+
+def kill_loop_configs(tmp_path):
+    """name -> (input, options): JSON lines over several --buffer-mb blocks; text files with a document streamed in
+    parts and invalid UTF-8; pairs (masked shards)."""
+    import json
+    import random
+    text, _ = many_documents(tmp_path)
+    rng = random.Random(5)
+    pairs = tmp_path / "pairs.jsonl"
+    with open(pairs, "w") as f:
+        for i in range(3_000):
+            f.write(json.dumps({"prompt": f"Q{i}: " + "why " * rng.randint(1, 20),
+                                "completion": " because" * rng.randint(1, 30)}) + "\n")
+    return {
+        "jsonl": (jsonl_corpus(tmp_path / "jsonl", lines=1_500), ("--shard-tokens", 8_000, "--val-tokens", 3_000,
+                                                                  "--buffer-mb", 0.1)),
+        "text": (text, ("--shard-tokens", 8_000, "--val-tokens", 10_000, "--buffer-mb", 0.01)),
+        "pairs": (pairs, ("--format", "pairs", "--shard-tokens", 10_000, "--val-tokens", 2_000, "--buffer-mb", 0.1)),
+    }
+
+
+@needs_llama3
+def test_kill_and_resume_loop_gives_the_shards_of_an_uninterrupted_run(tmp_path):
+    import random
+    rng = random.Random(KILL_LOOP_SEED)
+    start = time.monotonic()
+    configs = kill_loop_configs(tmp_path)
+    wholes = {}
+    for name, (src, options) in configs.items():
+        wholes[name] = tmp_path / f"whole_{name}"
+        run_ok(src, "--out-dir", wholes[name], *options)
+    kills = {signal_name: 0 for signal_name in KILL_LOOP_SIGNALS}
+    kills_before_a_shard = runs = compared = 0
+    for trial in range(KILL_LOOP_TRIALS):
+        name = list(configs)[trial % len(configs)]
+        src, options = configs[name]
+        whole = file_hashes(wholes[name])
+        out = tmp_path / f"trial{trial}"
+        options = (*options, "--workers", 1 + trial % 2)
+        for attempt in range(KILL_LOOP_MAX_KILLS + 1):
+            state = state_of(out)
+            complete = sum(map(len, state["shards"].values())) if state else 0
+            resume = ("--resume",) if state else ()
+            if attempt == KILL_LOOP_MAX_KILLS:
+                result = run(src, "--out-dir", out, *options, *resume)
+            else:
+                # once per trial (its second kill), and at random after, at or below the complete shards: a resumed
+                # run stopped at its first token
+                before_a_shard = attempt == 1 or rng.random() < 0.25
+                at = complete if before_a_shard else complete + rng.randint(1, 3)
+                signal_name = rng.choice(["KILL", "KILL", "INT", "TERM"])
+                env = dict(os.environ, PREPARE_TEST_KILL=f"{at}:{signal_name}")
+                result = run(src, "--out-dir", out, *options, *resume, env=env)
+            runs += 1
+            if attempt == KILL_LOOP_MAX_KILLS or result.returncode == 0:
+                assert result.returncode == 0, (trial, attempt, result.stderr)
+                assert "(resumed)" in result.stdout or not resume
+                break
+            assert result.returncode == KILL_LOOP_SIGNALS[signal_name], (trial, attempt, result.stderr)
+            kills[signal_name] += 1
+            kills_before_a_shard += before_a_shard and complete > 0
+            if signal_name != "KILL":
+                assert "--resume continues" in result.stderr and "Traceback" not in result.stderr, result.stderr
+                assert list(out.glob("*.tmp")) == []
+            # every complete shard is the uninterrupted run's, whatever happened before
+            done = file_hashes(out)
+            for shard in (n for n in done if n.endswith(".bin")):
+                assert done[shard] == whole[shard], (trial, attempt, shard)
+                compared += 1
+        assert file_hashes(out) == whole, (trial, name)
+        compared += sum(n.endswith(".bin") for n in whole)
+    seconds = time.monotonic() - start
+    total = sum(kills.values())
+    print(f"\nkill loop: {KILL_LOOP_TRIALS} trials, {runs} runs, {total} kills "
+          f"({', '.join(f'{n} SIG{s}' for s, n in kills.items())}; {kills_before_a_shard} of resumed runs before "
+          f"they completed a shard), {compared} shards compared byte for byte, {seconds:.1f} s")
+    assert total >= 2 * KILL_LOOP_TRIALS and kills["KILL"] > 0 and kills["INT"] + kills["TERM"] > 0
+    assert kills_before_a_shard >= KILL_LOOP_TRIALS // 2 and compared > 0
+
+
+@needs_llama3
+def test_a_lone_surrogate_in_json_is_replaced_and_counted_or_with_strict_an_error(tmp_path, llama3):
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"text": "fine"}\n'
+                   '{"text": "a\\ud800b"}\n'                  # a lone high surrogate
+                   '{"text": "\\udc00 low"}\n'                # a lone low one
+                   '{"text": "pair \\ud83c\\udf89 emoji"}\n'  # a pair: one character, U+1F389
+                   '{"text": "not one: \\\\ud800"}\n'         # an escaped backslash, then text
+                   '{"te\\udfffxt": "no text field"}\n')      # in a key: skipped, and named in the summary
+    out = tmp_path / "out"
+    result = run(src, "--out-dir", out, "--val-tokens", 0)
+    assert result.returncode == 0, result.stderr
+    assert f"lone surrogates: 3 in JSON strings replaced with U+FFFD (first: {src}:2)" in result.stdout
+    assert f"skipped 1 record(s) without a string \"text\" (first: {src}:6: no string \"text\"; the keys are " \
+           f"['te\ufffdxt'])" in result.stdout
+    assert decoded_docs(all_tokens(shards(out, "train")), llama3) == sorted(
+        ["fine", "a\ufffdb", "\ufffd low", "pair \U0001f389 emoji", "not one: \\ud800"])
+    # pairs and chat examples too
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text('{"prompt": "Q\\ud800", "completion": " A"}\n{"prompt": "Q", "completion": " B"}\n')
+    result = run("--format", "pairs", pairs, "--out-dir", tmp_path / "pairs", "--val-tokens", 0)
+    assert result.returncode == 0 and "lone surrogates: 1 in JSON strings" in result.stdout, result.stderr
+    for strict_src, line in ((src, 2), (pairs, 1)):
+        strict = tmp_path / "strict"
+        fmt = "pairs" if strict_src == pairs else "text"
+        result = run(strict_src, "--out-dir", strict, "--strict", "--format", fmt)
+        assert result.returncode == 1, result.stderr
+        assert f"error: {strict_src}:{line}: a lone surrogate (\\ud800) in a JSON string" in result.stderr
+        assert "drop --strict" in result.stderr and "Traceback" not in result.stderr, result.stderr
+        assert not strict.exists() or list(strict.iterdir()) == []
+
+
+def zstd_variants():
+    """name -> (.zst bytes, what they decompress to): one frame, with a checksum, streamed (no content size), several
+    frames with a skippable one between, highly compressed runs (RLE blocks)."""
+    import zstandard
+    data = b"".join(b'{"text": "record %d %s"}\n' % (i, b"x" * (i % 50)) for i in range(20_000))
+    streamed = zstandard.ZstdCompressor(write_checksum=True).compressobj()
+    skippable = (0x184D2A53).to_bytes(4, "little") + (7).to_bytes(4, "little") + b"skipped"
+    one = zstandard.ZstdCompressor().compress(data)
+    return {
+        "one frame": (one, data),
+        "checksum": (zstandard.ZstdCompressor(write_checksum=True, level=9).compress(data), data),
+        "streamed": (streamed.compress(data) + streamed.flush(), data),
+        "frames": (one + skippable + zstandard.ZstdCompressor(write_checksum=True).compress(data[:999]),
+                   data + data[:999]),
+        "runs": (zstandard.ZstdCompressor().compress(b"a" * 300_000 + data[:5000]), b"a" * 300_000 + data[:5000]),
+    }
+
+
+@needs_zstd
+def test_a_truncated_zst_stream_is_a_read_error(tmp_path):
+    import random
+    rng = random.Random(4)
+    path = str(tmp_path / "t.jsonl.zst")
+    refused = 0
+    for name, (compressed, data) in zstd_variants().items():
+        with open(path, "wb") as f:
+            f.write(compressed)
+        with prepare.opened_input(path, ".zst") as (stream, raw):
+            assert stream.read() == data, name
+        # cut anywhere but between frames: in a header, a block, a checksum
+        ends = [len(compressed)] if name != "frames" else [len(zstd_variants()["one frame"][0]), len(compressed)]
+        cuts = {1, 4, 7, len(compressed) - 1, len(compressed) - 3}
+        cuts |= {rng.randrange(1, len(compressed)) for _ in range(30)}
+        for cut in sorted(cuts - set(ends) - {ends[0] + 15}):
+            with open(path, "wb") as f:
+                f.write(compressed[:cut])
+            with pytest.raises(prepare.read_errors()):
+                with prepare.opened_input(path, ".zst") as (stream, raw):
+                    stream.read()
+            refused += 1
+    assert refused > 100
+
+
+@needs_llama3
+@needs_zstd
+def test_a_truncated_zst_file_is_an_error_like_a_truncated_gz(tmp_path):
+    import gzip
+    import zstandard
+    records = "".join('{"text": "record %d of a file cut short"}\n' % i for i in range(20_000)).encode()
+    for name, compress in (("in.jsonl.gz", gzip.compress), ("in.jsonl.zst", zstandard.ZstdCompressor().compress),
+                           ("in.txt.zst", zstandard.ZstdCompressor().compress)):
+        src = tmp_path / name
+        whole = compress(records)
+        src.write_bytes(whole[:len(whole) // 2])
+        out = tmp_path / "out"
+        result = run(src, "--out-dir", out, "--val-tokens", 0, "--shard-tokens", 1000)
+        assert result.returncode == 1, (name, result.stdout)
+        assert f"error: cannot read {src}: Compressed file ended before the end-of-stream marker was reached" \
+            in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+        assert list(out.iterdir()) == []  # shards were written before the error, and removed
+        src.unlink()
+
+
+DISK_ARGS = ("--shard-tokens", 20_000, "--val-tokens", 5_000, "--buffer-mb", 0.2, "--workers", 2)
+
+
+def check_full_disk(result, out, whole):
+    """A run that found the disk full: one error, named; the complete shards and the state left valid for --resume,
+    no temporary file."""
+    assert result.returncode == 1, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "No space left on device" in errors[0], result.stderr
+    assert "complete shard(s) stay; --resume continues once this is fixed" in result.stderr
+    assert "Traceback" not in result.stderr and "another exception" not in result.stderr, result.stderr
+    assert [p.name for p in out.iterdir() if ".tmp" in p.name] == []
+    state = state_of(out)
+    for shard, _ in state["shards"]["val"] + state["shards"]["train"]:
+        assert (out / shard).read_bytes() == (whole / shard).read_bytes()
+    return sum(map(len, state["shards"].values()))
+
+
+@needs_llama3
+def test_a_full_disk_is_one_clear_error_and_resume_finishes_the_shards(tmp_path):
+    src = jsonl_corpus(tmp_path / "in", lines=2_000)
+    whole = tmp_path / "whole"
+    run_ok(src, "--out-dir", whole, *DISK_ARGS)
+    shard_bytes = sorted(p.stat().st_size for p in whole.glob("*.bin"))
+    assert len(shard_bytes) >= 5
+    # the disk is full: in the first shard; a few shards on (the next shard's buffer, or a state file, fails to be
+    # written, and again as the shard is dropped); with every shard written, in the copy of the tokenizer file
+    for budget in (shard_bytes[0] // 2, 3 * shard_bytes[-1] + 5_000, sum(shard_bytes) + 100_000):
+        out = tmp_path / f"out{budget}"
+        result = run(src, "--out-dir", out, *DISK_ARGS, env=dict(os.environ, PREPARE_TEST_DISK_BYTES=str(budget)))
+        check_full_disk(result, out, whole)
+        result = run_ok(src, "--out-dir", out, *DISK_ARGS, "--resume")  # space freed
+        assert "(resumed)" in result.stdout
+        assert file_hashes(out) == file_hashes(whole)
+
+
+def _can_mount_tmpfs():
+    """Whether this user may mount a tmpfs in a mount namespace of its own (unshare -rm: as root, or where user
+    namespaces are allowed)."""
+    import shutil
+    import tempfile
+    if sys.platform != "linux" or not shutil.which("unshare"):
+        return False
+    with tempfile.TemporaryDirectory() as d:
+        probe = subprocess.run(["unshare", "-rm", "sh", "-c", 'mount -t tmpfs -o size=1m tmpfs "$0"', d],
+                               capture_output=True)
+    return probe.returncode == 0
+
+
+@needs_llama3
+@pytest.mark.skipif(not _can_mount_tmpfs(), reason="needs a tmpfs mounted in a user namespace (unshare -rm)")
+def test_a_really_full_disk_is_one_clear_error_and_resume_finishes_the_shards(tmp_path):
+    """As the test above, on a small tmpfs that really fills up (mounted in a namespace of this test's own), which
+    then grows, as when space is freed."""
+    src = jsonl_corpus(tmp_path / "in", lines=2_000)
+    whole = tmp_path / "whole"
+    run_ok(src, "--out-dir", whole, *DISK_ARGS)
+    disk, saved = tmp_path / "disk", tmp_path / "saved"
+    for d in (disk, saved / "failed", saved / "resumed"):
+        d.mkdir(parents=True)
+    import shlex
+    disk, saved, prepare_py, src = (shlex.quote(str(p)) for p in (disk, saved, PREPARE, src))
+    cmd = f"{shlex.quote(sys.executable)} {prepare_py} {src} --out-dir {disk} {' '.join(map(str, DISK_ARGS))}"
+    script = (f"mount -t tmpfs -o size=200k tmpfs {disk} && "
+              f"{cmd} > {saved}/failed.out 2> {saved}/failed.err; echo $? > {saved}/failed.rc; "
+              f"cp -a {disk}/. {saved}/failed/ && mount -o remount,size=64m {disk} && "
+              f"{cmd} --resume > {saved}/resumed.out && cp -a {disk}/. {saved}/resumed/")
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    saved = tmp_path / "saved"
+    failed = subprocess.CompletedProcess([], int((saved / "failed.rc").read_text()), "",
+                                         (saved / "failed.err").read_text())
+    assert check_full_disk(failed, saved / "failed", whole) >= 1
+    assert "(resumed)" in (saved / "resumed.out").read_text()
+    assert file_hashes(saved / "resumed") == file_hashes(whole)
+
+
+@pytest.mark.parametrize("flag,value", [("--shard-tokens", 1), ("--shard-tokens", 999), ("--shard-tokens", 10**13),
+                                        ("--buffer-mb", 0), ("--buffer-mb", 0.001), ("--buffer-mb", "nan"),
+                                        ("--workers", 0), ("--workers", 100_000), ("--val-tokens", -1)])
+def test_size_flags_refuse_values_that_make_no_sense(flag, value, corpus, tmp_path):
+    result = run(corpus, "--out-dir", tmp_path / "out", flag, value)
+    assert result.returncode == 2, result.stdout
+    assert f"error: {flag} {value:,} is out of range: it takes values in [" in result.stderr \
+        if isinstance(value, int) else f"error: {flag} {value} is out of range" in result.stderr, result.stderr
+    assert "\n  hint: " in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@needs_llama3
+def test_size_flags_take_their_least_values(corpus, tmp_path):
+    run_ok(corpus, "--out-dir", tmp_path / "out", "--shard-tokens", 1000, "--buffer-mb", 0.01, "--workers", 1,
+           "--val-tokens", 0)

@@ -71,7 +71,7 @@ typedef struct {
     uint64_t shard;  /* position in this epoch's shard order */
     uint64_t window; /* position in the current shard's window order */
     uint64_t seed;
-    uint64_t layout; /* hash of the shard sizes, B, T, world and shuffle that the position refers to */
+    uint64_t layout; /* hash of the shard sizes, the window B * world, T and shuffle that the position refers to */
 } DataLoaderState;
 
 typedef struct {

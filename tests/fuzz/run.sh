@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Fuzzes every reader of outside files: builds each tests/fuzz/fuzz_NAME.c with
+# Fuzzes the readers of outside files (every tests/fuzz/fuzz_NAME.c; the tokenizer
+# file's reader, llmc/tokenizer.h, has no target yet): builds each with
 # clang's libFuzzer, AddressSanitizer and UndefinedBehaviorSanitizer, and runs
 # it for FUZZ_SECONDS (default 20) on its committed seed corpus
 # tests/fuzz/corpus/NAME (which also keeps every input that once crashed, as a

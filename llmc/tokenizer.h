@@ -151,28 +151,20 @@ static inline int tokenizer_line_(Tokenizer *t, const char *line, int64_t len, i
     return 0;
 }
 
-/* Loads a tiktoken file of Llama 3 (128,000 ranks) or GPT-2 (50,256 ranks) ranks. */
-static inline int tokenizer_load_try(Tokenizer *t, const char *path, char *err, size_t errlen)
+/* The ranks of a tiktoken file's text[0..size), read from path (named in errors), into t. */
+static inline int tokenizer_parse_try(Tokenizer *t, const char *path, const char *text, int64_t size, char *err,
+                                      size_t errlen)
 {
     memset(t, 0, sizeof(*t));
     if (path_format(t->path, sizeof(t->path), "%s", path) != 0)
         return set_error(err, errlen, "the path '%.100s...' is too long", path);
-    int64_t size;
-    FILE *f = open_regular_file(path, &size, err, errlen);
-    if (!f)
-        return -1;
-    if (size > TOKENIZER_MAX_BYTES) {
-        fclose(f);
+    if (size > TOKENIZER_MAX_BYTES)
         return set_error(err, errlen, "'%s' is %lld bytes, too large for a tokenizer file", path, (long long)size);
-    }
-    char *text = (char *)malloc_check((size_t)size + 1, "tokenizer file");
-    int ok = fread(text, 1, (size_t)size, f) == (size_t)size;
-    fclose(f);
     int lines = 0;
-    for (int64_t i = 0; ok && i < size; i++)
+    for (int64_t i = 0; i < size; i++)
         lines += text[i] == '\n' || (i == size - 1 && text[i] != '\n');
-    int rc = !ok ? set_error(err, errlen, "short read of '%s'", path) : 0;
-    if (rc == 0 && lines != TOKENIZER_LLAMA3_RANKS && lines != TOKENIZER_GPT2_RANKS)
+    int rc = 0;
+    if (lines != TOKENIZER_LLAMA3_RANKS && lines != TOKENIZER_GPT2_RANKS)
         rc = set_error(err, errlen,
                        "'%s' holds %d tokens: neither Llama 3's %d nor GPT-2's %d (data/prepare.py's "
                        "tokenizers)",
@@ -200,7 +192,6 @@ static inline int tokenizer_load_try(Tokenizer *t, const char *path, char *err, 
         }
         t->offset[t->vocab_size] = used;
     }
-    free(text);
     if (rc == 0) {
         t->table_size = 1;
         while (t->table_size < 2 * (int64_t)t->n_ranks)
@@ -228,6 +219,27 @@ static inline int tokenizer_load_try(Tokenizer *t, const char *path, char *err, 
     }
     if (rc != 0)
         tokenizer_free(t);
+    return rc;
+}
+
+/* Loads a tiktoken file of Llama 3 (128,000 ranks) or GPT-2 (50,256 ranks) ranks. */
+static inline int tokenizer_load_try(Tokenizer *t, const char *path, char *err, size_t errlen)
+{
+    memset(t, 0, sizeof(*t));
+    int64_t size;
+    FILE *f = open_regular_file(path, &size, err, errlen);
+    if (!f)
+        return -1;
+    if (size > TOKENIZER_MAX_BYTES) {
+        fclose(f);
+        return set_error(err, errlen, "'%s' is %lld bytes, too large for a tokenizer file", path, (long long)size);
+    }
+    char *text = (char *)malloc_check((size_t)size + 1, "tokenizer file");
+    int ok = fread(text, 1, (size_t)size, f) == (size_t)size;
+    fclose(f);
+    int rc =
+        ok ? tokenizer_parse_try(t, path, text, size, err, errlen) : set_error(err, errlen, "short read of '%s'", path);
+    free(text);
     return rc;
 }
 

@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# Fuzzes the readers of outside files (every tests/fuzz/fuzz_NAME.c; the tokenizer
-# file's reader, llmc/tokenizer.h, has no target yet): builds each with
+# Fuzzes every reader of outside files (a tests/fuzz/fuzz_NAME.c each): builds each with
 # clang's libFuzzer, AddressSanitizer and UndefinedBehaviorSanitizer, and runs
 # it for FUZZ_SECONDS (default 20) on its committed seed corpus
 # tests/fuzz/corpus/NAME (which also keeps every input that once crashed, as a

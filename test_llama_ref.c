@@ -285,6 +285,16 @@ static LlamaConfig random_model(Llama *m, const char *preset, int vocab, uint64_
     return config;
 }
 
+/* One optimizer step of train_llama_ref's on the next batch of src (at lr 1e-3). */
+static void step_on(Llama *m, BatchSource *src, const TrainFlags *t, StepLog *r)
+{
+    const int *in, *tg;
+    batch_source_next(src, &in, &tg);
+    memset(r, 0, sizeof(*r));
+    int64_t n = (int64_t)t->batch.B * t->batch.T;
+    train_step(m, in, tg, 1, (double)count_targets(tg, n), t->batch.B, t->batch.T, &t->optim.adamw, 1e-3f, r);
+}
+
 /* --on-nan skip: a step whose gradient holds a NaN leaves the weights, the
  * moments and the step count untouched, and the next finite step trains. */
 static void test_nan_step_skipped(void)
@@ -298,9 +308,8 @@ static void test_nan_step_skipped(void)
     llama_alloc_activations(&m, t.batch.B, t.batch.T);
     BatchSource src;
     batch_source_open(&src, NULL, 1, t.batch.B, t.batch.T, 0, 1, 7, config.vocab_size);
-    int inputs[32], targets[32];
     StepLog r;
-    train_step(&m, &src, &t, 0, 1, inputs, targets, &r); /* a finite step first: moments not zero */
+    step_on(&m, &src, &t, &r); /* a finite step first: moments not zero */
     size_t bytes = (size_t)m.layout.total * sizeof(float);
     float *params = (float *)malloc_check(bytes, "params"), *mom = (float *)malloc_check(bytes, "m"),
           *var = (float *)malloc_check(bytes, "v");
@@ -311,13 +320,13 @@ static void test_nan_step_skipped(void)
     memcpy(mom, m.adam_m, bytes);
     memcpy(var, m.adam_v, bytes);
     int adam_step = m.adam_step;
-    train_step(&m, &src, &t, 1, 1, inputs, targets, &r);
+    step_on(&m, &src, &t, &r);
     check(r.skipped && isnan(r.loss) && memcmp(params, m.params, bytes) == 0 && memcmp(mom, m.adam_m, bytes) == 0 &&
               memcmp(var, m.adam_v, bytes) == 0 && m.adam_step == adam_step,
           "a NaN weight: the step is skipped (loss %g), weights, moments and step count (%d) bit-identical", r.loss,
           m.adam_step);
     m.params[at] = saved;
-    train_step(&m, &src, &t, 2, 1, inputs, targets, &r);
+    step_on(&m, &src, &t, &r);
     check(!r.skipped && isfinite(r.loss) && isfinite(r.grad_norm) && m.adam_step == adam_step + 1,
           "the next finite step trains (loss %.4f, norm %.4f, step count %d)", r.loss, r.grad_norm, m.adam_step);
     free(params);

@@ -1,8 +1,11 @@
 /*
  * train_llama.cu: trains a Llama 3 family model on one GPU or several, in
  * bf16 with fp32 master weights (14 bytes per parameter, divided over the GPUs
- * by ZeRO). The program is the loop; the model and its parts live in llmc/
- * (docs/architecture.md draws how one step flows through the files):
+ * by ZeRO). The program builds the GPUs and the model and supplies the model's
+ * operations to the run, which it shares with the CPU reference
+ * (llmc/train_loop.h: start or resume, step, evaluate, log, save, sample,
+ * export); the model and its parts live in llmc/ (docs/architecture.md draws how
+ * one step flows through the files):
  *
  *   build:    flags (train_flags.h) -> model config -> ranks, NCCL, watchdog
  *             -> the model (llama_model.h) -> resume (llama_checkpoint.h) or init
@@ -36,6 +39,7 @@
 #include "llmc/run_log.h"
 #include "llmc/schedule.h"
 #include "llmc/train_flags.h"
+#include "llmc/train_loop.h"
 #include "llmc/train_outputs.h"
 #include "llmc/watchdog.h"
 
@@ -233,129 +237,113 @@ static void gpus_stop(Gpus *g)
     dist_finalize(&g->dist);
 }
 
-/* Resumes from the newest complete checkpoint (weights, AdamW state, step, data
- * position and RNG: the run continues as if never stopped), or starts from
- * --init-from or random weights. The step to start at; *resumed_from: the
- * checkpoint, or ""; *run_id: the run's id, rank 0's new one for a fresh run
- * (or one resumed without). */
-static int model_start(Llama *m, BatchSource *src, const TrainFlags *t, char *resumed_from, size_t len,
-                       uint64_t *run_id, cudaStream_t s)
+/* The model's operations for the shared run (llmc/train_loop.h), on this rank's GPU. */
+typedef struct {
+    Llama *m;
+    const Args *a;
+    Gpus *gpus;
+    cudaStream_t s;
+    float *h_parts; /* pinned: each micro-step's summed loss */
+    int total_batch, world;
+    double flops_per_token;
+    RunLog *log;
+    float profile_ms[PROF_CLASSES], profile_busy;
+} GpuRun;
+
+static uint64_t gpu_agree(void *ctx, uint64_t x)
 {
-    resumed_from[0] = '\0';
-    *run_id = dist_broadcast_u64(m->params.dist, run_id_new(), s);
-    if (t->ckpt.resume && checkpoint_find_latest(t->ckpt.dir, resumed_from, len) != 0) {
-        printf("resume: no complete checkpoint in '%s'; starting fresh\n", t->ckpt.dir);
-        resumed_from[0] = '\0';
-    }
-    if (resumed_from[0]) {
-        CheckpointState st;
-        llama_load_checkpoint(m, resumed_from, &st);
-        if (st.step >= (uint64_t)t->run.steps)
-            FAIL("'%s' is at step %llu, at or past --steps %d: nothing to train\n  hint: raise --steps to go on",
-                 resumed_from, (unsigned long long)st.step, t->run.steps);
-        batch_source_set_state(src, st.rng_state, &st.data, resumed_from);
-        if (st.run_id != 0)
-            *run_id = st.run_id;
-        printf("resumed run %016llx from '%s' at step %llu\n", (unsigned long long)*run_id, resumed_from,
-               (unsigned long long)st.step);
-        return (int)st.step;
-    }
-    if (t->model.init_from)
-        llama_load_weights(m, t->model.init_from);
-    else
-        llama_init_random(m, (uint64_t)t->run.seed);
-    return 0;
+    GpuRun *g = (GpuRun *)ctx;
+    return dist_broadcast_u64(&g->gpus->dist, x, g->s);
 }
 
-/* One optimizer step of accum micro-batches, all loaded first: the loss is the mean
- * over every rank's targets of the whole step. Its loss, lr, norm and time go to out.
- * The time runs from *clock (the previous step's end, or where the loop restarted it
- * after an evaluation, checkpoint or sample) to this step's end, which goes to
- * *clock: loading the batch, the host's work between steps and the log count too. */
-static void train_step(Llama *m, BatchSource *src, const Args *a, int step, int accum, int *tokens, float *h_parts,
-                       StepLog *out, double *clock, float *profile_ms, float *profile_busy, cudaStream_t s)
+static double gpu_sum(void *ctx, double x)
 {
+    GpuRun *g = (GpuRun *)ctx;
+    return dist_sum_host(&g->gpus->dist, x, g->s);
+}
+
+static void gpu_init_weights(void *ctx, const char *init_from, uint64_t seed)
+{
+    GpuRun *g = (GpuRun *)ctx;
+    if (init_from)
+        llama_load_weights(g->m, init_from);
+    else
+        llama_init_random(g->m, seed);
+}
+
+static void gpu_load_checkpoint(void *ctx, const char *path, CheckpointState *st)
+{
+    llama_load_checkpoint(((GpuRun *)ctx)->m, path, st);
+}
+
+/* One optimizer step of accum micro-batches already loaded, over `count` targets of every rank; --profile-step
+ * profiles it. The device skips an update whose gradient norm is not finite (adamw.h): then the step count
+ * goes back too. */
+static void gpu_step(void *ctx, const int *inputs, const int *targets, int accum, double count, int step, float lr,
+                     StepLog *out)
+{
+    GpuRun *g = (GpuRun *)ctx;
+    Llama *m = g->m;
+    cudaStream_t s = g->s;
     int64_t N = llama_tokens(m);
-    int *targets = tokens + N * accum;
-    for (int k = 0; k < accum; k++) {
-        const int *in, *tg;
-        batch_source_next(src, &in, &tg);
-        memcpy(tokens + k * N, in, (size_t)N * sizeof(int));
-        memcpy(targets + k * N, tg, (size_t)N * sizeof(int));
-    }
-    double count = dist_sum_host(m->params.dist, (double)count_targets(targets, N * accum), s);
-    LrSchedule schedule = train_schedule(&a->t.optim, a->t.run.steps);
-    float lr = schedule_lr(&schedule, step), norm_sq, clip_coef;
-    out->step = step + 1;
-    out->lr = lr;
-    if (count == 0) { /* every rank's targets masked: nothing to learn, the weights and AdamW state stay (as the CPU
-                         reference does) */
-        double end = now_seconds();
-        out->ms = (end - *clock) * 1e3;
-        *clock = end;
-        out->loss = NAN;
-        out->skipped = out->no_targets = 1;
-        return;
-    }
-    float inv_count = (float)(1.0 / count);
-    int profiling = step + 1 == a->profile_step;
+    float inv_count = (float)(1.0 / count), norm_sq, clip_coef;
+    int profiling = step + 1 == g->a->profile_step;
     if (profiling)
         profile_begin_step(s);
     for (int k = 0; k < accum; k++) {
-        llama_set_batch(m, tokens + k * N, targets + k * N, k, s);
+        llama_set_batch(m, inputs + k * N, targets + k * N, k, s);
         llama_micro_step(m, inv_count, k, s);
     }
-    llama_update(m, &a->t.optim.adamw, lr, s);
-    CUDA_CHECK(cudaMemcpyAsync(h_parts, m->loss_parts, (size_t)accum * sizeof(float), cudaMemcpyDeviceToHost, s));
+    llama_update(m, &g->a->t.optim.adamw, lr, s);
+    CUDA_CHECK(cudaMemcpyAsync(g->h_parts, m->loss_parts, (size_t)accum * sizeof(float), cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaMemcpyAsync(&norm_sq, m->optimizer.grad_norm_sq, sizeof(float), cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaMemcpyAsync(&clip_coef, m->optimizer.clip_coef, sizeof(float), cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaStreamSynchronize(s));
-    double end = now_seconds(), ms = (end - *clock) * 1e3;
-    *clock = end;
     if (profiling)
-        *profile_busy = profile_end_step(profile_ms);
+        g->profile_busy = profile_end_step(g->profile_ms);
     double loss = 0.0;
     for (int k = 0; k < accum; k++)
-        loss += h_parts[k];
-    out->loss = dist_sum_host(m->params.dist, loss, s) * inv_count;
+        loss += g->h_parts[k];
+    out->loss = dist_sum_host(&g->gpus->dist, loss, s) * inv_count;
     out->grad_norm = sqrt(norm_sq);
-    /* the device skipped the update when the norm was not finite (adamw.h): undo the step count */
     out->skipped = !isfinite(clip_coef);
     if (out->skipped)
         m->optimizer.step--;
-    out->ms = ms;
+}
+
+static double gpu_eval_batch(void *ctx, const int *inputs, const int *targets)
+{
+    GpuRun *g = (GpuRun *)ctx;
+    float part;
+    llama_set_batch(g->m, inputs, targets, 0, g->s);
+    llama_eval_micro(g->m, 0, g->s);
+    CUDA_CHECK(cudaMemcpyAsync(&part, g->m->loss_parts, sizeof(float), cudaMemcpyDeviceToHost, g->s));
+    CUDA_CHECK(cudaStreamSynchronize(g->s));
+    return part;
+}
+
+static uint64_t gpu_adam_steps(void *ctx)
+{
+    return (uint64_t)((GpuRun *)ctx)->m->optimizer.step;
+}
+
+static void gpu_save(void *ctx, const CheckpointFlags *ck, const HfExtras *extras, CheckpointState st)
+{
+    GpuRun *g = (GpuRun *)ctx;
+    llama_save_checkpoint(g->m, ck->dir, ck->keep, extras, st, g->s);
 }
 
 /* The logits after a sequence, for samples (sampler.h). */
-typedef struct {
-    Llama *m;
-    cudaStream_t s;
-} SampleContext;
-
-static void sample_next_logits(void *ctx, const int *tokens, int n, float *logits)
+static void gpu_next_logits(void *ctx, const int *tokens, int n, float *logits)
 {
-    SampleContext *c = (SampleContext *)ctx;
-    llama_last_logits(c->m, tokens, n, logits, c->s);
+    GpuRun *g = (GpuRun *)ctx;
+    llama_last_logits(g->m, tokens, n, logits, g->s);
 }
 
-/* Mean val loss over all ranks' slices of `batches` global batches (val_shards: their glob, for errors). */
-static float evaluate(Llama *m, DataLoader *val, int batches, const char *val_shards, cudaStream_t s)
+static float *gpu_master_copy(void *ctx)
 {
-    dataloader_reset(val);
-    double loss_sum = 0.0, count = 0.0;
-    float part;
-    for (int b = 0; b < batches; b++) {
-        dataloader_next_batch_or_die(val);
-        llama_set_batch(m, val->inputs, val->targets, 0, s);
-        llama_eval_micro(m, 0, s);
-        CUDA_CHECK(cudaMemcpyAsync(&part, m->loss_parts, sizeof(float), cudaMemcpyDeviceToHost, s));
-        CUDA_CHECK(cudaStreamSynchronize(s));
-        loss_sum += part;
-        count += (double)count_targets(val->targets, llama_tokens(m));
-    }
-    loss_sum = dist_sum_host(m->params.dist, loss_sum, s);
-    count = dist_sum_host(m->params.dist, count, s);
-    return train_val_loss(loss_sum, count, batches, val_shards);
+    GpuRun *g = (GpuRun *)ctx;
+    return params_download_master(&g->m->params, &g->m->layout, g->s); /* every rank gives its part */
 }
 
 /* The GPU's part of a step's log line: throughput, MFU and memory. */
@@ -370,6 +358,29 @@ static void step_log_gpu(StepLog *r, const Args *a, int total_batch, int world, 
     r->mfu = r->tokens_per_s / world * flops_per_token / PEAK_BF16_FLOPS;
     r->peak_mem_gib = cuda_bytes_allocated_peak / 1073741824.0;
     r->device_mem_gib = (total_b - free_b) / 1073741824.0;
+}
+
+static void gpu_annotate(void *ctx, StepLog *r)
+{
+    GpuRun *g = (GpuRun *)ctx;
+    step_log_gpu(r, g->a, g->total_batch, g->world, g->flops_per_token);
+}
+
+/* --profile-step: where the step's GPU time went, after its log line. */
+static void gpu_logged(void *ctx, const StepLog *r)
+{
+    GpuRun *g = (GpuRun *)ctx;
+    if (r->step == g->a->profile_step)
+        profile_report(g->log->json, r->step, r->ms, g->profile_ms, g->profile_busy);
+}
+
+static void gpu_progress(void *ctx, const char *what, int step)
+{
+    GpuRun *g = (GpuRun *)ctx;
+    if (step < 0)
+        watchdog_progress(&g->gpus->watchdog, "%s", what);
+    else
+        watchdog_progress(&g->gpus->watchdog, "%s %d", what, step);
 }
 
 int main(int argc, char **argv)
@@ -387,9 +398,8 @@ int main(int argc, char **argv)
     batch_source_open(&src, t->data.train, t->data.random, t->batch.B, t->batch.T, rank, world, (uint64_t)t->run.seed,
                       config.vocab_size);
     const char *val_shards = train_val_shards(t);
-    int have_val = val_shards != NULL;
     DataLoader val;
-    if (have_val)
+    if (val_shards)
         dataloader_init_eval_or_die(&val, val_shards, t->batch.B, t->batch.T, rank, world, config.vocab_size);
     TrainOutputs outputs;
     train_outputs_open(&outputs, t, src.random ? NULL : src.loader.shards[0].path, src.loader.bos_id, src.loader.eos_id,
@@ -408,70 +418,64 @@ int main(int argc, char **argv)
     options.grad_reduce_fp32 = a.grad_reduce_fp32;
     Llama model;
     llama_build(&model, &config, &options);
-    char resumed_from[LLMC_PATH_MAX];
-    uint64_t run_id;
-    int start_step = model_start(&model, &src, t, resumed_from, sizeof(resumed_from), &run_id, s);
+    int *tokens; /* pinned, so the uploads are truly asynchronous: inputs, then targets */
+    float *h_parts;
+    CUDA_CHECK(cudaMallocHost(&tokens, (size_t)2 * llama_tokens(&model) * accum * sizeof(int)));
+    CUDA_CHECK(cudaMallocHost(&h_parts, (size_t)accum * sizeof(float)));
+    GpuRun run;
+    memset(&run, 0, sizeof(run));
+    run.m = &model;
+    run.a = &a;
+    run.gpus = &gpus;
+    run.s = s;
+    run.h_parts = h_parts;
+    run.total_batch = total_batch;
+    run.world = world;
+    run.flops_per_token = llama_flops_per_token(&config, t->batch.T);
+    TrainOps ops;
+    memset(&ops, 0, sizeof(ops));
+    ops.ctx = &run;
+    ops.agree = gpu_agree;
+    ops.sum = gpu_sum;
+    ops.init_weights = gpu_init_weights;
+    ops.load_checkpoint = gpu_load_checkpoint;
+    ops.step = gpu_step;
+    ops.eval_batch = gpu_eval_batch;
+    ops.adam_steps = gpu_adam_steps;
+    ops.save = gpu_save;
+    ops.next_logits = gpu_next_logits;
+    ops.master_copy = gpu_master_copy;
+    ops.annotate = gpu_annotate;
+    ops.logged = gpu_logged;
+    ops.progress = gpu_progress;
+    TrainLoop loop;
+    memset(&loop, 0, sizeof(loop));
+    loop.t = t;
+    loop.config = &config;
+    loop.layout = &model.layout;
+    loop.src = &src;
+    loop.val = val_shards ? &val : NULL;
+    loop.val_shards = val_shards;
+    loop.outputs = &outputs;
+    loop.accum = accum;
+    loop.step_units = llama_tokens(&model);
+    loop.inputs = tokens;
+    loop.rank = rank;
+    train_loop_start(&loop, &ops);
     RunLog log;
-    run_log_open(&log, rank == 0 ? t->run.log : NULL, t->ckpt.resume, run_id, resumed_from, argc, argv, &config, FLAGS,
-                 N_FLAGS, &a);
+    run_log_open(&log, rank == 0 ? t->run.log : NULL, t->ckpt.resume, loop.run_id, loop.resumed_from, argc, argv,
+                 &config, FLAGS, N_FLAGS, &a);
+    loop.log = run.log = &log;
     printf("parameters: %.3f M; batch %d x %d x %d accum x %d GPUs = %d tokens/step; recompute %d; logits chunk %d "
            "rows%s%s\ndata: %s\n",
            model.layout.total / 1e6, t->batch.B, t->batch.T, accum, world, total_batch, a.recompute, model.logits_chunk,
            a.fp8 ? "; layer GEMMs in FP8, scaled per " : "", a.fp8 ? FP8_RECIPE_NAMES[a.fp8] : "",
            t->data.random ? "random tokens" : t->data.train);
-    watchdog_progress(&gpus.watchdog, "model ready");
-
-    int *tokens; /* pinned, so the uploads are truly asynchronous: inputs, then targets */
-    float *h_parts, profile_ms[PROF_CLASSES], profile_busy = 0.0f;
-    CUDA_CHECK(cudaMallocHost(&tokens, (size_t)2 * llama_tokens(&model) * accum * sizeof(int)));
-    CUDA_CHECK(cudaMallocHost(&h_parts, (size_t)accum * sizeof(float)));
-    double flops_per_token = llama_flops_per_token(&config, t->batch.T), tokens_per_s_sum = 0.0;
-    NanGuard nan_guard = {0, 0, 0};
-    double clock = now_seconds(); /* where the next step's time starts (train_step) */
-    for (int step = start_step; step < t->run.steps; step++) {
-        if (have_val && step % t->run.eval_every == 0) {
-            run_log_eval(&log, step, evaluate(&model, &val, t->run.eval_batches, val_shards, s));
-            watchdog_progress(&gpus.watchdog, "evaluation at step %d", step);
-            clock = now_seconds();
-        }
-        StepLog r;
-        memset(&r, 0, sizeof(r));
-        train_step(&model, &src, &a, step, accum, tokens, h_parts, &r, &clock, profile_ms, &profile_busy, s);
-        step_log_gpu(&r, &a, total_batch, world, flops_per_token);
-        tokens_per_s_sum += step > start_step ? r.tokens_per_s : 0.0;
-        run_log_step(&log, &r);
-        if (step + 1 == a.profile_step)
-            profile_report(log.json, step + 1, r.ms, profile_ms, profile_busy);
-        nan_guard_step(&nan_guard, &t->run, step + 1, r.loss, r.grad_norm, r.skipped, r.no_targets);
-        watchdog_progress(&gpus.watchdog, "step %d", step + 1);
-        if (t->ckpt.dir && checkpoint_due(step + 1, t->ckpt.save_every, t->run.steps)) {
-            CheckpointState st = checkpoint_state(run_id, (uint64_t)(step + 1), (uint64_t)model.optimizer.step, 0);
-            batch_source_get_state(&src, &st.rng_state, &st.data);
-            llama_save_checkpoint(&model, t->ckpt.dir, t->ckpt.keep, &outputs.extras, st, s);
-            watchdog_progress(&gpus.watchdog, "checkpoint of step %d", step + 1);
-            clock = now_seconds();
-        }
-        if (train_sample_due(&t->sample, step + 1, t->run.steps)) {
-            SampleContext ctx = {&model, s};
-            train_sample(&outputs, &t->sample, step + 1, t->batch.T, config.vocab_size, sample_next_logits, &ctx, &log);
-            watchdog_progress(&gpus.watchdog, "sample after step %d", step + 1);
-            clock = now_seconds();
-        }
-    }
-    if (have_val)
-        run_log_eval(&log, t->run.steps, evaluate(&model, &val, t->run.eval_batches, val_shards, s));
-    nan_guard_report(&nan_guard);
-    if (t->ckpt.export_dir) {
-        float *master = params_download_master(&model.params, &model.layout, s); /* every rank gives its part */
-        if (rank == 0)
-            train_export(&outputs, &t->ckpt, &config, &model.layout, master);
-        free(master);
-    }
-    int timed = t->run.steps - start_step - 1;
-    if (timed > 0)
-        printf("mean after the first step: %.0f tok/s (%.0f per GPU), MFU %.1f%%\n", tokens_per_s_sum / timed,
-               tokens_per_s_sum / timed / world,
-               100.0 * tokens_per_s_sum / timed / world * flops_per_token / PEAK_BF16_FLOPS);
+    train_loop_run(&loop, &ops);
+    if (loop.tokens_per_s_mean > 0)
+        printf("mean after the first step: %.0f tok/s (%.0f per GPU), MFU %.1f%%\n", loop.tokens_per_s_mean,
+               loop.tokens_per_s_mean / world,
+               100.0 * loop.tokens_per_s_mean / world * run.flops_per_token / PEAK_BF16_FLOPS);
 
     CUDA_CHECK(cudaFreeHost(tokens));
     CUDA_CHECK(cudaFreeHost(h_parts));
@@ -479,7 +483,7 @@ int main(int argc, char **argv)
     train_outputs_close(&outputs);
     llama_free(&model);
     batch_source_close(&src);
-    if (have_val)
+    if (val_shards)
         dataloader_free(&val);
     gpus_stop(&gpus);
     return 0;

@@ -3,7 +3,9 @@
  *
  * Forward, backward and AdamW of HF transformers' LlamaForCausalLM (the model
  * of llmc/llama_config.h), written to be read top to bottom, in the style of
- * llm.c's train_gpt2.c. test_llama_ref.c checks it against PyTorch dumps.
+ * llm.c's train_gpt2.c. test_llama_ref.c checks it against PyTorch dumps. Its
+ * command-line trainer supplies the model's operations to the run it shares
+ * with train_llama (llmc/train_loop.h), so that the two cannot drift.
  *
  * Parameters and their gradients live in two flat float arrays with the layout
  * of llama_param_layout(); q/k/v and gate/up are adjacent there, so each pair
@@ -37,6 +39,7 @@
 #include "llmc/schedule.h"
 #include "llmc/tensorfile.h"
 #include "llmc/train_flags.h"
+#include "llmc/train_loop.h"
 #include "llmc/train_outputs.h"
 #include "llmc/utils.h"
 
@@ -464,7 +467,9 @@ static void llama_init_random(Llama *m, uint64_t seed)
     llama_init_weights_host(m->params, &m->config, &m->layout, seed);
 }
 
-/* Build the model a weights file describes and load its tensors, by HF name. */
+#ifdef TESTING
+/* Build the model a weights file (an HF directory or a .llmt file) describes and load its tensors, by HF name:
+ * for the tests (the trainer builds from its flags' config, then train_loop.h loads the weights). */
 static void llama_load(Llama *m, const char *path)
 {
     HfTokenIds ids;
@@ -473,6 +478,7 @@ static void llama_load(Llama *m, const char *path)
     model_weights_load(path, &m->layout, m->params);
     checkpoint_init_from_verify(path, &m->layout, m->params); /* a checkpoint's files against its manifest */
 }
+#endif
 
 static void llama_alloc_activations(Llama *m, int B, int T)
 {
@@ -905,49 +911,28 @@ static void llama_last_logits(void *ctx, const int *tokens, int n, float *logits
            sizeof(float) * (size_t)m->config.vocab_size);
 }
 
-/* One optimizer step of accum micro-batches, all loaded first, so that the loss is
- * the mean over the counted targets of the whole step, as one big batch would give. */
-static void train_step(Llama *m, BatchSource *src, const TrainFlags *t, int step, int accum, int *inputs, int *targets,
-                       StepLog *out)
+/* One optimizer step over accum micro-batches (inputs and targets back to back, their
+ * targets `counted`, > 0): the loss is the mean over them, as one big batch would give
+ * (llmc/train_loop.h calls it). */
+static void train_step(Llama *m, const int *inputs, const int *targets, int accum, double counted, int B, int T,
+                       const AdamWConfig *cfg, float lr, StepLog *out)
 {
-    int64_t bt = (int64_t)t->batch.B * t->batch.T;
-    double t0 = now_seconds();
-    for (int k = 0; k < accum; k++) {
-        const int *in, *tg;
-        batch_source_next(src, &in, &tg);
-        memcpy(inputs + k * bt, in, (size_t)bt * sizeof(int));
-        memcpy(targets + k * bt, tg, (size_t)bt * sizeof(int));
-    }
-    int64_t counted = count_targets(targets, bt * accum);
-    LrSchedule schedule = train_schedule(&t->optim, t->run.steps);
-    out->step = step + 1;
-    out->steps = t->run.steps;
-    out->lr = schedule_lr(&schedule, step);
-    if (counted == 0) { /* every target masked: nothing to learn, the weights and AdamW state stay (train_llama too) */
-        out->loss = NAN;
-        out->skipped = out->no_targets = 1;
-        out->ms = 1e3 * (now_seconds() - t0);
-        out->tokens_per_s = (double)(bt * accum) / (out->ms * 1e-3);
-        return;
-    }
+    int64_t bt = (int64_t)B * T;
     llama_zero_grad(m);
     double loss_sum = 0.0;
     for (int k = 0; k < accum; k++) {
-        llama_forward(m, inputs + k * bt, targets + k * bt, t->batch.B, t->batch.T);
-        llama_backward(m, 1.0f / (float)counted);
+        llama_forward(m, inputs + k * bt, targets + k * bt, B, T);
+        llama_backward(m, (float)(1.0 / counted));
         loss_sum += m->loss_sum;
     }
-    const AdamWConfig *cfg = &t->optim.adamw;
     float norm = clip_grad_norm(m->grads, m->layout.total, cfg->grad_clip > 0.0 ? (float)cfg->grad_clip : INFINITY);
     AdamWConfig opt = *cfg;
-    opt.lr = out->lr;
-    out->loss = (float)(loss_sum / (double)counted);
+    opt.lr = lr;
+    out->loss = (float)(loss_sum / counted);
     out->skipped = !isfinite(out->loss) || !isfinite(norm); /* --on-nan: a NaN never reaches the weights */
     if (!out->skipped)
         llama_adamw_step(m, &opt);
     out->grad_norm = norm;
-    out->ms = 1e3 * (now_seconds() - t0);
-    out->tokens_per_s = (double)(bt * accum) / (out->ms * 1e-3);
 }
 
 #ifndef TESTING
@@ -1003,52 +988,70 @@ static LlamaConfig parse_args(Args *a, int argc, char **argv, HfTokenIds *init_i
     return c;
 }
 
-/* Mean loss over eval_batches batches from the start of the val shards (val_shards: their glob, for errors). */
-static float evaluate(Llama *m, DataLoader *val, int eval_batches, const char *val_shards)
+/* The model's operations for the shared run (llmc/train_loop.h): one process. */
+typedef struct {
+    Llama *m;
+    const TrainFlags *t;
+} RefRun;
+
+static void ref_init_weights(void *ctx, const char *init_from, uint64_t seed)
 {
-    double loss_sum = 0.0;
-    int64_t counted = 0;
-    dataloader_reset(val);
-    for (int i = 0; i < eval_batches; i++) {
-        dataloader_next_batch_or_die(val);
-        llama_forward(m, val->inputs, val->targets, val->B, val->T);
-        loss_sum += m->loss_sum;
-        counted += m->n_counted;
+    Llama *m = ((RefRun *)ctx)->m;
+    if (!init_from) {
+        llama_init_random(m, seed);
+        return;
     }
-    return train_val_loss(loss_sum, (double)counted, eval_batches, val_shards);
+    model_weights_load(init_from, &m->layout, m->params);
+    checkpoint_init_from_verify(init_from, &m->layout, m->params); /* a checkpoint's files against its manifest */
 }
 
-/* Resumes from the newest complete checkpoint (weights, AdamW state, step, data
- * position: the schedule follows the global step, so the run continues as if
- * never stopped). The step to start at; resumed_from gets the checkpoint or "",
- * run_id the run's id (a new one for a fresh run, or one resumed without). */
-static int resume(Llama *m, BatchSource *src, const CheckpointFlags *ck, int steps, char *resumed_from, size_t len,
-                  uint64_t *run_id)
+static void ref_load_checkpoint(void *ctx, const char *path, CheckpointState *st)
 {
-    resumed_from[0] = '\0';
-    *run_id = run_id_new();
-    if (!ck->resume)
-        return 0;
-    if (checkpoint_find_latest(ck->dir, resumed_from, len) != 0) {
-        printf("resume: no complete checkpoint in '%s'; starting fresh\n", ck->dir);
-        resumed_from[0] = '\0';
-        return 0;
-    }
-    CheckpointState st;
-    m->adam_m = (float *)calloc_check((size_t)m->layout.total, sizeof(float), "AdamW first moments");
-    m->adam_v = (float *)calloc_check((size_t)m->layout.total, sizeof(float), "AdamW second moments");
-    checkpoint_load(resumed_from, &m->config, &m->layout, m->params, m->adam_m, m->adam_v, &st);
-    if (st.step > (uint64_t)INT_MAX || st.adam_step > (uint64_t)INT_MAX)
-        FAIL("'%s': step %llu is out of range", resumed_from, (unsigned long long)st.step);
-    if (st.step >= (uint64_t)steps)
-        FAIL("'%s' is at step %llu, at or past --steps %d: nothing to train\n  hint: raise --steps to go on",
-             resumed_from, (unsigned long long)st.step, steps);
-    m->adam_step = (int)st.adam_step;
-    batch_source_set_state(src, st.rng_state, &st.data, resumed_from);
-    if (st.run_id != 0)
-        *run_id = st.run_id;
-    printf("resumed run %016llx from '%s' at step %d\n", (unsigned long long)*run_id, resumed_from, (int)st.step);
-    return (int)st.step;
+    Llama *m = ((RefRun *)ctx)->m;
+    checkpoint_load(path, &m->config, &m->layout, m->params, m->adam_m, m->adam_v, st);
+    m->adam_step = (int)(st->adam_step <= (uint64_t)INT_MAX ? st->adam_step : 0);
+}
+
+static void ref_step(void *ctx, const int *inputs, const int *targets, int accum, double count, int step, float lr,
+                     StepLog *out)
+{
+    RefRun *r = (RefRun *)ctx;
+    (void)step;
+    train_step(r->m, inputs, targets, accum, count, r->t->batch.B, r->t->batch.T, &r->t->optim.adamw, lr, out);
+}
+
+static double ref_eval_batch(void *ctx, const int *inputs, const int *targets)
+{
+    RefRun *r = (RefRun *)ctx;
+    llama_forward(r->m, inputs, targets, r->t->batch.B, r->t->batch.T);
+    return r->m->loss_sum;
+}
+
+static uint64_t ref_adam_steps(void *ctx)
+{
+    return (uint64_t)((RefRun *)ctx)->m->adam_step;
+}
+
+static void ref_save(void *ctx, const CheckpointFlags *ck, const HfExtras *extras, CheckpointState st)
+{
+    Llama *m = ((RefRun *)ctx)->m;
+    char saved[LLMC_PATH_MAX];
+    checkpoint_save(ck->dir, &m->config, &m->layout, m->params, m->adam_m, m->adam_v, extras, &st, ck->keep, saved,
+                    sizeof(saved));
+    printf("saved checkpoint '%s'\n", saved);
+}
+
+static void ref_next_logits(void *ctx, const int *tokens, int n, float *logits)
+{
+    llama_last_logits(((RefRun *)ctx)->m, tokens, n, logits);
+}
+
+static float *ref_master_copy(void *ctx)
+{
+    Llama *m = ((RefRun *)ctx)->m;
+    float *copy = (float *)malloc_check((size_t)m->layout.total * sizeof(float), "export weights");
+    memcpy(copy, m->params, (size_t)m->layout.total * sizeof(float));
+    return copy;
 }
 
 int main(int argc, char **argv)
@@ -1059,12 +1062,10 @@ int main(int argc, char **argv)
     const TrainFlags *t = &a.t;
     int accum = train_micro_steps(&t->batch, 1);
     Llama model;
-    if (t->model.init_from) {
-        llama_load(&model, t->model.init_from);
-    } else {
-        llama_build(&model, &config);
-        llama_init_random(&model, (uint64_t)t->run.seed);
-    }
+    llama_build(&model, &config);
+    /* the AdamW moments: zeros, or a checkpoint's */
+    model.adam_m = (float *)calloc_check((size_t)model.layout.total, sizeof(float), "AdamW first moments");
+    model.adam_v = (float *)calloc_check((size_t)model.layout.total, sizeof(float), "AdamW second moments");
     if (a.fp8_recipe) {
         a.fp8 = fp8_recipe_from_name(a.fp8_recipe);
         if (!a.fp8)
@@ -1085,9 +1086,8 @@ int main(int argc, char **argv)
     model.doc_bos = train_doc_bos(&t->data, src.random ? -1 : src.loader.bos_id);
     model.doc_positions = t->data.doc_positions;
     const char *val_shards = train_val_shards(t);
-    int have_val = val_shards != NULL;
     DataLoader val;
-    if (have_val)
+    if (val_shards)
         dataloader_init_eval_or_die(&val, val_shards, t->batch.B, t->batch.T, 0, 1, config.vocab_size);
     TrainOutputs outputs;
     train_outputs_open(&outputs, t, src.random ? NULL : src.loader.shards[0].path, src.loader.bos_id, src.loader.eos_id,
@@ -1095,48 +1095,43 @@ int main(int argc, char **argv)
     printf("tokens per step %lld (B %d x T %d x %d micro-steps); data: %s\n",
            (long long)t->batch.B * t->batch.T * accum, t->batch.B, t->batch.T, accum,
            t->data.random ? "random tokens" : t->data.train);
-    char resumed_from[LLMC_PATH_MAX];
-    uint64_t run_id;
-    int start_step = resume(&model, &src, &t->ckpt, t->run.steps, resumed_from, sizeof(resumed_from), &run_id);
-    RunLog log;
-    run_log_open(&log, t->run.log, t->ckpt.resume, run_id, resumed_from, argc, argv, &config, FLAGS, N_FLAGS, &a);
 
-    int64_t step_tokens = (int64_t)t->batch.B * t->batch.T * accum;
-    int *inputs = (int *)malloc_check((size_t)step_tokens * sizeof(int), "step inputs");
-    int *targets = (int *)malloc_check((size_t)step_tokens * sizeof(int), "step targets");
-    NanGuard nan_guard = {0, 0, 0};
-    for (int step = start_step; step < t->run.steps; step++) {
-        if (have_val && step % t->run.eval_every == 0)
-            run_log_eval(&log, step, evaluate(&model, &val, t->run.eval_batches, val_shards));
-        StepLog r;
-        memset(&r, 0, sizeof(r));
-        train_step(&model, &src, t, step, accum, inputs, targets, &r);
-        run_log_step(&log, &r);
-        nan_guard_step(&nan_guard, &t->run, step + 1, r.loss, r.grad_norm, r.skipped, r.no_targets);
-        if (t->ckpt.dir && checkpoint_due(step + 1, t->ckpt.save_every, t->run.steps)) {
-            CheckpointState st = checkpoint_state(run_id, (uint64_t)(step + 1), (uint64_t)model.adam_step, 0);
-            batch_source_get_state(&src, &st.rng_state, &st.data);
-            char saved[LLMC_PATH_MAX];
-            checkpoint_save(t->ckpt.dir, &model.config, &model.layout, model.params, model.adam_m, model.adam_v,
-                            &outputs.extras, &st, t->ckpt.keep, saved, sizeof(saved));
-            printf("saved checkpoint '%s'\n", saved);
-        }
-        if (train_sample_due(&t->sample, step + 1, t->run.steps))
-            train_sample(&outputs, &t->sample, step + 1, t->batch.T, config.vocab_size, llama_last_logits, &model,
-                         &log);
-    }
-    if (have_val)
-        run_log_eval(&log, t->run.steps, evaluate(&model, &val, t->run.eval_batches, val_shards));
-    nan_guard_report(&nan_guard);
-    if (t->ckpt.export_dir)
-        train_export(&outputs, &t->ckpt, &model.config, &model.layout, model.params);
+    RefRun run = {&model, t};
+    TrainOps ops;
+    memset(&ops, 0, sizeof(ops));
+    ops.ctx = &run;
+    ops.init_weights = ref_init_weights;
+    ops.load_checkpoint = ref_load_checkpoint;
+    ops.step = ref_step;
+    ops.eval_batch = ref_eval_batch;
+    ops.adam_steps = ref_adam_steps;
+    ops.save = ref_save;
+    ops.next_logits = ref_next_logits;
+    ops.master_copy = ref_master_copy;
+    TrainLoop loop;
+    memset(&loop, 0, sizeof(loop));
+    loop.t = t;
+    loop.config = &config;
+    loop.layout = &model.layout;
+    loop.src = &src;
+    loop.val = val_shards ? &val : NULL;
+    loop.val_shards = val_shards;
+    loop.outputs = &outputs;
+    loop.accum = accum;
+    loop.step_units = (int64_t)t->batch.B * t->batch.T;
+    loop.inputs = (int *)malloc_check((size_t)2 * loop.step_units * accum * sizeof(int), "step tokens");
+    train_loop_start(&loop, &ops);
+    RunLog log;
+    run_log_open(&log, t->run.log, t->ckpt.resume, loop.run_id, loop.resumed_from, argc, argv, &config, FLAGS, N_FLAGS,
+                 &a);
+    loop.log = &log;
+    train_loop_run(&loop, &ops);
 
     run_log_close(&log);
     train_outputs_close(&outputs);
-    free(inputs);
-    free(targets);
+    free(loop.inputs);
     batch_source_close(&src);
-    if (have_val)
+    if (val_shards)
         dataloader_free(&val);
     llama_free(&model);
     return 0;

@@ -831,8 +831,8 @@ static inline int checkpoint_load_model_try(const char *ckpt_dir, const LlamaCon
                                             float *params, int64_t *weights_step, CkptManifest *man, char *err,
                                             size_t errlen)
 {
-    char path[LLMC_PATH_MAX + 64], *text;
-    size_t len;
+    char path[LLMC_PATH_MAX + 64], *text = NULL;
+    size_t len = 0;
     FileSum sum;
     memset(man, 0, sizeof(*man));
     path_format(path, sizeof(path), "%s/COMPLETE", ckpt_dir);

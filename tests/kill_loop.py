@@ -85,9 +85,8 @@ def main():
     p.add_argument("--kills", type=int, default=50)
     p.add_argument("--steps", type=int, default=800)
     p.add_argument("--max-delay", type=float, default=0.0,
-                   help="seconds: each kill comes after 0 to this (default: the uninterrupted run's time to its first "
-                        "step, plus its time for the rest over --kills, so that the kills come before half the steps "
-                        "are done, on any machine)")
+                   help="seconds: each kill comes after 0 to this (default: the time to the first step, plus that of "
+                        "half the steps still to go over the kills still to come, at the pace the runs keep)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--keep", type=int, default=2)
     p.add_argument("extra", nargs="*", help="trainer flags (default: a nano model on a random shard)")
@@ -116,7 +115,17 @@ def main():
         start = time.time()
         timed_run("--checkpoint-dir", ref_ck, "--log", ref_log)
         ref_seconds = time.time() - start
-        max_delay = a.max_delay or startup + (ref_seconds - startup) / a.kills
+        # Each kill comes after 0 to max_delay: the start, plus the time of half the steps still to go shared out
+        # over the kills still to come (a kill never lets a run finish, and on average the kills end before the
+        # last third of the steps); the time to start (the least a run left beside its logged steps' times) and
+        # the time a step takes with its save are re-measured on the killed runs themselves, so that a machine that
+        # speeds up or slows down (other work on it) still spreads the kills over the run.
+        per_step = (ref_seconds - startup) / a.steps
+
+        def next_delay(kills_left, steps_left):
+            return a.max_delay or startup + per_step * steps_left / (2 * max(kills_left, 1))
+
+        max_delay = longest_delay = next_delay(a.kills, a.steps)
 
         ck, log = os.path.join(tmp, "ck"), os.path.join(tmp, "killed.jsonl")
         run = flags + ["--checkpoint-dir", ck, "--log", log, "--resume"]
@@ -124,6 +133,7 @@ def main():
         newest = last_kill_step = 0
         while True:
             restarts += 1
+            began, seen = time.time(), len(list(log_records(log))) if os.path.exists(log) else 0
             proc = subprocess.Popen(run, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             if kills < a.kills:
                 try:
@@ -143,6 +153,13 @@ def main():
                 lost += 1
                 print(f"FAIL the newest complete checkpoint went from step {newest} to {now}")
             newest = max(newest, now)
+            ran = time.time() - began
+            step_ms = [r["ms"] for r in list(log_records(log))[seen:] if "ms" in r] if os.path.exists(log) else []
+            if step_ms:  # this run's own pace: its start (at most the time its steps leave), then its steps
+                startup = min(startup, max(0.0, ran - sum(step_ms) / 1e3))
+                per_step = 0.5 * per_step + 0.5 * max(ran - startup, 0.0) / len(step_ms)
+            max_delay = next_delay(a.kills - kills, a.steps - newest)
+            longest_delay = max(longest_delay, max_delay)
             if kills == a.kills and not last_kill_step:
                 last_kill_step = newest
             if proc.returncode == 0:
@@ -175,7 +192,7 @@ def main():
               f"resumes, {len(got)} of {len(ref)} steps logged ({repeated} again after a kill), {wrong} with a loss "
               f"or norm unlike the uninterrupted run's, final checkpoint {'byte-identical' if same else 'DIFFERS'} "
               f"but for its run id, kept by every start since the last fresh one ({len(ids)}) "
-              f"({', '.join(files)}); kills after 0 to {max_delay * 1e3:.0f} ms; {time.time() - start:.0f} s (the "
+              f"({', '.join(files)}); kills after 0 to {longest_delay * 1e3:.0f} ms; {time.time() - start:.0f} s (the "
               f"uninterrupted run {ref_seconds:.1f} s, {startup:.2f} s to its first step)")
         if finished_early:
             print(f"FAIL the run finished after {kills} of {a.kills} kills: raise --steps")

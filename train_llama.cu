@@ -449,18 +449,8 @@ int main(int argc, char **argv)
     ops.logged = gpu_logged;
     ops.progress = gpu_progress;
     TrainLoop loop;
-    memset(&loop, 0, sizeof(loop));
-    loop.t = t;
-    loop.config = &config;
-    loop.layout = &model.layout;
-    loop.src = &src;
-    loop.val = val_shards ? &val : NULL;
-    loop.val_shards = val_shards;
-    loop.outputs = &outputs;
-    loop.accum = accum;
-    loop.step_units = llama_tokens(&model);
-    loop.inputs = tokens;
-    loop.rank = rank;
+    train_loop_init(&loop, t, &config, &model.layout, &src, val_shards ? &val : NULL, val_shards, &outputs, accum,
+                    llama_tokens(&model), tokens, rank);
     train_loop_start(&loop, &ops);
     RunLog log;
     run_log_open(&log, rank == 0 ? t->run.log : NULL, t->ckpt.resume, loop.run_id, loop.resumed_from, argc, argv,

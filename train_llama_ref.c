@@ -1108,18 +1108,10 @@ int main(int argc, char **argv)
     ops.save = ref_save;
     ops.next_logits = ref_next_logits;
     ops.master_copy = ref_master_copy;
+    int64_t units = (int64_t)t->batch.B * t->batch.T;
     TrainLoop loop;
-    memset(&loop, 0, sizeof(loop));
-    loop.t = t;
-    loop.config = &config;
-    loop.layout = &model.layout;
-    loop.src = &src;
-    loop.val = val_shards ? &val : NULL;
-    loop.val_shards = val_shards;
-    loop.outputs = &outputs;
-    loop.accum = accum;
-    loop.step_units = (int64_t)t->batch.B * t->batch.T;
-    loop.inputs = (int *)malloc_check((size_t)2 * loop.step_units * accum * sizeof(int), "step tokens");
+    train_loop_init(&loop, t, &config, &model.layout, &src, val_shards ? &val : NULL, val_shards, &outputs, accum,
+                    units, (int *)malloc_check((size_t)2 * units * accum * sizeof(int), "step tokens"), 0);
     train_loop_start(&loop, &ops);
     RunLog log;
     run_log_open(&log, t->run.log, t->ckpt.resume, loop.run_id, loop.resumed_from, argc, argv, &config, FLAGS, N_FLAGS,

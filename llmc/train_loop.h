@@ -85,6 +85,28 @@ typedef struct {
     double tokens_per_s_mean;
 } TrainLoop;
 
+/* The loop over a run of flags t on this rank: its model's config and layout, its data (src; val opened at
+ * val_shards, or NULL), its outputs, accum micro-steps of step_units tokens a step, and inputs: the trainer's room
+ * for a step's tokens then targets (2 x accum x step_units ints; pinned on the GPU). The log comes after
+ * train_loop_start, which says the run id and the checkpoint it resumed from. */
+static inline void train_loop_init(TrainLoop *L, const TrainFlags *t, const LlamaConfig *config,
+                                   const ParamLayout *layout, BatchSource *src, DataLoader *val, const char *val_shards,
+                                   TrainOutputs *outputs, int accum, int64_t step_units, int *inputs, int rank)
+{
+    memset(L, 0, sizeof(*L));
+    L->t = t;
+    L->config = config;
+    L->layout = layout;
+    L->src = src;
+    L->val = val;
+    L->val_shards = val_shards;
+    L->outputs = outputs;
+    L->accum = accum;
+    L->step_units = step_units;
+    L->inputs = inputs;
+    L->rank = rank;
+}
+
 static inline void train_progress_(const TrainOps *ops, const char *what, int step)
 {
     if (ops->progress)

@@ -413,25 +413,13 @@ static inline int json_parse(JsonDoc *doc, const char *text, size_t len, char *e
  * message naming the file in err. */
 static inline int json_parse_file(JsonDoc *doc, const char *path, size_t max_bytes, char *err, size_t errlen)
 {
-    int64_t size;
     memset(doc, 0, sizeof(*doc));
-    FILE *f = open_regular_file(path, &size, err, errlen);
-    if (!f)
+    char *text = NULL;
+    size_t size = 0;
+    if (read_file_hashed_try(path, max_bytes, &text, &size, NULL, err, errlen) != 0)
         return -1;
-    if ((uint64_t)size > max_bytes) {
-        fclose(f);
-        return set_error(err, errlen, "'%s' is %lld bytes, more than the %zu expected of it", path, (long long)size,
-                         max_bytes);
-    }
-    char *text = (char *)malloc_check((size_t)size + 1, "JSON text");
-    size_t got = fread(text, 1, (size_t)size, f);
-    fclose(f);
-    if (got != (size_t)size) {
-        free(text);
-        return set_error(err, errlen, "short read of '%s'", path);
-    }
     char why[512];
-    int rc = json_parse(doc, text, (size_t)size, why, sizeof(why));
+    int rc = json_parse(doc, text, size, why, sizeof(why));
     free(text);
     if (rc != 0)
         return set_error(err, errlen, "'%s' is not valid JSON: %s", path, why);

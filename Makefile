@@ -76,7 +76,7 @@ tests/hf_tool: tests/hf_tool.c $(LLMC_HEADERS)
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
 tests/fp8_tool: tests/fp8_tool.c llmc/fp8.h
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
-tests/test_%: tests/test_%.c $(LLMC_HEADERS) tests/check.h
+tests/test_%: tests/test_%.c $(LLMC_HEADERS) tests/check.h tests/fake_env.h
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
 
 # Where nvcc exists the GPU programs are built too, so CUDA code that no longer
@@ -122,7 +122,7 @@ test-fuzz:
 # apart in build/sanitize/: any report fails the test
 SANITIZE_FLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
 SANITIZED = $(addprefix build/sanitize/,train_llama_ref $(CPU_TESTS))
-build/sanitize/%: %.c train_llama_ref.c $(LLMC_HEADERS) tests/check.h tests/dump_check.h
+build/sanitize/%: %.c train_llama_ref.c $(LLMC_HEADERS) tests/check.h tests/dump_check.h tests/fake_env.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(SANITIZE_FLAGS) $< -o $@ $(LDLIBS) -pthread
 test-sanitize: $(SANITIZED)

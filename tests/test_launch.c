@@ -1,15 +1,7 @@
 /* Tests of llmc/launch.h: rank, world and local rank from flags and from each
  * launcher's environment variables, and the errors for inconsistent input. */
 #include "llmc/launch.h"
-
-static const char **fake_env; /* NULL-terminated name, value pairs */
-static const char *lookup(const char *name)
-{
-    for (int i = 0; fake_env[i]; i += 2)
-        if (strcmp(fake_env[i], name) == 0)
-            return fake_env[i + 1];
-    return NULL;
-}
+#include "tests/fake_env.h"
 
 static int passed = 0, failed = 0;
 
@@ -19,7 +11,7 @@ static void expect_ok(const char *what, const char **env, LaunchFlags flags, int
     LaunchInfo info;
     char err[256] = "";
     fake_env = env;
-    int rc = launch_info_try(&info, &flags, lookup, gpus, err, sizeof(err));
+    int rc = launch_info_try(&info, &flags, fake_env_lookup, gpus, err, sizeof(err));
     int ok = rc == 0 && info.rank == rank && info.world == world && info.local_rank == local_rank &&
              strcmp(info.source, source) == 0;
     printf("%s %s: rc %d, rank %d/%d, local %d, from %s %s\n", ok ? "PASS" : "FAIL", what, rc, info.rank, info.world,
@@ -32,7 +24,7 @@ static void expect_error(const char *what, const char **env, LaunchFlags flags, 
     LaunchInfo info;
     char err[256] = "";
     fake_env = env;
-    int rc = launch_info_try(&info, &flags, lookup, gpus, err, sizeof(err));
+    int rc = launch_info_try(&info, &flags, fake_env_lookup, gpus, err, sizeof(err));
     int ok = rc != 0 && strstr(err, mention) != NULL;
     printf("%s %s: rc %d, message '%s' (must mention '%s')\n", ok ? "PASS" : "FAIL", what, rc, err, mention);
     ok ? passed++ : failed++;

@@ -3,15 +3,7 @@
  * rank, whatever the launcher's placement; --shard-group's consecutive groups;
  * uneven hosts told apart; bad group sizes refused with a message. */
 #include "llmc/process_groups.h"
-
-static const char **fake_env; /* NULL-terminated name, value pairs */
-static const char *lookup(const char *name)
-{
-    for (int i = 0; fake_env[i]; i += 2)
-        if (strcmp(fake_env[i], name) == 0)
-            return fake_env[i + 1];
-    return NULL;
-}
+#include "tests/fake_env.h"
 
 static int passed = 0, failed = 0;
 
@@ -26,7 +18,7 @@ static void expect_identity(const char *what, const char **env, const char *id, 
     char text[128];
     const char *from = NULL;
     fake_env = env;
-    uint64_t h = host_identity(lookup, "node7", text, sizeof(text), &from);
+    uint64_t h = host_identity(fake_env_lookup, "node7", text, sizeof(text), &from);
     int ok = strcmp(text, id) == 0 && strcmp(from, source) == 0 && h == fnv1a64(id);
     printf("  identity '%s' from %s\n", text, from);
     check(ok, what);

@@ -3,6 +3,7 @@
  * world-size mismatches, duplicate ranks, strangers on the port, bad specs
  * and MASTER_ADDR/MASTER_PORT. Each rank runs in its own forked process. */
 #include "llmc/rendezvous.h"
+#include "tests/fake_env.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -403,20 +404,11 @@ static void test_specs(void)
     }
 }
 
-static const char **fake_env; /* NULL-terminated name, value pairs */
-static const char *lookup(const char *name)
-{
-    for (int i = 0; fake_env[i]; i += 2)
-        if (strcmp(fake_env[i], name) == 0)
-            return fake_env[i + 1];
-    return NULL;
-}
-
 static void env_ok(const char **env, const char *want)
 {
     char spec[300] = "", err[512] = "", what[300];
     fake_env = env;
-    int rc = rendezvous_spec_from_env(lookup, spec, sizeof(spec), err, sizeof(err));
+    int rc = rendezvous_spec_from_env(fake_env_lookup, spec, sizeof(spec), err, sizeof(err));
     snprintf(what, sizeof(what), "env makes '%s'", want);
     check(rc == 0 && strcmp(spec, want) == 0, what, rc == 0 ? spec : err);
 }
@@ -425,7 +417,7 @@ static void env_error(const char *what, const char **env, size_t len, const char
 {
     char spec[300] = "", err[512] = "";
     fake_env = env;
-    int rc = rendezvous_spec_from_env(lookup, spec, len, err, sizeof(err));
+    int rc = rendezvous_spec_from_env(fake_env_lookup, spec, len, err, sizeof(err));
     check(rc == -1 && strstr(err, mention), what, err);
 }
 

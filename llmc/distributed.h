@@ -97,18 +97,26 @@ static inline const char *dist_getenv(const char *name)
     return getenv(name);
 }
 
+/* The groups of a world of one: every group is this rank alone. */
+static inline void dist_groups_alone_(Dist *d)
+{
+    d->all.rank = 0;
+    d->all.size = 1;
+    d->host = d->across = d->control = d->all;
+    uint64_t id = 0;
+    char err[256];
+    if (process_groups_make(&d->groups, &id, 1, 0, err, sizeof(err)) != 0)
+        FAIL("%s", err);
+    d->host_source = "one process";
+}
+
 /* One process, rank 0 of 1, on the current device: for tests and tools. */
 static inline void dist_init_single(Dist *d)
 {
     memset(d, 0, sizeof(*d));
     d->world = 1;
     d->source = "single process";
-    d->all.size = d->host.size = d->across.size = d->control.size = 1;
-    uint64_t id = 0;
-    char err[256];
-    if (process_groups_make(&d->groups, &id, 1, 0, err, sizeof(err)) != 0)
-        FAIL("%s", err);
-    d->host_source = "one process";
+    dist_groups_alone_(d);
     d->sum_scratch = (double *)cuda_malloc_named(sizeof(double), "rank sum scratch");
 }
 
@@ -192,11 +200,7 @@ static inline void dist_init(Dist *d, const LaunchInfo *info, const char *rendez
     d->all.rank = d->rank;
     d->all.size = d->world;
     if (d->world == 1) {
-        d->host = d->across = d->control = d->all;
-        uint64_t id = 0;
-        if (process_groups_make(&d->groups, &id, 1, 0, err, sizeof(err)) != 0)
-            FAIL("%s", err);
-        d->host_source = "one process";
+        dist_groups_alone_(d);
         return;
     }
 

@@ -173,20 +173,20 @@ static inline LinearShape *llama_linear_shapes(const LlamaConfig *c, int *n_slot
     return shapes;
 }
 
-/* With opt.fp8: the Linear maps' codes, the weights' kept for a step where the
- * memory allows it, but for ZeRO 3, whose point is not to hold all the weights
- * (linear.h); else made at each use, as ZeRO 3 does, which gives the same bits. */
-static inline void llama_fp8_build(Llama *m)
+/* With opt.fp8: the Linear maps' codes (of the W shapes of every slot; the
+ * scratch of one at a time takes scratch_bytes), the weights' kept for a step
+ * where the memory allows it, but for ZeRO 3, whose point is not to hold all the
+ * weights (linear.h); else made at each use, as ZeRO 3 does, which gives the
+ * same bits. */
+static inline void llama_fp8_build(Llama *m, const LinearShape *shapes, int n_slots, size_t scratch_bytes)
 {
-    int n_slots;
-    LinearShape *shapes = llama_linear_shapes(&m->config, &n_slots);
     Fp8Recipe recipe = (Fp8Recipe)m->opt.fp8;
     int64_t N = llama_tokens(m);
     int keep = m->opt.zero_stage < 3;
     if (keep) {
         size_t free_b = 0, total_b = 0, kept = fp8_kept_weight_bytes(recipe, shapes, n_slots);
         CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-        if (kept + fp8_scratch_bytes_about(N, shapes, n_slots) + PARAMS_MEMORY_RESERVE > free_b) {
+        if (kept + scratch_bytes + PARAMS_MEMORY_RESERVE > free_b) {
             keep = 0;
             printf("fp8: the weights' codes are made at each use (keeping them for a step needs %.2f GiB, %.2f GiB "
                    "are free)\n",
@@ -194,7 +194,6 @@ static inline void llama_fp8_build(Llama *m)
         }
     }
     fp8_scratch_build(&m->fp8, recipe, N, shapes, n_slots, keep);
-    free(shapes);
 }
 
 /* Allocates everything a model of config needs to train as opt says; the
@@ -225,16 +224,17 @@ static inline void llama_build(Llama *m, const LlamaConfig *config, const LlamaO
     ZeroOptions zopt = {opt->zero_stage, opt->shard_over_hosts, opt->grad_accum, opt->grad_reduce_fp32,
                         opt->max_micro_steps};
     size_t fp8_bytes = 0;
+    int n_slots = 0;
+    LinearShape *shapes = NULL; /* with FP8: the Linear maps' codes come after the parameters, sized now */
     if (opt->fp8) {
-        int n_slots;
-        LinearShape *shapes = llama_linear_shapes(c, &n_slots);
+        shapes = llama_linear_shapes(c, &n_slots);
         fp8_bytes = fp8_scratch_bytes_about(N, shapes, n_slots);
-        free(shapes);
     }
     params_build(&m->params, c, &m->layout, opt->dist, &zopt, fp8_bytes);
     optimizer_build(&m->optimizer, &m->params, &m->layout);
     if (opt->fp8)
-        llama_fp8_build(m);
+        llama_fp8_build(m, shapes, n_slots, fp8_bytes);
+    free(shapes);
     m->spec = layer_spec(c, opt->B, opt->T, opt->recompute, m->freqs_cis, opt->fp8 ? &m->fp8 : NULL);
     if (opt->doc_mask) {
         m->spec.docs = &m->batch.docs;

@@ -304,30 +304,45 @@ static inline int zero_local_accumulation_possible(const Zero *z)
     return z->stage >= 2 && z->opt.micro_steps > 1 && z->opt.accum != ZERO_ACCUM_SHARDED;
 }
 
-/* The device bytes zero_allocate takes, with gradients in a full-size buffer or not. */
-static inline size_t zero_device_bytes(const Zero *z, int full_grads)
+/* What zero_allocate takes, in elements, with gradients in a full-size buffer
+ * (forced for stages 0 and 1) or not. */
+typedef struct {
+    int full_grads;
+    int64_t params, grads; /* bf16 */
+    int64_t staging;       /* bf16: the slots of the staged gradients, and of stage 3's weights */
+    int64_t sum_scratch;   /* bf16: a later micro-step's staged sum, before it is added */
+    int64_t sum32;         /* fp32: --grad-reduce fp32's chunk */
+} ZeroSizes;
+
+static inline ZeroSizes zero_sizes_(const Zero *z, int full_grads)
 {
     const ZeroPlan *p = &z->plan;
-    int64_t largest_group_share = 0, largest = 0, staging = 0;
+    ZeroSizes n;
+    memset(&n, 0, sizeof(n));
+    n.full_grads = full_grads || z->stage <= 1;
+    n.params = z->stage >= 3 ? z->group_total : p->padded_total;
+    n.grads = n.full_grads ? p->padded_total : z->group_total;
+    int64_t slots = 0, largest_group_share = 0, largest = 0;
+    for (int s = 0; s < ZERO_SLOTS; s++)
+        slots += zero_slot_elements(z, s);
+    n.staging = (n.full_grads ? 0 : slots) + (z->stage >= 3 ? slots : 0);
     for (int b = 0; b < p->n_buckets; b++) {
         largest_group_share =
             p->buckets[b].group_share > largest_group_share ? p->buckets[b].group_share : largest_group_share;
         largest = p->buckets[b].padded > largest ? p->buckets[b].padded : largest;
     }
-    for (int s = 0; s < ZERO_SLOTS; s++)
-        staging += zero_slot_elements(z, s);
-    int64_t elements = z->stage >= 3 ? z->group_total + staging : p->padded_total; /* weights */
-    if (full_grads) {
-        elements += p->padded_total;
-    } else {
-        elements += z->group_total + staging;
-        if (z->opt.micro_steps > 1 && !z->opt.fp32_sums)
-            elements += largest_group_share;
-    }
-    size_t bytes = (size_t)elements * sizeof(bf16);
     if (z->opt.fp32_sums)
-        bytes += (size_t)(largest < ZERO_FP32_CHUNK ? largest : ZERO_FP32_CHUNK) * sizeof(float);
-    return bytes;
+        n.sum32 = largest < ZERO_FP32_CHUNK ? largest : ZERO_FP32_CHUNK;
+    else if (!n.full_grads && z->opt.micro_steps > 1)
+        n.sum_scratch = largest_group_share;
+    return n;
+}
+
+/* The device bytes zero_allocate takes, with gradients in a full-size buffer or not. */
+static inline size_t zero_device_bytes(const Zero *z, int full_grads)
+{
+    ZeroSizes n = zero_sizes_(z, full_grads);
+    return (size_t)(n.params + n.grads + n.staging + n.sum_scratch) * sizeof(bf16) + (size_t)n.sum32 * sizeof(float);
 }
 
 /* Allocates the weights and gradients (zeros: the padding must stay zero, and no
@@ -335,17 +350,15 @@ static inline size_t zero_device_bytes(const Zero *z, int full_grads)
  * planned; full_grads: see the top (forced for stages 0 and 1). */
 static inline void zero_allocate(Zero *z, int full_grads)
 {
-    const ZeroPlan *p = &z->plan;
-    int n = p->n_buckets;
-    z->full_grads = full_grads || z->stage <= 1;
-    int64_t n_params = z->stage >= 3 ? z->group_total : p->padded_total;
-    int64_t n_grads = z->full_grads ? p->padded_total : z->group_total;
-    z->params = (bf16 *)cuda_malloc_named((size_t)n_params * sizeof(bf16),
+    int n = z->plan.n_buckets;
+    ZeroSizes size = zero_sizes_(z, full_grads);
+    z->full_grads = size.full_grads;
+    z->params = (bf16 *)cuda_malloc_named((size_t)size.params * sizeof(bf16),
                                           z->stage >= 3 ? "bf16 weight group shares" : "bf16 weights");
-    z->grads = (bf16 *)cuda_malloc_named((size_t)n_grads * sizeof(bf16),
+    z->grads = (bf16 *)cuda_malloc_named((size_t)size.grads * sizeof(bf16),
                                          z->full_grads ? "bf16 gradients" : "bf16 gradient group shares");
-    CUDA_CHECK(cudaMemset(z->params, 0, (size_t)n_params * sizeof(bf16)));
-    CUDA_CHECK(cudaMemset(z->grads, 0, (size_t)n_grads * sizeof(bf16)));
+    CUDA_CHECK(cudaMemset(z->params, 0, (size_t)size.params * sizeof(bf16)));
+    CUDA_CHECK(cudaMemset(z->grads, 0, (size_t)size.grads * sizeof(bf16)));
     CUDA_CHECK(cudaStreamCreateWithFlags(&z->comm, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&z->comm_done, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&z->params_changed, cudaEventDisableTiming));
@@ -353,18 +366,11 @@ static inline void zero_allocate(Zero *z, int full_grads)
     z->gather_pending = (unsigned char *)calloc_check((size_t)n, 1, "ZeRO events");
     for (int b = 0; b < n; b++)
         CUDA_CHECK(cudaEventCreateWithFlags(&z->bucket_gathered[b], cudaEventDisableTiming));
-    int64_t largest_group_share = 0, largest = 0;
-    for (int b = 0; b < n; b++) {
-        largest_group_share =
-            p->buckets[b].group_share > largest_group_share ? p->buckets[b].group_share : largest_group_share;
-        largest = p->buckets[b].padded > largest ? p->buckets[b].padded : largest;
-    }
-    if (z->opt.fp32_sums) {
-        z->sum32_elements = largest < ZERO_FP32_CHUNK ? largest : ZERO_FP32_CHUNK;
-        z->sum32 = (float *)cuda_malloc_named((size_t)z->sum32_elements * sizeof(float), "fp32 gradient sums");
-    }
-    if (!z->full_grads && z->opt.micro_steps > 1 && !z->opt.fp32_sums)
-        z->sum_scratch = (bf16 *)cuda_malloc_named((size_t)largest_group_share * sizeof(bf16), "ZeRO gradient scratch");
+    z->sum32_elements = size.sum32;
+    if (size.sum32 > 0)
+        z->sum32 = (float *)cuda_malloc_named((size_t)size.sum32 * sizeof(float), "fp32 gradient sums");
+    if (size.sum_scratch > 0)
+        z->sum_scratch = (bf16 *)cuda_malloc_named((size_t)size.sum_scratch * sizeof(bf16), "ZeRO gradient scratch");
     for (int s = 0; s < ZERO_SLOTS; s++) {
         size_t bytes = (size_t)zero_slot_elements(z, s) * sizeof(bf16);
         CUDA_CHECK(cudaEventCreateWithFlags(&z->grad_written[s], cudaEventDisableTiming));

@@ -141,35 +141,18 @@ for s in $steps; do
         done
         for p in "${pids[@]}"; do wait "$p" || { echo "FAIL eq_file_z1"; status=1; }; done
         python3 - "$out" "$np" "$results" << 'EOF' || status=1
-import json, sys
+import sys
+sys.path.insert(0, "scripts")
+from loss_checks import against_one_gpu, identical
 out, np_, results = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-def losses(name):
-    try:
-        return [r["loss"] for r in map(json.loads, open(f"{out}/{name}.jsonl")) if "loss" in r]
-    except OSError:
-        return []
 # Tolerance: the N-GPU run rounds each rank's partial gradient to bf16 and sums the
 # partials in bf16 (N - 1 more roundings of 2^-8 relative at most); over 20 AdamW
 # steps at lr 1e-3 that moves the loss by well under 1e-2 (measured: see the JSON).
-TOL = 1e-2
-bad = 0
-runs = ["eq_mpirun_z0", "eq_mpirun_z1", "eq_mpirun_z2", "eq_mpirun_z3", "eq_tcp_z1", "eq_file_z1",
-        "eq_accum_z1", "eq_accum_z2", "eq_accum_z3"]
-for name in runs:
-    ref = losses("eq_1gpu_t128" if "accum" in name else "eq_1gpu")
-    got = losses(name)
-    ok = len(got) == len(ref) == 20
-    diff = max(abs(a - b) for a, b in zip(got, ref)) if ok else float("nan")
-    ok = ok and diff <= TOL
-    bad += not ok
-    print(f"{'PASS' if ok else 'FAIL'} {name}: {len(got)} steps, max |loss - 1-GPU loss| = {diff:.2e} (tol {TOL:g}); "
-          f"first {got[:1]}, last {got[-1:]} vs {ref[-1:]}")
-    with open(results, "a") as f:
-        f.write(json.dumps({"check": "equivalence", "run": name, "gpus": np_, "steps": len(got),
-                            "max_abs_loss_diff": diff, "tol": TOL, "ok": ok, "losses": got, "ref_losses": ref}) + "\n")
-same = losses("eq_mpirun_z1") == losses("eq_tcp_z1") == losses("eq_file_z1")
-print(f"{'PASS' if same else 'FAIL'} the three launches of stage 1 give bit-identical losses")
-bad += not same
+runs = {name: "eq_1gpu" for name in ["eq_mpirun_z0", "eq_mpirun_z1", "eq_mpirun_z2", "eq_mpirun_z3", "eq_tcp_z1",
+                                     "eq_file_z1"]}
+runs.update({name: "eq_1gpu_t128" for name in ["eq_accum_z1", "eq_accum_z2", "eq_accum_z3"]})
+bad = against_one_gpu(out, results, "equivalence", np_, runs, 1e-2)
+bad += identical(out, results, [(["eq_mpirun_z1", "eq_tcp_z1", "eq_file_z1"], "the three launches of stage 1")])
 sys.exit(1 if bad else 0)
 EOF
         ;;
@@ -202,41 +185,22 @@ EOF
         run md_group_z3 "${mpi[@]}" "${small[@]}" -B $((4 / np)) --zero-stage 3 --shard-over host \
             --shard-group $((np / 2)) --log "$out/md_group_z3.jsonl"
         python3 - "$out" "$np" "$results" << 'EOF' || status=1
-import json, sys
+import sys
+sys.path.insert(0, "scripts")
+from loss_checks import against_one_gpu, identical
 out, np_, results = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-def losses(name):
-    try:
-        return [r["loss"] for r in map(json.loads, open(f"{out}/{name}.jsonl")) if "loss" in r]
-    except OSError:
-        return []
-TOL = 1e-2  # as the equivalence step: bf16 gradients summed in another grouping, 20 AdamW steps at lr 1e-3
-bad = 0
-runs = ["md_sharded_z2", "md_sharded_z3", "md_fp32_z1", "md_fp32_accum_z3", "md_hosts_z1", "md_hosts_z2",
-        "md_hosts_z3", "md_hosts_accum_z3", "md_hosts_sharded_z3", "md_group_z3"]
-for name in runs:
-    ref = losses("eq_1gpu_t128" if "accum" in name or "sharded" in name else "eq_1gpu")
-    got = losses(name)
-    ok = len(got) == len(ref) == 20
-    diff = max(abs(a - b) for a, b in zip(got, ref)) if ok else float("nan")
-    ok = ok and diff <= TOL
-    bad += not ok
-    print(f"{'PASS' if ok else 'FAIL'} {name}: {len(got)} steps, max |loss - 1-GPU loss| = {diff:.2e} (tol {TOL:g}); "
-          f"last {got[-1:]} vs {ref[-1:]}")
-    with open(results, "a") as f:
-        f.write(json.dumps({"check": "modes", "run": name, "gpus": np_, "steps": len(got), "max_abs_loss_diff": diff,
-                            "tol": TOL, "ok": ok, "losses": got, "ref_losses": ref}) + "\n")
-same = [("eq_accum_z2", "eq_accum_z1", "stage 2 accumulating locally = stage 1 (one sum per step)"),
-        ("eq_accum_z3", "eq_accum_z1", "stage 3 accumulating locally = stage 1"),
-        ("md_sharded_z3", "md_sharded_z2", "stage 3 reduce-scattering every micro-step = stage 2 doing so"),
-        ("md_hosts_z2", "md_hosts_z1", "over hosts: stage 2 = stage 1"),
-        ("md_hosts_z3", "md_hosts_z1", "over hosts: stage 3 = stage 1"),
-        ("md_group_z3", "md_hosts_z3", "--shard-group N = N GPUs per NCCL_HOSTID host")]
-for a, b, what in same:
-    ok = bool(losses(a)) and losses(a) == losses(b)
-    bad += not ok
-    print(f"{'PASS' if ok else 'FAIL'} bit-identical losses: {what} ({a}, {b})")
-    with open(results, "a") as f:
-        f.write(json.dumps({"check": "modes_identity", "runs": [a, b], "what": what, "ok": ok}) + "\n")
+# the equivalence step's tolerance: bf16 gradients summed in another grouping, 20 AdamW steps at lr 1e-3
+names = ["md_sharded_z2", "md_sharded_z3", "md_fp32_z1", "md_fp32_accum_z3", "md_hosts_z1", "md_hosts_z2",
+         "md_hosts_z3", "md_hosts_accum_z3", "md_hosts_sharded_z3", "md_group_z3"]
+runs = {n: "eq_1gpu_t128" if "accum" in n or "sharded" in n else "eq_1gpu" for n in names}
+bad = against_one_gpu(out, results, "modes", np_, runs, 1e-2)
+bad += identical(out, results, [
+    (["eq_accum_z2", "eq_accum_z1"], "stage 2 accumulating locally = stage 1 (one sum per step)"),
+    (["eq_accum_z3", "eq_accum_z1"], "stage 3 accumulating locally = stage 1"),
+    (["md_sharded_z3", "md_sharded_z2"], "stage 3 reduce-scattering every micro-step = stage 2 doing so"),
+    (["md_hosts_z2", "md_hosts_z1"], "over hosts: stage 2 = stage 1"),
+    (["md_hosts_z3", "md_hosts_z1"], "over hosts: stage 3 = stage 1"),
+    (["md_group_z3", "md_hosts_z3"], "--shard-group N = N GPUs per NCCL_HOSTID host")], check="modes_identity")
 sys.exit(1 if bad else 0)
 EOF
         ;;

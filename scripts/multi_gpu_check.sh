@@ -46,11 +46,14 @@
 #                a checkpoint of the flat stage 2 resumed over 2 stand-in hosts
 #                (stage 3), and one saved over hosts resumed there (bit for bit),
 #                flat on N / 2 GPUs and on 1 GPU (within TOL)
+#   fp32sums     the cost of --grad-reduce fp32: the 1B with bf16 and with fp32 sums at
+#                a 0.5M-token batch on 2 stand-in hosts x 1 GPU, and at one
+#                micro-step on the N GPUs over NVLink
 #   netns        scripts/two_host_netns.sh: 2 hosts as network namespaces joined by
 #                a veth pair (one rank each, TCP rendezvous, no MPI), ZeRO 3 over
 #                hosts, against 1 GPU and the same run with NCCL_HOSTID alone
 # Usage: scripts/multi_gpu_check.sh [build] [equivalence] [modes] [scaling] [scaling8b] [netscale] [nccl]
-#        [scaling8b4] [netns] [checkpoint]
+#        [scaling8b4] [fp32sums] [netns] [checkpoint]
 set -u
 cd "$(dirname "$0")/.."
 out="${OUT:-/tmp/multi_gpu_check}"
@@ -235,6 +238,24 @@ EOF
             summarize "$results" netscale "$out/ns_z3_2x2.jsonl" ns_z3_2x2 "${common[@]}" stage=3 mode=flat hosts=2 \
                 gpus_per_host=2 micro_steps=8 || status=1
         fi;;
+    fp32sums)
+        # what --grad-reduce fp32 costs: the 1B with bf16 and fp32 sums, at a 0.5M-token batch on 2 stand-in hosts
+        # x 1 GPU (one sum per 16 micro-steps, over sockets) and at one micro-step on all N GPUs over NVLink (a
+        # sum every micro-step: the worst case)
+        big=(./train_llama --preset llama3.2-1b -B 8 -T 2048 --random-data --warmup 2)
+        one=(mpirun -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x GPUS_PER_HOST=1 -x CUDA_VISIBLE_DEVICES=0,1
+             scripts/as_hosts.sh)
+        common=(model=llama3.2-1b params=1235814400 B=8 T=2048 stage=1 mode=flat)
+        for sums in bf16 fp32; do
+            run "f32_2x1_$sums" "${one[@]}" "${big[@]}" --steps 6 --total-batch 524288 --grad-reduce $sums \
+                --log "$out/f32_2x1_$sums.jsonl"
+            summarize "$results" fp32sums "$out/f32_2x1_$sums.jsonl" "f32_2x1_$sums" "${common[@]}" hosts=2 \
+                gpus_per_host=1 micro_steps=16 link=net grad_reduce=$sums || status=1
+            run "f32_1x${np}_$sums" "${mpi[@]}" "${big[@]}" --steps 12 --total-batch $((np * 16384)) \
+                --grad-reduce $sums --log "$out/f32_1x${np}_$sums.jsonl"
+            summarize "$results" fp32sums "$out/f32_1x${np}_$sums.jsonl" "f32_1x${np}_$sums" "${common[@]}" hosts=1 \
+                gpus_per_host=$np micro_steps=1 link=nvlink grad_reduce=$sums || status=1
+        done;;
     nccl)
         [ -x dev/bench/nccl_bench ] || make dev/bench/nccl_bench > "$out/nccl_build.log" 2>&1 \
             || { tail -5 "$out/nccl_build.log"; status=1; }

@@ -6,9 +6,10 @@ CFLAGS ?= -O3 -march=native
 # The commit the programs are built from, for the first line of their logs (llmc/run_log.h).
 GIT_COMMIT ?= $(shell git describe --always --dirty 2> /dev/null || echo unknown)
 # override: what the build needs stays when the command line sets CFLAGS (make CFLAGS=-O0)
-override CFLAGS += -std=gnu11 -Wall -Wextra -I. -DGIT_COMMIT='"$(GIT_COMMIT)"'
+# -fno-math-errno: nothing reads errno after a math function, and with it sqrtf vectorises (the CPU AdamW, adamw_cpu.h)
+override CFLAGS += -std=gnu11 -Wall -Wextra -fno-math-errno -I. -DGIT_COMMIT='"$(GIT_COMMIT)"'
 LDLIBS = -lm
-# OpenMP only parallelises the CPU reference's matmuls; build without it if the compiler lacks it.
+# OpenMP only parallelises the CPU reference's loops and the CPU AdamW; build without it if the compiler lacks it.
 OPENMP := $(shell echo 'int main(void){return 0;}' | $(CC) -fopenmp -x c - -o /dev/null 2>/dev/null && echo -fopenmp)
 override CFLAGS += $(OPENMP)
 
@@ -21,7 +22,7 @@ LLMC_HEADERS = $(wildcard llmc/*.h)
 CPU_TESTS = test_llama_ref tests/test_tensorfile tests/test_dataloader tests/test_launch tests/test_zero_plan \
             tests/test_master_weights tests/test_rendezvous tests/test_checkpoint_shards tests/test_watchdog \
             tests/test_documents tests/test_process_groups \
-            tests/test_fp8
+            tests/test_fp8 tests/test_adamw_cpu
 
 # CUDA: Hopper (sm_90). cuDNN attention goes through the cudnn-frontend headers
 # (scripts/get_cudnn_frontend.sh fetches them), compiled once into its own object.
@@ -29,7 +30,7 @@ NVCC ?= nvcc
 HAVE_NVCC := $(shell command -v $(NVCC) 2> /dev/null)
 CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90
 NVCC_FLAGS ?= -O3
-override NVCC_FLAGS += -std=c++17 $(CUDA_ARCH) -DGIT_COMMIT='"$(GIT_COMMIT)"' -I. -isystem third_party/cudnn-frontend/include -Xcompiler -Wall $(if $(OPENMP),-Xcompiler -fopenmp)
+override NVCC_FLAGS += -std=c++17 $(CUDA_ARCH) -DGIT_COMMIT='"$(GIT_COMMIT)"' -I. -isystem third_party/cudnn-frontend/include -Xcompiler -Wall,-fno-math-errno $(if $(OPENMP),-Xcompiler -fopenmp)
 NVCC_LDLIBS = -lcublasLt -lcublas -lcudnn -lnvrtc -lnccl $(if $(OPENMP),-lgomp)
 # MPI (optional): with it, ranks started by mpirun share NCCL's id through MPI;
 # without it they use a rendezvous (llmc/rendezvous.h). Found through mpicc;
@@ -95,6 +96,7 @@ test-c: $(CPU_TESTS)
 	./tests/test_fp8
 	./tests/test_documents
 	./tests/test_process_groups
+	./tests/test_adamw_cpu
 test-python: tests/hf_tool tests/fp8_tool train_llama_ref
 	$(PYTHON) -m pytest -q tests
 test-cli: train_llama_ref $(if $(HAVE_NVCC),gpu)

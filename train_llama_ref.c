@@ -28,6 +28,7 @@
 #pragma GCC diagnostic ignored "-Wunknown-pragmas"
 #endif
 
+#include "llmc/adamw_cpu.h"
 #include "llmc/batch_source.h"
 #include "llmc/checkpoint.h"
 #include "llmc/dataloader.h"
@@ -866,11 +867,11 @@ static float clip_grad_norm(float *grads, int64_t n, float max_norm)
     return norm;
 }
 
-/* torch.optim.AdamW (foreach=False, fused=False) step by step, including where
- * it rounds: the scalars are computed in double (AdamWConfig's doubles, like
- * the Python floats that torch's scalars start as), as Python does, and used as
- * floats; exp_avg.lerp_(g, 1 - beta1) is m + (1 - beta1) * (g - m). Weight
- * decay is decoupled and only on matrices (ParamTensor.is_matrix). */
+/* torch.optim.AdamW (foreach=False, fused=False): llmc/adamw_cpu.h, the GPU's
+ * arithmetic (adamw_step.h: the scalars in double as Python computes them, then
+ * one rounded float operation at a time in torch's order). The gradients are
+ * clipped already (clip_grad_norm). Weight decay is decoupled and only on
+ * matrices (ParamTensor.is_matrix). */
 static void llama_adamw_step(Llama *m, const AdamWConfig *opt)
 {
     if (m->adam_m == NULL) {
@@ -878,25 +879,12 @@ static void llama_adamw_step(Llama *m, const AdamWConfig *opt)
         m->adam_v = (float *)calloc_check((size_t)m->layout.total, sizeof(float), "AdamW second moments");
     }
     m->adam_step++;
-    double bias_correction1 = 1.0 - pow(opt->beta1, m->adam_step);
-    double bias_correction2 = 1.0 - pow(opt->beta2, m->adam_step);
-    float step_size = (float)(opt->lr / bias_correction1);
-    float bias_correction2_sqrt = (float)sqrt(bias_correction2);
-    float beta2 = (float)opt->beta2, eps = (float)opt->eps;
-    float one_minus_beta1 = (float)(1.0 - opt->beta1), one_minus_beta2 = (float)(1.0 - opt->beta2);
+    AdamWScalars s = adamw_scalars(opt, opt->lr, m->adam_step);
     for (int ti = 0; ti < m->layout.n_tensors; ti++) {
         const ParamTensor *t = &m->layout.tensors[ti];
-        float decay = t->is_matrix ? (float)(1.0 - opt->lr * opt->weight_decay) : 1.0f;
-        float *p = m->params + t->offset, *g = m->grads + t->offset;
-        float *mom = m->adam_m + t->offset, *var = m->adam_v + t->offset;
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < t->numel; i++) {
-            p[i] *= decay;
-            mom[i] += one_minus_beta1 * (g[i] - mom[i]);
-            var[i] = beta2 * var[i] + one_minus_beta2 * g[i] * g[i];
-            float denom = sqrtf(var[i]) / bias_correction2_sqrt + eps;
-            p[i] -= step_size * (mom[i] / denom);
-        }
+        int64_t at = t->offset;
+        adamw_cpu_update(m->params + at, m->adam_m + at, m->adam_v + at, m->grads + at, NULL, NULL, t->numel, 1.0f,
+                         t->is_matrix ? s.decay : 1.0f, s);
     }
 }
 

@@ -10,17 +10,15 @@
  *     several such sums (one per ZeRO bucket) in a fixed order.
  *   clip_coefficient: coef = max_norm > 0 ? min(1, max_norm / (sqrt(ns) + 1e-6)) : 1, and
  *     NaN when ns is not finite (a NaN or infinite gradient somewhere).
- *   adamw_update, as torch.optim.AdamW (non-fused) does it, with g = grad * grad_scale,
- *   on the fp32 master w = master_join(param, master_lo) (llmc/master_weights.h):
- *     w *= 1 - lr * wd                          (wd only on the runs marked for decay)
- *     m = lerp(m, g, 1 - b1)                    (= b1 m + (1 - b1) g)
- *     v = b2 v + (1 - b2) g^2
- *     w -= (lr / (1 - b1^step)) * m / (sqrt(v) / sqrt(1 - b2^step) + eps)
- *     (param, master_lo) = master_split(w)      param is the bf16 weight the GEMMs read
- *   The scalars derived from lr, betas and step are computed on the host in double,
- *   as PyTorch does in Python, then passed as floats. A grad_scale that is not
- *   finite (the clip coefficient of a non-finite norm) skips the update: nothing
- *   is read or written, so a NaN never reaches the weights or the moments.
+ *   adamw_update: adamw_step.h's AdamW (torch.optim.AdamW's operations in its
+ *   order, each one rounded float operation: the bits of the CPU AdamW,
+ *   adamw_cpu.h) with g = grad * grad_scale, on the fp32 master
+ *   w = master_join(param, master_lo) (llmc/master_weights.h), then
+ *   (param, master_lo) = master_split(w): param is the bf16 weight the GEMMs
+ *   read. The scalars come from adamw_scalars (in double, as PyTorch does in
+ *   Python, then floats). A grad_scale that is not finite (the clip
+ *   coefficient of a non-finite norm) skips the update: nothing is read or
+ *   written, so a NaN never reaches the weights or the moments.
  *
  * One launch covers any range [first, first + n) of the flat parameter buffers
  * (all tensors at once, or one rank's ZeRO shard); which elements get weight decay
@@ -40,6 +38,7 @@
 
 #include "cuda_common.h"
 #include "profile.h"
+#include "adamw_step.h"
 #include "master_weights.h"
 
 #define NORM_BLOCKS 1024
@@ -109,15 +108,6 @@ __global__ void clip_coefficient_kernel(float *__restrict__ coef, const float *_
     coef[0] = !isfinite(ns) ? NAN : max_norm > 0.0f ? fminf(1.0f, max_norm / (sqrtf(ns) + 1e-6f)) : 1.0f;
 }
 
-typedef struct {
-    float decay; /* 1 - lr * wd */
-    float beta1, beta2;
-    float one_minus_beta1, one_minus_beta2;
-    float step_size; /* lr / (1 - b1^step) */
-    float bc2_sqrt;  /* sqrt(1 - b2^step) */
-    float eps;
-} AdamWScalars;
-
 /* Which elements get weight decay: run r covers flat elements [start[r], start[r + 1]),
  * with decay[r] 0 or 1; device arrays of n_runs + 1 and n_runs entries. */
 typedef struct {
@@ -125,19 +115,6 @@ typedef struct {
     int64_t *start;
     unsigned char *decay;
 } AdamWRuns;
-
-/* One parameter: returns the updated master weight; m and v are updated in place. */
-__device__ __forceinline__ float adamw_element(float w, float *m, float *v, float grad, float scale, float decay,
-                                               AdamWScalars s)
-{
-    float g = grad * scale;
-    w = w * decay;
-    float mm = *m + s.one_minus_beta1 * (g - *m);
-    float vv = *v * s.beta2 + s.one_minus_beta2 * (g * g);
-    *m = mm;
-    *v = vv;
-    return w - s.step_size * (mm / (sqrtf(vv) / s.bc2_sqrt + s.eps));
-}
 
 /* The run holding flat element i: the last r with start[r] <= i. */
 __device__ __forceinline__ int adamw_run_of(const int64_t *start, int n_runs, int64_t i)
@@ -279,15 +256,14 @@ static inline void clip_coefficient(float *coef, const float *norm_squared, floa
 }
 
 /* Updates flat elements [first, first + n): each pointer points at element `first` of
- * its buffer. Step counts from 1. grad_scale: one device float that multiplies the
- * gradient, e.g. the clip coefficient; weight_decay applies to the runs marked for it. */
+ * its buffer. s: adamw_scalars of the step. grad_scale: one device float that multiplies
+ * the gradient, e.g. the clip coefficient; s.decay applies to the runs marked for it. */
 static inline void adamw_update(bf16 *param, int16_t *master_lo, const bf16 *grad, float *m, float *v, int64_t first,
-                                int64_t n, const AdamWRuns *runs, float lr, float beta1, float beta2, float eps,
-                                float weight_decay, const float *grad_scale, int step, cudaStream_t stream)
+                                int64_t n, const AdamWRuns *runs, AdamWScalars s, const float *grad_scale,
+                                cudaStream_t stream)
 {
-    if (step < 1 || n < 0 || first < 0 || first % 4 != 0)
-        FAIL("adamw_update: step %d must count from 1, n = %lld be >= 0 and first = %lld a multiple of 4", step,
-             (long long)n, (long long)first);
+    if (n < 0 || first < 0 || first % 4 != 0)
+        FAIL("adamw_update: n = %lld must be >= 0 and first = %lld a multiple of 4", (long long)n, (long long)first);
     if ((uintptr_t)m % 16 || (uintptr_t)v % 16 || (uintptr_t)param % 8 || (uintptr_t)master_lo % 8 ||
         (uintptr_t)grad % 8) {
         FAIL("adamw_update: m %p, v %p must be 16-byte aligned and param %p, master_lo %p, grad %p 8-byte aligned\n"
@@ -298,15 +274,6 @@ static inline void adamw_update(bf16 *param, int16_t *master_lo, const bf16 *gra
         FAIL("adamw_update: no decay runs (adamw_runs_create)");
     if (n == 0)
         return;
-    AdamWScalars s;
-    s.decay = (float)(1.0 - (double)lr * (double)weight_decay);
-    s.beta1 = beta1;
-    s.beta2 = beta2;
-    s.one_minus_beta1 = (float)(1.0 - (double)beta1);
-    s.one_minus_beta2 = (float)(1.0 - (double)beta2);
-    s.step_size = (float)((double)lr / (1.0 - pow((double)beta1, step)));
-    s.bc2_sqrt = (float)sqrt(1.0 - pow((double)beta2, step));
-    s.eps = eps;
     int64_t blocks = (n / 4 + ADAMW_THREADS - 1) / ADAMW_THREADS;
     if (blocks > ADAMW_MAX_BLOCKS)
         blocks = ADAMW_MAX_BLOCKS;

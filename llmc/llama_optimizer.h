@@ -77,11 +77,11 @@ static inline void optimizer_step(Optimizer *o, LlamaParams *p, const AdamWConfi
     if (p->zero_stage >= 1)
         dist_all_reduce_sum(&p->dist->control, o->grad_norm_sq, 1, 4, s);
     clip_coefficient(o->clip_coef, o->grad_norm_sq, (float)cfg->grad_clip, s);
+    AdamWScalars scalars = adamw_scalars(cfg, lr, o->step);
     for (int b = 0; b < n_buckets; b++) {
         int64_t at = z->state_at[b];
         adamw_update(zero_update_weights(z, b), p->master_lo + at, zero_update_grads(z, b), o->m + at, o->v + at,
-                     z->update_at[b], z->update_count[b], &o->decay_runs, lr, (float)cfg->beta1, (float)cfg->beta2,
-                     (float)cfg->eps, (float)cfg->weight_decay, o->clip_coef, o->step, s);
+                     z->update_at[b], z->update_count[b], &o->decay_runs, scalars, o->clip_coef, s);
     }
     PROFILED(PROF_COMM, s, zero_params_changed(z, s));
 }

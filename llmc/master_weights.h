@@ -46,19 +46,27 @@ MASTER_HD float master_bits_float(uint32_t u)
     return f;
 }
 
+/* The hi of master_split(w): the bf16 weight the GEMMs read. */
+MASTER_HD uint16_t master_hi(float w)
+{
+    uint32_t u = master_float_bits(w);
+    if (((u >> 23) & 0xffu) == 0xffu) /* inf or NaN: keep it one, quiet */
+        return (uint16_t)((u >> 16) | ((u & 0x7fffffu) ? 0x40u : 0u));
+    /* nearest, ties toward +inf: round the magnitude half up for w > 0, half down for w < 0 */
+    return (uint16_t)((u + ((u >> 31) ? 0x7fffu : 0x8000u)) >> 16);
+}
+
 /* Splits w into *hi (bf16 bits) and *lo. */
 MASTER_HD void master_split(float w, uint16_t *hi, int16_t *lo)
 {
     uint32_t u = master_float_bits(w);
     uint32_t exponent = (u >> 23) & 0xffu;
-    if (exponent == 0xffu) { /* inf or NaN: keep it one, quiet */
-        *hi = (uint16_t)((u >> 16) | ((u & 0x7fffffu) ? 0x40u : 0u));
+    uint32_t h = master_hi(w);
+    *hi = (uint16_t)h;
+    if (exponent == 0xffu) {
         *lo = 0;
         return;
     }
-    /* nearest, ties toward +inf: round the magnitude half up for w > 0, half down for w < 0 */
-    uint32_t h = (u + ((u >> 31) ? 0x7fffu : 0x8000u)) >> 16;
-    *hi = (uint16_t)h;
     if (((h >> 7) & 0xffu) == 0xffu) { /* rounded past the largest bf16 */
         *lo = 0;
         return;

@@ -246,6 +246,13 @@ LLMC_API void llmc_clip_coefficient(void *coef, const void *norm_squared, float 
     clip_coefficient((float *)coef, (const float *)norm_squared, max_norm, as_stream(stream));
 }
 
+/* adamw.h's scalars of step `step` from the C API's floats. */
+static AdamWScalars capi_adamw_scalars(float lr, float beta1, float beta2, float eps, float weight_decay, int step)
+{
+    AdamWConfig c = {lr, beta1, beta2, eps, weight_decay, 0.0};
+    return adamw_scalars(&c, lr, step);
+}
+
 /* Elements [first, first + n) of the flat buffers; every pointer points at element first
  * of its buffer, runs (llmc_adamw_runs_create) is indexed by first + i. grad_scale: one
  * device float multiplying grad (e.g. llmc_clip_coefficient's output). */
@@ -254,8 +261,8 @@ LLMC_API void llmc_adamw_update(void *param, void *master_lo, const void *grad, 
                                 float weight_decay, const void *grad_scale, int step, void *stream)
 {
     adamw_update((bf16 *)param, (int16_t *)master_lo, (const bf16 *)grad, (float *)m, (float *)v, first, n,
-                 (const AdamWRuns *)runs, lr, beta1, beta2, eps, weight_decay, (const float *)grad_scale, step,
-                 as_stream(stream));
+                 (const AdamWRuns *)runs, capi_adamw_scalars(lr, beta1, beta2, eps, weight_decay, step),
+                 (const float *)grad_scale, as_stream(stream));
 }
 
 /* One optimizer step over whole flat buffers of n elements, as train_llama does it: norm
@@ -271,5 +278,5 @@ LLMC_API void llmc_adamw_step(void *param, void *master_lo, const void *grad, vo
     global_norm_squared(w, w + 2, (const bf16 *)grad, n, s);
     clip_coefficient(w + 1, w, max_norm, s);
     adamw_update((bf16 *)param, (int16_t *)master_lo, (const bf16 *)grad, (float *)m, (float *)v, 0, n,
-                 (const AdamWRuns *)runs, lr, beta1, beta2, eps, weight_decay, w + 1, step, s);
+                 (const AdamWRuns *)runs, capi_adamw_scalars(lr, beta1, beta2, eps, weight_decay, step), w + 1, s);
 }

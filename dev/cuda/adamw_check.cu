@@ -4,7 +4,9 @@
  *   for determinism; clip_coefficient against the same float formula on the host;
  *   adamw_update against a double-precision CPU AdamW (torch.optim.AdamW's math) run
  *   on the joined fp32 master, master_join(param, master_lo) (llmc/master_weights.h),
- *   at steps 1 and 10, with bf16 gradients. Each case is a flat buffer of several
+ *   at steps 1 and 10, with bf16 gradients, and bit for bit against the CPU AdamW
+ *   (llmc/adamw_cpu.h: the same float operations in the same order, adamw_step.h).
+ *   Each case is a flat buffer of several
  *   tensors with different weight-decay flags, updated by one launch through a run
  *   table, whole and as a shard (a range with first > 0, a multiple of 4 inside a run,
  *   and n % 4 != 0, so the scalar tail runs too):
@@ -44,6 +46,7 @@
  */
 #include "check_common.h"
 #include "llmc/adamw.h"
+#include "llmc/adamw_cpu.h"
 
 #define LR 3e-4f
 #define BETA1 0.9f
@@ -51,6 +54,7 @@
 #define ADAM_EPS 1e-8f
 #define WEIGHT_DECAY 0.1f
 #define GRAD_SCALE 0.5f
+static const AdamWConfig CONFIG = {LR, BETA1, BETA2, ADAM_EPS, WEIGHT_DECAY, 1.0};
 /* elements one pass of adamw_kernel's grid-stride loop covers */
 #define GRID_PASS ((int64_t)ADAMW_MAX_BLOCKS * ADAMW_THREADS * 4)
 
@@ -120,8 +124,8 @@ typedef struct {
 static void run_adamw(void *ctx, int s)
 {
     Bench *b = (Bench *)ctx;
-    adamw_update(b->param[s], b->lo[s], b->grad[s], b->m[s], b->v[s], b->first, b->n, b->runs, LR, BETA1, BETA2,
-                 ADAM_EPS, WEIGHT_DECAY, b->scale, 10, 0);
+    adamw_update(b->param[s], b->lo[s], b->grad[s], b->m[s], b->v[s], b->first, b->n, b->runs,
+                 adamw_scalars(&CONFIG, LR, 10), b->scale, 0);
 }
 static void run_norm(void *ctx, int s)
 {
@@ -217,6 +221,9 @@ static void check_adamw(const Layout *L, const int64_t (*ranges)[2], int n_range
     float *param_f = (float *)malloc_check(fb, "param f");
     uint16_t *want_hi = (uint16_t *)malloc_check(hb, "want param"), *split_hi = (uint16_t *)malloc_check(hb, "split");
     int16_t *split_lo = (int16_t *)malloc_check(hb, "split lo");
+    float *cpu_w = (float *)malloc_check(fb, "CPU master"), *cpu_m = (float *)malloc_check(fb, "CPU m");
+    float *cpu_v = (float *)malloc_check(fb, "CPU v");
+    uint16_t *cpu_hi = (uint16_t *)malloc_check(hb, "CPU param");
 
     for (int64_t i = 0; i < total; i++) {
         float w = 0.02f * rng_normal();
@@ -248,8 +255,9 @@ static void check_adamw(const Layout *L, const int64_t (*ranges)[2], int n_range
             CUDA_CHECK(cudaMemcpy(d_lo, lo0, hb, cudaMemcpyHostToDevice));
             CUDA_CHECK(cudaMemcpy(d_m, m0, fb, cudaMemcpyHostToDevice));
             CUDA_CHECK(cudaMemcpy(d_v, v0, fb, cudaMemcpyHostToDevice));
-            adamw_update(d_hi + first, d_lo + first, d_grad + first, d_m + first, d_v + first, first, n, &runs, LR,
-                         BETA1, BETA2, ADAM_EPS, WEIGHT_DECAY, d_scale, step, 0);
+            AdamWScalars scalars = adamw_scalars(&CONFIG, LR, step);
+            adamw_update(d_hi + first, d_lo + first, d_grad + first, d_m + first, d_v + first, first, n, &runs, scalars,
+                         d_scale, 0);
             download(got_hi, d_hi, hb);
             download(got_lo, d_lo, hb);
             download(got_m, d_m, fb);
@@ -277,6 +285,24 @@ static void check_adamw(const Layout *L, const int64_t (*ranges)[2], int n_range
                 master_split(got_w[i], &split_hi[i], &split_lo[i]);
                 param_f[i] = bf16_float(got_hi[at]);
             }
+            /* the CPU AdamW (adamw_cpu.h) on the same inputs, a call per tensor: the same bits */
+            memcpy(cpu_w, w0 + first, (size_t)n * 4);
+            memcpy(cpu_m, m0 + first, (size_t)n * 4);
+            memcpy(cpu_v, v0 + first, (size_t)n * 4);
+            for (int t = 0; t < L->n_tensors; t++) {
+                int64_t lo = L->start[t] > first ? L->start[t] : first;
+                int64_t hi = t + 1 < L->n_tensors ? L->start[t + 1] : total;
+                hi = hi < end ? hi : end;
+                if (hi > lo)
+                    adamw_cpu_update(cpu_w + (lo - first), cpu_m + (lo - first), cpu_v + (lo - first), NULL, grad + lo,
+                                     cpu_hi + (lo - first), hi - lo, GRAD_SCALE, L->decay[t] ? scalars.decay : 1.0f,
+                                     scalars);
+            }
+            snprintf(what, sizeof(what), "adamw = CPU AdamW %s step=%d", range, step);
+            check(memcmp(got_w, cpu_w, (size_t)n * 4) == 0 && memcmp(got_m + first, cpu_m, (size_t)n * 4) == 0 &&
+                      memcmp(got_v + first, cpu_v, (size_t)n * 4) == 0 &&
+                      memcmp(got_hi + first, cpu_hi, (size_t)n * 2) == 0,
+                  "%-46s master, m, v and param bit-identical", what);
             snprintf(what, sizeof(what), "adamw master %s step=%d", range, step);
             check_close(what, got_w, ref_w, n, 1e-5, 1.0);
             snprintf(what, sizeof(what), "adamw master update %s step=%d", range, step);
@@ -303,8 +329,7 @@ static void check_adamw(const Layout *L, const int64_t (*ranges)[2], int n_range
     CUDA_CHECK(cudaMemcpy(d_lo, lo0, hb, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(d_m, m0, fb, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(d_v, v0, fb, cudaMemcpyHostToDevice));
-    adamw_update(d_hi, d_lo, d_grad, d_m, d_v, 0, total, &runs, LR, BETA1, BETA2, ADAM_EPS, WEIGHT_DECAY, d_scale, 1,
-                 0);
+    adamw_update(d_hi, d_lo, d_grad, d_m, d_v, 0, total, &runs, adamw_scalars(&CONFIG, LR, 1), d_scale, 0);
     download(got_hi, d_hi, hb);
     download(got_lo, d_lo, hb);
     download(got_m, d_m, fb);
@@ -362,8 +387,9 @@ static void check_adamw(const Layout *L, const int64_t (*ranges)[2], int n_range
     void *dev[] = {d_hi, d_grad, d_lo, d_m, d_v, d_scale};
     for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
         cuda_free(dev[i]);
-    void *host[] = {w0,    m0,    v0,    hi0,   grad,  lo0,       decay,   got_hi,  got_lo,   got_m,   got_v,
-                    ref_w, ref_m, ref_v, got_w, delta, ref_delta, param_f, want_hi, split_hi, split_lo};
+    void *host[] = {w0,      m0,       v0,       hi0,   grad,  lo0,   decay, got_hi,    got_lo,
+                    got_m,   got_v,    ref_w,    ref_m, ref_v, got_w, delta, ref_delta, param_f,
+                    want_hi, split_hi, split_lo, cpu_w, cpu_m, cpu_v, cpu_hi};
     for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++)
         free(host[i]);
 }

@@ -3,7 +3,7 @@
 
 CC ?= gcc
 CFLAGS ?= -O3 -march=native
-# The commit the programs are built from, for the first line of their logs (llmc/run_log.h).
+# The commit the programs are built from, for the first line of their logs (llmc/run/run_log.h).
 GIT_COMMIT ?= $(shell git describe --always --dirty 2> /dev/null || echo unknown)
 # override: what the build needs stays when the command line sets CFLAGS (make CFLAGS=-O0)
 # -fno-math-errno: nothing reads errno after a math function, and with it sqrtf vectorises (the CPU AdamW, adamw_cpu.h)
@@ -18,7 +18,7 @@ FUZZ_SECONDS ?= 20
 # Python: the project's virtual environment when scripts/setup.sh made one.
 PYTHON ?= $(if $(wildcard .venv/bin/python3),.venv/bin/python3,python3)
 
-LLMC_HEADERS = $(wildcard llmc/*.h)
+LLMC_HEADERS = $(wildcard llmc/*/*.h)
 CPU_TESTS = test_llama_ref tests/test_tensorfile tests/test_dataloader tests/test_launch tests/test_zero_plan \
             tests/test_master_weights tests/test_rendezvous tests/test_checkpoint_shards tests/test_watchdog \
             tests/test_documents tests/test_process_groups \
@@ -33,7 +33,7 @@ NVCC_FLAGS ?= -O3
 override NVCC_FLAGS += -std=c++17 $(CUDA_ARCH) -DGIT_COMMIT='"$(GIT_COMMIT)"' -I. -isystem third_party/cudnn-frontend/include -Xcompiler -Wall,-fno-math-errno $(if $(OPENMP),-Xcompiler -fopenmp)
 NVCC_LDLIBS = -lcublasLt -lcublas -lcudnn -lnvrtc -lnccl $(if $(OPENMP),-lgomp)
 # MPI (optional): with it, ranks started by mpirun share NCCL's id through MPI;
-# without it they use a rendezvous (llmc/rendezvous.h). Found through mpicc;
+# without it they use a rendezvous (llmc/parallel/rendezvous.h). Found through mpicc;
 # only its -I, -L and -l flags are passed on, which nvcc understands.
 MPICC ?= mpicc
 USE_MPI ?= $(if $(shell command -v $(MPICC) 2> /dev/null),1,0)
@@ -51,7 +51,7 @@ gpu: $(GPU_PROGRAMS)
 
 $(CUDNN_FRONTEND):
 	./scripts/get_cudnn_frontend.sh
-build/attention_cudnn.o: llmc/attention_cudnn.cu llmc/attention.h llmc/cuda_common.h llmc/utils.h | $(CUDNN_FRONTEND)
+build/attention_cudnn.o: llmc/kernels/attention_cudnn.cu llmc/kernels/attention.h llmc/common/cuda_common.h llmc/common/utils.h | $(CUDNN_FRONTEND)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
 train_llama: train_llama.cu build/attention_cudnn.o $(LLMC_HEADERS)
@@ -75,7 +75,7 @@ tests/test_tensorfile: tests/dump_check.h
 tests/test_watchdog: LDLIBS += -pthread
 tests/hf_tool: tests/hf_tool.c $(LLMC_HEADERS)
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
-tests/fp8_tool: tests/fp8_tool.c llmc/fp8.h
+tests/fp8_tool: tests/fp8_tool.c llmc/kernels/fp8.h
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
 tests/test_%: tests/test_%.c $(LLMC_HEADERS) tests/check.h tests/fake_env.h
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)

@@ -1,5 +1,5 @@
 /*
- * test_llama.cu: checks the GPU model (llmc/llama_model.h) against the
+ * test_llama.cu: checks the GPU model (llmc/model/llama_model.h) against the
  * PyTorch (HF transformers) reference dumps in testdata/: logits, loss, every
  * block output, the final norm output, every gradient and the losses and
  * gradient norms of N AdamW steps. Also checks that two identical runs give
@@ -19,12 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "llmc/attention.h"
-#include "llmc/cuda_common.h"
-#include "llmc/distributed.h"
-#include "llmc/llama_model.h"
-#include "llmc/matmul.h"
-#include "llmc/tensorfile.h"
+#include "llmc/kernels/attention.h"
+#include "llmc/common/cuda_common.h"
+#include "llmc/parallel/distributed.h"
+#include "llmc/model/llama_model.h"
+#include "llmc/kernels/matmul.h"
+#include "llmc/formats/tensorfile.h"
 #include "tests/check.h"
 #include "tests/dump_check.h"
 #include "tests/ref_capi.h"
@@ -40,8 +40,8 @@
 static Dist single_process; /* test_llama runs on one GPU */
 static double worst_forward = 0, worst_grad = 0, worst_steps = 0;
 
-/* The packed documents of the dump under test (its dump.doc_bos, -1: none; llmc/documents.h): every model built for
- * it runs so. */
+/* The packed documents of the dump under test (its dump.doc_bos, -1: none; llmc/model/documents.h): every model built
+ * for it runs so. */
 static int dump_doc_bos = -1, dump_doc_positions = 1;
 
 /* Where ZeRO 2 and 3 accumulate micro-steps (ZeroAccum) and whether gradients are summed in fp32, for the models

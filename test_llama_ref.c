@@ -19,7 +19,7 @@
 #include "train_llama_ref.c"
 #include "tests/check.h"
 #include "tests/dump_check.h"
-#include "llmc/sampler.h"
+#include "llmc/run/sampler.h"
 
 /* Tolerances on the max relative error, about 5x the largest error measured
  * on the committed dumps over -O0, -O3 -march=native (FMA contraction) and

@@ -3,7 +3,7 @@
  * bf16 with fp32 master weights (14 bytes per parameter, divided over the GPUs
  * by ZeRO). The program builds the GPUs and the model and supplies the model's
  * operations to the run, which it shares with the CPU reference
- * (llmc/train_loop.h: start or resume, step, evaluate, log, save, sample,
+ * (llmc/run/train_loop.h: start or resume, step, evaluate, log, save, sample,
  * export); the model and its parts live in llmc/ (docs/architecture.md draws how
  * one step flows through the files):
  *
@@ -24,24 +24,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "llmc/attention.h"
-#include "llmc/batch_source.h"
-#include "llmc/checkpoint.h"
-#include "llmc/cuda_common.h"
-#include "llmc/dataloader.h"
-#include "llmc/distributed.h"
-#include "llmc/flags.h"
-#include "llmc/llama_checkpoint.h"
-#include "llmc/llama_config.h"
-#include "llmc/llama_model.h"
-#include "llmc/matmul.h"
-#include "llmc/profile.h"
-#include "llmc/run_log.h"
-#include "llmc/schedule.h"
-#include "llmc/train_flags.h"
-#include "llmc/train_loop.h"
-#include "llmc/train_outputs.h"
-#include "llmc/watchdog.h"
+#include "llmc/kernels/attention.h"
+#include "llmc/run/batch_source.h"
+#include "llmc/formats/checkpoint.h"
+#include "llmc/common/cuda_common.h"
+#include "llmc/formats/dataloader.h"
+#include "llmc/parallel/distributed.h"
+#include "llmc/run/flags.h"
+#include "llmc/model/llama_checkpoint.h"
+#include "llmc/model/llama_config.h"
+#include "llmc/model/llama_model.h"
+#include "llmc/kernels/matmul.h"
+#include "llmc/common/profile.h"
+#include "llmc/run/run_log.h"
+#include "llmc/run/schedule.h"
+#include "llmc/run/train_flags.h"
+#include "llmc/run/train_loop.h"
+#include "llmc/run/train_outputs.h"
+#include "llmc/parallel/watchdog.h"
 
 /* Dense bf16 peak of an H100 SXM, the MFU denominator (PaLM/torchtitan convention). */
 #define PEAK_BF16_FLOPS 989e12
@@ -237,7 +237,7 @@ static void gpus_stop(Gpus *g)
     dist_finalize(&g->dist);
 }
 
-/* The model's operations for the shared run (llmc/train_loop.h), on this rank's GPU. */
+/* The model's operations for the shared run (llmc/run/train_loop.h), on this rank's GPU. */
 typedef struct {
     Llama *m;
     const Args *a;

@@ -2,10 +2,10 @@
  * train_llama_ref.c: the plain-C, fp32, CPU reference trainer of Llama 3.
  *
  * Forward, backward and AdamW of HF transformers' LlamaForCausalLM (the model
- * of llmc/llama_config.h), written to be read top to bottom, in the style of
+ * of llmc/model/llama_config.h), written to be read top to bottom, in the style of
  * llm.c's train_gpt2.c. test_llama_ref.c checks it against PyTorch dumps. Its
  * command-line trainer supplies the model's operations to the run it shares
- * with train_llama (llmc/train_loop.h), so that the two cannot drift.
+ * with train_llama (llmc/run/train_loop.h), so that the two cannot drift.
  *
  * Parameters and their gradients live in two flat float arrays with the layout
  * of llama_param_layout(); q/k/v and gate/up are adjacent there, so each pair
@@ -28,21 +28,21 @@
 #pragma GCC diagnostic ignored "-Wunknown-pragmas"
 #endif
 
-#include "llmc/adamw_cpu.h"
-#include "llmc/batch_source.h"
-#include "llmc/checkpoint.h"
-#include "llmc/dataloader.h"
-#include "llmc/documents.h"
-#include "llmc/flags.h"
-#include "llmc/fp8.h"
-#include "llmc/llama_config.h"
-#include "llmc/run_log.h"
-#include "llmc/schedule.h"
-#include "llmc/tensorfile.h"
-#include "llmc/train_flags.h"
-#include "llmc/train_loop.h"
-#include "llmc/train_outputs.h"
-#include "llmc/utils.h"
+#include "llmc/kernels/adamw_cpu.h"
+#include "llmc/run/batch_source.h"
+#include "llmc/formats/checkpoint.h"
+#include "llmc/formats/dataloader.h"
+#include "llmc/model/documents.h"
+#include "llmc/run/flags.h"
+#include "llmc/kernels/fp8.h"
+#include "llmc/model/llama_config.h"
+#include "llmc/run/run_log.h"
+#include "llmc/run/schedule.h"
+#include "llmc/formats/tensorfile.h"
+#include "llmc/run/train_flags.h"
+#include "llmc/run/train_loop.h"
+#include "llmc/run/train_outputs.h"
+#include "llmc/common/utils.h"
 
 /* ------------------------------------------------------------------------- */
 /* matmuls: out = inp @ weight^T, weight row-major [OC, IC] as in nn.Linear    */
@@ -431,7 +431,7 @@ typedef struct {
     int64_t n_counted;           /* targets != IGNORE_INDEX in the last forward */
     float mean_loss;             /* loss_sum / n_counted, as F.cross_entropy reports it; NaN if none counted */
     int fp8;     /* Fp8Recipe: the layers' GEMMs on FP8 values (linear_forward), or 0; set before the first forward */
-    int doc_bos; /* packed documents (llmc/documents.h): the token that starts one, or -1: none */
+    int doc_bos; /* packed documents (llmc/model/documents.h): the token that starts one, or -1: none */
     int doc_positions;               /* with doc_bos: RoPE positions restart at 0 in each document */
     int *doc_first, *doc_pos;        /* BT each: where a token's document starts in its row, and the token's position */
     float *fp8_in, *fp8_out, *fp8_w; /* their quantised operands: BT x widest input, BT x widest output, largest W */
@@ -564,7 +564,7 @@ static void llama_document_views(const Llama *m, const int **first, const int **
 }
 
 /* FP8 training's GEMMs (--fp8, issue 15), emulated: each operand is rounded
- * to FP8 in the blocks of m->fp8's recipe (llmc/fp8.h), each block at the
+ * to FP8 in the blocks of m->fp8's recipe (llmc/kernels/fp8.h), each block at the
  * scale of its own amax (codes of x * 448 / amax, saturating, ties to even),
  * and used as the exact values those codes stand for; the products are then
  * summed in fp32 as everywhere here. Inputs and weights are E4M3; output
@@ -867,7 +867,7 @@ static float clip_grad_norm(float *grads, int64_t n, float max_norm)
     return norm;
 }
 
-/* torch.optim.AdamW (foreach=False, fused=False): llmc/adamw_cpu.h, the GPU's
+/* torch.optim.AdamW (foreach=False, fused=False): llmc/kernels/adamw_cpu.h, the GPU's
  * arithmetic (adamw_step.h: the scalars in double as Python computes them, then
  * one rounded float operation at a time in torch's order). The gradients are
  * clipped already (clip_grad_norm). Weight decay is decoupled and only on
@@ -901,7 +901,7 @@ static void llama_last_logits(void *ctx, const int *tokens, int n, float *logits
 
 /* One optimizer step over accum micro-batches (inputs and targets back to back, their
  * targets `counted`, > 0): the loss is the mean over them, as one big batch would give
- * (llmc/train_loop.h calls it). */
+ * (llmc/run/train_loop.h calls it). */
 static void train_step(Llama *m, const int *inputs, const int *targets, int accum, double counted, int B, int T,
                        const AdamWConfig *cfg, float lr, StepLog *out)
 {
@@ -926,7 +926,7 @@ static void train_step(Llama *m, const int *inputs, const int *targets, int accu
 #ifndef TESTING
 /* ------------------------------------------------------------------------- */
 /* the command-line trainer: the flags, the data and the log are the GPU      */
-/* trainer's (llmc/train_flags.h, batch_source.h, run_log.h)                  */
+/* trainer's (llmc/run/train_flags.h, batch_source.h, run_log.h)                  */
 
 typedef struct {
     TrainFlags t;
@@ -976,7 +976,7 @@ static LlamaConfig parse_args(Args *a, int argc, char **argv, HfTokenIds *init_i
     return c;
 }
 
-/* The model's operations for the shared run (llmc/train_loop.h): one process. */
+/* The model's operations for the shared run (llmc/run/train_loop.h): one process. */
 typedef struct {
     Llama *m;
     const TrainFlags *t;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tokenize text into the token shards that llmc/dataloader.h reads.
+"""Tokenize text into the token shards that llmc/formats/dataloader.h reads.
 
     python3 data/prepare.py                       # default corpus: KJV Bible + fortunes
     python3 data/prepare.py my_texts/ notes.txt   # your own files and folders

@@ -185,7 +185,7 @@ def cfg_from_hf(config, B, T):
 
 def shard_batch(path, B, T):
     """Inputs and targets [B, T] from the first B * T + 1 tokens of a shard (docs/shard_format.md), rows laid
-    out as llmc/dataloader.h lays them out."""
+    out as llmc/formats/dataloader.h lays them out."""
     with open(path, "rb") as f:
         header = np.frombuffer(f.read(1024), dtype=np.int32)
         dtype = np.uint16 if header[2] == 2 else np.uint32

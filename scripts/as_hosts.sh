@@ -3,7 +3,7 @@
 # one machine stands in for several hosts: NCCL_HOSTID=standin-<n> makes NCCL use
 # its network transport (sockets here) between such "hosts" and NVLink inside
 # each, and train_llama groups its ranks by the same variable
-# (llmc/process_groups.h). The rank comes from mpirun's, torchrun's or Slurm's
+# (llmc/parallel/process_groups.h). The rank comes from mpirun's, torchrun's or Slurm's
 # variables.
 #   mpirun -np 4 -x GPUS_PER_HOST=2 scripts/as_hosts.sh ./train_llama ...   # 2 "hosts" x 2 GPUs
 set -eu

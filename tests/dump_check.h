@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "llmc/llama_config.h"
-#include "llmc/tensorfile.h"
-#include "llmc/utils.h"
+#include "llmc/model/llama_config.h"
+#include "llmc/formats/tensorfile.h"
+#include "llmc/common/utils.h"
 #include "tests/check.h"
 
 /* The dumps test_llama and test_llama_ref check when given none, besides the packed-documents dump

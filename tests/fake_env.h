@@ -1,6 +1,6 @@
 /*
  * fake_env.h: an environment for the tests of readers that take an EnvLookup
- * (llmc/launch.h): fake_env points at NULL-terminated name, value pairs, and
+ * (llmc/parallel/launch.h): fake_env points at NULL-terminated name, value pairs, and
  * fake_env_lookup reads them instead of the process's environment.
  */
 #ifndef TESTS_FAKE_ENV_H

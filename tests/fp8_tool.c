@@ -1,10 +1,10 @@
 /*
  * fp8_tool: float32 values (little-endian, from stdin) to their E4M3 and E5M2
- * codes by llmc/fp8.h, two bytes per value on stdout, for tests/test_fp8.py.
+ * codes by llmc/kernels/fp8.h, two bytes per value on stdout, for tests/test_fp8.py.
  */
 #include <stdio.h>
 
-#include "llmc/fp8.h"
+#include "llmc/kernels/fp8.h"
 
 int main(void)
 {

@@ -3,13 +3,13 @@
  * and texts in Python (safetensors, tiktoken) and checks what the trainers'
  * shared code makes of them:
  *
- *   hf_tool load DIR OUT.f32      the model of DIR (llmc/hf_model.h): prints its
+ *   hf_tool load DIR OUT.f32      the model of DIR (llmc/formats/hf_model.h): prints its
  *                                 config as key=value lines and writes the fp32
  *                                 weights in layout order to OUT.f32; on an error
  *                                 prints the message to stderr and exits 1
- *   hf_tool config FILE           the LlamaConfig of an HF config.json (llmc/hf_config.h),
+ *   hf_tool config FILE           the LlamaConfig of an HF config.json (llmc/formats/hf_config.h),
  *                                 as key=value lines
- *   hf_tool encode TOKENIZER FILE the ids of FILE's text (llmc/tokenizer.h), one
+ *   hf_tool encode TOKENIZER FILE the ids of FILE's text (llmc/formats/tokenizer.h), one
  *                                 line, space-separated; exits 1 unless they
  *                                 decode to the text again
  *
@@ -19,10 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "llmc/hf_model.h"
-#include "llmc/llama_config.h"
-#include "llmc/tokenizer.h"
-#include "llmc/utils.h"
+#include "llmc/formats/hf_model.h"
+#include "llmc/model/llama_config.h"
+#include "llmc/formats/tokenizer.h"
+#include "llmc/common/utils.h"
 
 static void print_config(const LlamaConfig *cp, const HfTokenIds *ids)
 {

@@ -4,7 +4,7 @@ or saves), each time resumed, until it reaches the end. It passes when nothing w
   - every restarted run either got killed or finished (no failed resume);
   - every step that was logged, by any of the runs, has exactly the loss and gradient norm of an uninterrupted run
     with the same flags, and the final checkpoint's files are byte-identical to that run's but for the run id
-    (bytes 112-119 of train_state.bin, llmc/train_state.h), which every start since the last fresh one (one killed
+    (bytes 112-119 of train_state.bin, llmc/formats/train_state.h), which every start since the last fresh one (one killed
     before its first save starts afresh) logged the same, and the uninterrupted run's differs.
 Prints the counts. The CPU trainer by default (make test-kill); scripts/gpu_check.sh runs a shorter one on train_llama.
 

@@ -13,7 +13,7 @@ extern "C" {
 
 /* The model of weights_path (an .llmt weights file), one forward and backward in
  * fp32 on tokens and targets [B * T], with the layers' GEMMs on FP8 values when
- * fp8 (an Fp8Recipe, llmc/fp8.h): returns the mean loss and writes every gradient of the mean loss into
+ * fp8 (an Fp8Recipe, llmc/kernels/fp8.h): returns the mean loss and writes every gradient of the mean loss into
  * grads, in llama_param_layout's order (n_params floats, checked). */
 float ref_loss_and_grads(const char *weights_path, const int *tokens, const int *targets, int B, int T, int fp8,
                          float *grads, long long n_params);

@@ -1,4 +1,4 @@
-/* Tests of llmc/adamw_cpu.h and llmc/adamw_step.h: the CPU AdamW that the CPU
+/* Tests of llmc/kernels/adamw_cpu.h and llmc/kernels/adamw_step.h: the CPU AdamW that the CPU
  * reference steps with, and that dev/cuda/adamw_check holds the GPU kernel to
  * bit for bit.
  *   - adamw_cpu_update (every core, vectorised) against a scalar loop in
@@ -23,8 +23,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "llmc/adamw_cpu.h"
-#include "llmc/utils.h"
+#include "llmc/kernels/adamw_cpu.h"
+#include "llmc/common/utils.h"
 #include "tests/check.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;

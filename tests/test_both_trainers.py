@@ -1,4 +1,4 @@
-"""The same flags through both trainers, which share their run (llmc/train_loop.h): the same steps logged with the
+"""The same flags through both trainers, which share their run (llmc/run/train_loop.h): the same steps logged with the
 same skips (masked windows), evaluations and checkpoints at the same steps, a resume from the same step, losses
 within what bf16 against fp32 allows, and the same files written. Needs a GPU for train_llama (skipped without)."""
 import json

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checkpoints of ./train_llama_ref (llmc/checkpoint.h): resumed runs give
+# Checkpoints of ./train_llama_ref (llmc/formats/checkpoint.h): resumed runs give
 # bit-identical losses and weights, keep-last-K, interrupted writes ignored and
 # cleaned, corrupt files refused with messages naming them, and the safetensors
 # / config.json output readable by Python's safetensors where it is installed.

@@ -1,4 +1,4 @@
-/* Tests of llmc/checkpoint.h's sharded optimizer state: train_state files
+/* Tests of llmc/formats/checkpoint.h's sharded optimizer state: train_state files
  * written by W ranks, each holding a list of ranges of the flat moments (ZeRO 1:
  * one contiguous shard per rank, the last cut at the end of the parameters;
  * per-bucket sharding: one slice of every bucket per rank, interleaved with the
@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "llmc/checkpoint.h"
+#include "llmc/formats/checkpoint.h"
 #include "tests/check.h"
 
 #define MAX_RANGES 8
@@ -49,7 +49,7 @@ static const char *kind_name[2] = {"contiguous", "bucketed"};
 /* The ranges rank r of `world` owns. CONTIGUOUS: its ZeRO 1 shard; when loading
  * (padded) the whole padded shard, past the end of the parameters for the last
  * rank, else cut at the end (an empty shard is one empty range at the end, which
- * the writer drops). BUCKETED: as llmc/zero_plan.h cuts them, each bucket padded
+ * the writer drops). BUCKETED: as llmc/parallel/zero_plan.h cuts them, each bucket padded
  * to a multiple of world * 8 and every rank owning one slice of each (empty when
  * its slice is all padding). */
 static int ranges_of(int kind, int64_t total, int world, int r, int padded, CkptRange *out)

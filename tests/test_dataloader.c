@@ -1,12 +1,12 @@
 /*
- * Tests of llmc/dataloader.h on small shards written to a temp dir: window
+ * Tests of llmc/formats/dataloader.h on small shards written to a temp dir: window
  * contents, rank slicing, epochs, shuffling, save/restore, 64-bit offsets and
  * every bad-input error. Prints one line per check and "N passed, M failed".
  *
  *   gcc -O2 -std=gnu11 -Wall -Wextra -I. tests/test_dataloader.c -o tests/test_dataloader -lm
  *   ./tests/test_dataloader
  */
-#include "llmc/dataloader.h"
+#include "llmc/formats/dataloader.h"
 #include "tests/check.h"
 
 #include <dirent.h>

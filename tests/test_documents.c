@@ -1,7 +1,7 @@
-/* Tests of llmc/documents.h: packed documents cut at BOS tokens (a row's first token starts one too), their
+/* Tests of llmc/model/documents.h: packed documents cut at BOS tokens (a row's first token starts one too), their
  * positions, and their packing as cuDNN's ragged sequences: starts, lengths, power-of-two slots of length 0 past
  * the documents, the longest length rounded up to a power of two within [min(64, T), T]. */
-#include "llmc/documents.h"
+#include "llmc/model/documents.h"
 #include "tests/check.h"
 
 #define BOS 7

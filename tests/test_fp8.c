@@ -1,5 +1,5 @@
 /*
- * llmc/fp8.h against the definitions of the formats: every code decodes to its
+ * llmc/kernels/fp8.h against the definitions of the formats: every code decodes to its
  * value and encodes back to itself; every midpoint between neighbouring codes
  * rounds to the even one, the floats just beside it to the nearer one; overflow
  * saturates, NaN stays NaN, signed zeros keep their sign; and 2 million random
@@ -10,8 +10,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "llmc/fp8.h"
-#include "llmc/utils.h"
+#include "llmc/kernels/fp8.h"
+#include "llmc/common/utils.h"
 #include "tests/check.h"
 
 static const char *name_of(Fp8Format f)

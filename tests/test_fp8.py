@@ -1,4 +1,4 @@
-"""llmc/fp8.h's float -> E4M3 / E5M2 conversion (through tests/fp8_tool) bit for bit against ml_dtypes, an
+"""llmc/kernels/fp8.h's float -> E4M3 / E5M2 conversion (through tests/fp8_tool) bit for bit against ml_dtypes, an
 independent implementation of the OCP FP8 formats: every code's value, every midpoint between neighbouring codes
 and the floats just beside it, and a million random floats, all within the finite range. (Beyond it ml_dtypes
 gives NaN or infinity where fp8.h saturates, as cuBLASLt does; tests/test_fp8.c checks that part.)"""

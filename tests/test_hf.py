@@ -1,7 +1,7 @@
-"""HuggingFace model directories into the trainers' shared loader (llmc/hf_model.h, run through tests/hf_tool):
+"""HuggingFace model directories into the trainers' shared loader (llmc/formats/hf_model.h, run through tests/hf_tool):
 every dtype, single files and shards with an index, both spellings of the rope settings, every refused case
 with its message; the export and --init-from round trip through train_llama_ref; and the C tokenizer
-(llmc/tokenizer.h) against tiktoken.
+(llmc/formats/tokenizer.h) against tiktoken.
 
 The directories are written here the way save_pretrained writes them: with the safetensors library where it
 can (F32, F16), and by hand for BF16 (numpy has no bfloat16) and for the corrupt cases."""
@@ -33,7 +33,7 @@ def hf_config(**over):
 
 
 def shapes(c):
-    """The tensors of the layout, in its order (llmc/llama_config.h)."""
+    """The tensors of the layout, in its order (llmc/model/llama_config.h)."""
     C, F, V = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
     H, D = c["num_attention_heads"], c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
     KV = c.get("num_key_value_heads", H)

@@ -1,6 +1,6 @@
-/* Tests of llmc/launch.h: rank, world and local rank from flags and from each
+/* Tests of llmc/parallel/launch.h: rank, world and local rank from flags and from each
  * launcher's environment variables, and the errors for inconsistent input. */
-#include "llmc/launch.h"
+#include "llmc/parallel/launch.h"
 #include "tests/fake_env.h"
 
 static int passed = 0, failed = 0;

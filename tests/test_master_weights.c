@@ -1,4 +1,4 @@
-/* Tests of llmc/master_weights.h: the fp32 master split into bf16 + 16-bit
+/* Tests of llmc/kernels/master_weights.h: the fp32 master split into bf16 + 16-bit
  * residual must give back every finite float bit for bit, and its bf16 half
  * must be the nearest bf16.
  *
@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "llmc/master_weights.h"
-#include "llmc/utils.h"
+#include "llmc/kernels/master_weights.h"
+#include "llmc/common/utils.h"
 
 static int passed = 0, failed = 0;
 

@@ -1,8 +1,8 @@
-/* Tests of llmc/process_groups.h: host identities from NCCL_HOSTID, the
+/* Tests of llmc/parallel/process_groups.h: host identities from NCCL_HOSTID, the
  * scheduler or the hostname; ranks grouped by host in the order of their lowest
  * rank, whatever the launcher's placement; --shard-group's consecutive groups;
  * uneven hosts told apart; bad group sizes refused with a message. */
-#include "llmc/process_groups.h"
+#include "llmc/parallel/process_groups.h"
 #include "tests/fake_env.h"
 
 static int passed = 0, failed = 0;

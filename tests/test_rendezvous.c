@@ -1,8 +1,8 @@
-/* Tests of llmc/rendezvous.h with real processes: ranks share a blob over
+/* Tests of llmc/parallel/rendezvous.h with real processes: ranks share a blob over
  * tcp:// on the loopback and over file: in a temporary directory; timeouts,
  * world-size mismatches, duplicate ranks, strangers on the port, bad specs
  * and MASTER_ADDR/MASTER_PORT. Each rank runs in its own forked process. */
-#include "llmc/rendezvous.h"
+#include "llmc/parallel/rendezvous.h"
 #include "tests/fake_env.h"
 
 #include <arpa/inet.h>

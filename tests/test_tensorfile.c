@@ -1,5 +1,5 @@
 /*
- * test_tensorfile.c: the .llmt reader (llmc/tensorfile.h) on a committed dump
+ * test_tensorfile.c: the .llmt reader (llmc/formats/tensorfile.h) on a committed dump
  * and on corrupted copies of it, the config checks between a weights file and
  * a dump, and llama_rope_inv_freq against HF's formula computed in double.
  *
@@ -17,9 +17,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "llmc/hf_model.h"
-#include "llmc/llama_config.h"
-#include "llmc/tensorfile.h"
+#include "llmc/formats/hf_model.h"
+#include "llmc/model/llama_config.h"
+#include "llmc/formats/tensorfile.h"
 #include "tests/check.h"
 #include "tests/dump_check.h"
 

@@ -1,5 +1,5 @@
 /*
- * test_watchdog.c: llmc/watchdog.h, each case in its own child process (the
+ * test_watchdog.c: llmc/parallel/watchdog.h, each case in its own child process (the
  * watchdog ends the process it watches):
  *   - a loop that keeps making progress is never stopped, and watchdog_stop
  *     returns at once;
@@ -15,7 +15,7 @@
  */
 #include <string.h>
 
-#include "llmc/watchdog.h"
+#include "llmc/parallel/watchdog.h"
 #include "tests/check.h"
 
 static double seconds(void)

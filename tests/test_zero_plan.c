@@ -1,7 +1,7 @@
-/* Tests of llmc/zero_plan.h on the test models and the published shapes, at
+/* Tests of llmc/parallel/zero_plan.h on the test models and the published shapes, at
  * world sizes that divide nothing evenly: every element owned exactly once,
  * equal aligned shares, little padding, buckets along the layers. */
-#include "llmc/zero_plan.h"
+#include "llmc/parallel/zero_plan.h"
 
 static int passed = 0, failed = 0;
 

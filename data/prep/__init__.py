@@ -1,4 +1,4 @@
-"""The package behind data/prepare.py, which tokenizes text into the token shards of llmc/dataloader.h
+"""The package behind data/prepare.py, which tokenizes text into the token shards of llmc/formats/dataloader.h
 (docs/shard_format.md). A module per concern; data/prepare.py is the command line and imports from here.
 
     errors.py          PrepareError (one message, no traceback), ResumableError, SIGTERM as Interrupted

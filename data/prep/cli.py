@@ -48,7 +48,7 @@ def flag_range(flag):
 
 def parse_args(argv):
     p = argparse.ArgumentParser(
-        description="Tokenize text into token shards for llmc/dataloader.h (docs/shard_format.md).")
+        description="Tokenize text into token shards for llmc/formats/dataloader.h (docs/shard_format.md).")
     p.add_argument("inputs", nargs="*",
                    help="files and folders (searched recursively): text, JSON lines (.jsonl, .json) and parquet, "
                         "text and JSON lines also .gz or .zst compressed; none: the default corpus (KJV Bible from "

@@ -17,7 +17,7 @@ One step = forward + backward + clip + optimizer.step + zero_grad, timed with
 torch.cuda.synchronize() + perf_counter after warm-up steps (2; 3 for compile).
 tokens/s = B*T / median step time; MFU = tokens/s * (6 N + 12 L H D T) / 989e12,
 N = all parameters but the input embedding (lm_head counted once, tied or not),
-llmc/llama_config.h llama_flops_per_token's convention. Peak memory =
+llmc/model/llama_config.h llama_flops_per_token's convention. Peak memory =
 torch.cuda.max_memory_allocated over the timed steps (reset after warm-up); for
 train_llama its own allocator peak (the peak_mem_gib of its JSON log).
 
@@ -62,7 +62,7 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), 
 PEAK_BF16_FLOPS = 989e12  # dense bf16 peak of an H100 SXM, as train_llama.cu's PEAK_BF16_FLOPS
 GIB = 1024.0 ** 3
 
-# Shapes. rope: Llama 3.1 frequency scaling; train_llama's presets are llmc/llama_config.h's.
+# Shapes. rope: Llama 3.1 frequency scaling; train_llama's presets are llmc/model/llama_config.h's.
 MODELS = {
     "llama3.2-1b": dict(vocab=128256, hidden=2048, layers=16, heads=32, kv_heads=8, head_dim=64, ffn=8192,
                         tied=True, rope_theta=500000.0, rope_factor=32.0, rope_low=1.0, rope_high=4.0,

@@ -18,14 +18,14 @@
  *   nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -Xcompiler -fPIC,-fopenmp -shared -I. \
  *        dev/bench/kernels_capi.cu -o dev/bench/libllmc_kernels.so -lcublasLt -lcublas
  */
-#include "llmc/adamw.h"
-#include "llmc/cuda_common.h"
-#include "llmc/fused_classifier.h"
-#include "llmc/llama_config.h"
-#include "llmc/matmul.h"
-#include "llmc/rmsnorm.h"
-#include "llmc/rope.h"
-#include "llmc/swiglu.h"
+#include "llmc/kernels/adamw.h"
+#include "llmc/common/cuda_common.h"
+#include "llmc/kernels/fused_classifier.h"
+#include "llmc/model/llama_config.h"
+#include "llmc/kernels/matmul.h"
+#include "llmc/kernels/rmsnorm.h"
+#include "llmc/kernels/rope.h"
+#include "llmc/kernels/swiglu.h"
 
 #define LLMC_API extern "C" __attribute__((visibility("default")))
 
@@ -178,7 +178,7 @@ LLMC_API void llmc_loss_sum(void *out, const void *losses, int N, void *stream)
 }
 
 /* ---- AdamW on flat buffers: the fp32 master as param [n] bf16 + master_lo [n] int16
- * (llmc/master_weights.h), grad [n] bf16, m, v [n] fp32; weight decay per run ---- */
+ * (llmc/kernels/master_weights.h), grad [n] bf16, m, v [n] fp32; weight decay per run ---- */
 
 /* Floats of scratch that llmc_global_norm_squared needs. */
 LLMC_API int llmc_norm_scratch_floats(void)

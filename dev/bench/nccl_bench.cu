@@ -1,7 +1,7 @@
 /*
  * nccl_bench.cu: the time of each collective the trainer runs (bf16 all-gather,
  * reduce-scatter and all-reduce; fp32 reduce-scatter for --grad-reduce fp32) over
- * each of its process groups (llmc/distributed.h: all ranks, a host's, across
+ * each of its process groups (llmc/parallel/distributed.h: all ranks, a host's, across
  * hosts), at sizes from 1 MiB to 1 GiB, for dev/bench/scaling_model.py's fit of
  * latency + bytes / bandwidth.
  *
@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "llmc/distributed.h"
+#include "llmc/parallel/distributed.h"
 
 __global__ void fill_random_bits(uint32_t *p, int64_t n, uint32_t seed)
 {

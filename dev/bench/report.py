@@ -501,7 +501,7 @@ def fp8_section(results_dir):
     lines = ["## FP8 (`--fp8`)", "",
              "The layers' Linear maps on FP8 (E4M3 inputs and weights, E5M2 output gradients, one scale per tensor "
              "from its current amax, the weights' codes kept for a step, the forward GEMMs with fast accumulation; "
-             "llmc/linear.h) against bf16, alternating in one run "
+             "llmc/kernels/linear.h) against bf16, alternating in one run "
              "(`dev/bench/train_llama_settings.sh fp8`), median tokens/s of each run's steps after the first, the "
              "median over its rounds. MFU counts bf16 FLOPs against the bf16 peak for both, so the FP8 gain shows "
              "as MFU above the bf16 run's.", ""]
@@ -608,7 +608,7 @@ def docmask_section(results_dir):
     if not recs:
         return []
     lines = ["## Packed documents (`--doc-mask`)", "",
-             "Attention within each document of a packed row (cuDNN's ragged SDPA, llmc/attention.h) and RoPE "
+             "Attention within each document of a packed row (cuDNN's ragged SDPA, llmc/kernels/attention.h) and RoPE "
              "positions restarting at each document, against the same run without: Llama 3.2 1B, the default "
              "corpus (King James Bible books, long, and fortunes, short), one run each, median tokens/s of the steps "
              "after the first (the mean beside it includes the steps that build a cuDNN graph for a new number of "
@@ -701,7 +701,7 @@ def write_report(e2e, kernels, docs_dir, plot=True, profiles=(), prepare=(), ext
                   "clip, optimizer step and zero_grad; the tables give the median of the timed steps after warm-up "
                   "(torch.cuda.synchronize around each step; train_llama's own per-step wall time). "
                   "tokens/s = B·T / median step time; MFU = tokens/s · (6N + 12·L·H·D·T) / 989 TFLOPS, N "
-                  "without the input embedding (lm_head counted once), as `llmc/llama_config.h`. Peak memory: "
+                  "without the input embedding (lm_head counted once), as `llmc/model/llama_config.h`. Peak memory: "
                   "`torch.cuda.max_memory_allocated` over the timed steps for HF, the allocator peak of the "
                   "train_llama log for train_llama (both exclude the CUDA context). Each setting ran in its own "
                   "process.", ""]

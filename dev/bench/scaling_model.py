@@ -170,7 +170,7 @@ def step_time(stage, mode, hosts, gpn, micro, t_micro, nparams, links, lookup, t
     def gather_exposed(t_ag):  # hidden behind the next step's first forward
         return max(0.0, t_ag - t_micro / 3.0)
 
-    # Stage 3 gathers a micro-step's weights layer by layer into staging slots (llmc/zero.h): the
+    # Stage 3 gathers a micro-step's weights layer by layer into staging slots (llmc/parallel/zero.h): the
     # embedding's and the head's slots keep theirs for the whole step, and the two layer slots
     # still hold the last two layers of one pass when the next begins, so a micro-step gathers
     # 2 (L - 2) layers, each its own collective. Without the model's shape: all weights twice.

@@ -1,11 +1,11 @@
 /*
- * adamw_check: llmc/adamw.h.
+ * adamw_check: llmc/kernels/adamw.h.
  *   global_norm_squared on bf16 gradients against a double sum of their squares, and
  *   for determinism; clip_coefficient against the same float formula on the host;
  *   adamw_update against a double-precision CPU AdamW (torch.optim.AdamW's math) run
- *   on the joined fp32 master, master_join(param, master_lo) (llmc/master_weights.h),
+ *   on the joined fp32 master, master_join(param, master_lo) (llmc/kernels/master_weights.h),
  *   at steps 1 and 10, with bf16 gradients, and bit for bit against the CPU AdamW
- *   (llmc/adamw_cpu.h: the same float operations in the same order, adamw_step.h).
+ *   (llmc/kernels/adamw_cpu.h: the same float operations in the same order, adamw_step.h).
  *   Each case is a flat buffer of several
  *   tensors with different weight-decay flags, updated by one launch through a run
  *   table, whole and as a shard (a range with first > 0, a multiple of 4 inside a run,
@@ -45,8 +45,8 @@
  * Usage: adamw_check [--seed N]
  */
 #include "check_common.h"
-#include "llmc/adamw.h"
-#include "llmc/adamw_cpu.h"
+#include "llmc/kernels/adamw.h"
+#include "llmc/kernels/adamw_cpu.h"
 
 #define LR 3e-4f
 #define BETA1 0.9f

@@ -1,5 +1,5 @@
 /*
- * attention_check: llmc/attention.h (cuDNN SDPA, causal, grouped-query, reading
+ * attention_check: llmc/kernels/attention.h (cuDNN SDPA, causal, grouped-query, reading
  * the fused qkv layout in place) against a double-precision CPU reference on the
  * same bf16 inputs: forward out and logsumexp stats, backward dq, dk, dv, in both
  * the deterministic and the atomic-dQ backward; bitwise reproducibility of the
@@ -28,8 +28,8 @@
  * Usage: attention_check [--seed N] [--sweep]  (--sweep: timings only, see sweep())
  */
 #include "check_common.h"
-#include "llmc/attention.h"
-#include "llmc/documents.h"
+#include "llmc/kernels/attention.h"
+#include "llmc/model/documents.h"
 
 typedef struct {
     int B, T, H, KV, D;

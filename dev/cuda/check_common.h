@@ -35,7 +35,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "llmc/cuda_common.h"
+#include "llmc/common/cuda_common.h"
 #include "tests/check.h"
 
 #define BENCH_RUNS 60

@@ -1,5 +1,5 @@
 /*
- * embedding_check: llmc/embedding.h. The backward plan against its invariants; the
+ * embedding_check: llmc/kernels/embedding.h. The backward plan against its invariants; the
  * forward gather to the bit; the backward against a double-precision CPU sum of the
  * same bf16 dout rows, added to a random bf16 dwte (embedding_backward always adds);
  * rows of tokens not in the batch left bit-identical; backward determinism over two
@@ -16,7 +16,7 @@
  * Usage: embedding_check [--seed N]
  */
 #include "check_common.h"
-#include "llmc/embedding.h"
+#include "llmc/kernels/embedding.h"
 
 typedef struct {
     int N, C, n_buckets;

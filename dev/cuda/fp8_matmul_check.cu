@@ -1,5 +1,5 @@
 /*
- * fp8_matmul_check.cu: checks llmc/fp8_quantize.h and matmul.h's matmul_fp8
+ * fp8_matmul_check.cu: checks llmc/kernels/fp8_quantize.h and matmul.h's matmul_fp8
  * (issue #15), and measures them. FP8 GEMMs (bf16 out) in the one operand
  * layout Hopper's FP8 kernels take, both operands contiguous along K:
  *     out[M, Nc] = X[M, K] @ Y[Nc, K]^T, dequantised     (row-major, as matmul.h's forward)
@@ -20,7 +20,7 @@
  * sum over the exact fp8 values: a wrong scale order fails there. Timing (the
  * Llama 3.2 1B's layer GEMMs at B=8, T=2048: forward, backward-input and
  * backward-weight shapes of qkv, o, gate/up and down, all in the K-contiguous
- * form): the bf16 GEMM of llmc/matmul.h against each FP8 kind, and the
+ * form): the bf16 GEMM of llmc/kernels/matmul.h against each FP8 kind, and the
  * quantisation kernels, each the median of BENCH_RUNS runs (check_common.h).
  * Prints one BENCH line per shape.
  *
@@ -29,9 +29,9 @@
 #include <cuda_fp8.h>
 
 #include "check_common.h"
-#include "llmc/fp8.h"
-#include "llmc/fp8_quantize.h"
-#include "llmc/matmul.h"
+#include "llmc/kernels/fp8.h"
+#include "llmc/kernels/fp8_quantize.h"
+#include "llmc/kernels/matmul.h"
 
 static const char *FORMAT_NAMES[2] = {"E4M3", "E5M2"};
 

@@ -1,5 +1,5 @@
 /*
- * fused_classifier_check: llmc/fused_classifier.h (chunked lm_head + cross-entropy
+ * fused_classifier_check: llmc/kernels/fused_classifier.h (chunked lm_head + cross-entropy
  * + backward) against a double-precision CPU reference, with ignored (-100) rows,
  * ragged last chunks, and vocabularies whose rows are not 16-byte aligned
  * (V = 1000, 777); the forward-only variant and loss_sum; then timing at Llama 3
@@ -48,7 +48,7 @@
 #include <float.h>
 
 #include "check_common.h"
-#include "llmc/fused_classifier.h"
+#include "llmc/kernels/fused_classifier.h"
 
 /* targets: about 1 in 6 ignored; the rest uniform over the vocabulary. Returns the count kept. */
 static int make_targets(int *targets, int N, int V)

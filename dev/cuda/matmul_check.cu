@@ -1,5 +1,5 @@
 /*
- * matmul_check: llmc/matmul.h's three GEMMs against a double-precision CPU
+ * matmul_check: llmc/kernels/matmul.h's three GEMMs against a double-precision CPU
  * reference on the same random bf16 operands, then their speed at Llama 3.2 1B
  * sizes next to a plain cuBLAS 8192^3 bf16 GEMM measured in the same run.
  *
@@ -33,7 +33,7 @@
 #include <cublas_v2.h>
 
 #include "check_common.h"
-#include "llmc/matmul.h"
+#include "llmc/kernels/matmul.h"
 
 #define SAMPLES 4096
 

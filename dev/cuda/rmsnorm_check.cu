@@ -1,5 +1,5 @@
 /*
- * rmsnorm_check: llmc/rmsnorm.h against a double-precision CPU reference of the
+ * rmsnorm_check: llmc/kernels/rmsnorm.h against a double-precision CPU reference of the
  * same math, on bf16 inputs both sides read identically; backward's bf16 dweight
  * both overwritten (accumulate = 0, over random garbage) and added to (accumulate
  * = 1, onto random bf16 values); determinism of backward; timing at Llama 3 sizes
@@ -20,7 +20,7 @@
  * Usage: rmsnorm_check [--seed N]
  */
 #include "check_common.h"
-#include "llmc/rmsnorm.h"
+#include "llmc/kernels/rmsnorm.h"
 
 #define EPS 1e-5f
 

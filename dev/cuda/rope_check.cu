@@ -1,5 +1,5 @@
 /*
- * rope_check: llmc/rope.h against a double-precision CPU reference of the same
+ * rope_check: llmc/kernels/rope.h against a double-precision CPU reference of the same
  * rotation on the same bf16 inputs and the same fp32 cos/sin table; the table
  * itself; that v is left untouched; timing at Llama 3 sizes (N = B*T = 8192).
  *
@@ -14,7 +14,7 @@
  * Usage: rope_check [--seed N]
  */
 #include "check_common.h"
-#include "llmc/rope.h"
+#include "llmc/kernels/rope.h"
 
 static void ref_rope(float *out, const float *qkv, const float *table, const int *positions, int B, int T, int H,
                      int KV, int D, double sign)
@@ -88,7 +88,7 @@ static void check_size(int B, int T, int H, int KV, int D, int bench)
     bf16 *d_qkv = (bf16 *)dev_alloc(bf);
     float *d_table = (float *)dev_upload(table, (size_t)T * D * sizeof(float));
 
-    /* packed documents' positions (llmc/documents.h): restarting every 13 tokens, or wherever */
+    /* packed documents' positions (llmc/model/documents.h): restarting every 13 tokens, or wherever */
     int *positions = (int *)malloc_check((size_t)B * T * sizeof(int), "positions");
     for (int64_t bt = 0; bt < (int64_t)B * T; bt++)
         positions[bt] = (int)(bt % T % 13);

@@ -1,5 +1,5 @@
 /*
- * swiglu_check: llmc/swiglu.h against a double-precision CPU reference on the same
+ * swiglu_check: llmc/kernels/swiglu.h against a double-precision CPU reference on the same
  * bf16 inputs; backward both out of place and in place (dgate_up == gate_up), which
  * must agree to the bit; timing at Llama 3 sizes (N = 8192, F = 8192 / 14336).
  * F = 20488 takes two blocks per row, the second one partly idle.
@@ -11,7 +11,7 @@
  * Usage: swiglu_check [--seed N]
  */
 #include "check_common.h"
-#include "llmc/swiglu.h"
+#include "llmc/kernels/swiglu.h"
 
 static void ref_swiglu(float *out, float *dgate_up, const float *gate_up, const float *dout, int N, int F)
 {

@@ -1,5 +1,5 @@
 /*
- * fuzz_hf_config.c: libFuzzer target for llmc/hf_config.h's reader of HF
+ * fuzz_hf_config.c: libFuzzer target for llmc/formats/hf_config.h's reader of HF
  * config.json files: any text must give a LlamaConfig that llama_config_check
  * accepts (sizes within bounds, so a parameter layout can be built from it,
  * which this target does) or an error naming the file; never a crash.
@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "llmc/hf_config.h"
+#include "llmc/formats/hf_config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -1,5 +1,5 @@
 /*
- * fuzz_json.c: libFuzzer target for llmc/json.h. Any input must either parse
+ * fuzz_json.c: libFuzzer target for llmc/formats/json.h. Any input must either parse
  * or fail with a message, never crash, leak or read out of bounds (ASan and
  * UBSan watch). A parsed tree must be well formed (every container's count
  * matches its linked children, only object members have keys), json_get must
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "llmc/json.h"
+#include "llmc/formats/json.h"
 
 static void fuzz_assert(int ok, const char *what)
 {

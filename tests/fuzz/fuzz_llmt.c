@@ -1,7 +1,7 @@
 /*
- * fuzz_llmt.c: libFuzzer target for the .llmt readers: llmc/tensorfile.h's
+ * fuzz_llmt.c: libFuzzer target for the .llmt readers: llmc/formats/tensorfile.h's
  * header and index, llama_config_from_tensorfile_try's config metadata and
- * llmt_weights_try's tensors (llmc/hf_model.h), as --init-from reads a
+ * llmt_weights_try's tensors (llmc/formats/hf_model.h), as --init-from reads a
  * weights file. Any file must be refused with a message naming it, or give
  * tensors whose bytes can all be read, and a config from which a parameter
  * layout is built and filled; never a crash, an overflow or a read past the
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "llmc/hf_model.h"
+#include "llmc/formats/hf_model.h"
 #include "tests/fuzz/fuzz_file.h"
 
 static const char *path;

@@ -1,6 +1,6 @@
 /*
  * fuzz_manifest.c: libFuzzer target for the checkpoint manifest (COMPLETE) in
- * llmc/checkpoint.h, and the checksum lines that ranks leave beside their
+ * llmc/formats/checkpoint.h, and the checksum lines that ranks leave beside their
  * files. Any text must either read as a manifest, or as an older build's
  * marker without checksums, or fail with a message naming the file; never a
  * crash, a leak or a read out of bounds (ASan and UBSan watch). A manifest that
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "llmc/checkpoint.h"
+#include "llmc/formats/checkpoint.h"
 
 static void fuzz_assert(int ok, const char *what)
 {

@@ -1,5 +1,5 @@
 /*
- * fuzz_safetensors.c: libFuzzer target for llmc/safetensors.h's reader: any
+ * fuzz_safetensors.c: libFuzzer target for llmc/formats/safetensors.h's reader: any
  * file must be refused with a message naming it, or give tensors that tile
  * the data, each of whose F32, BF16 or F16 values can then be read; never a
  * crash, an overflow or a read past the file. The input is written to a file
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "llmc/safetensors.h"
+#include "llmc/formats/safetensors.h"
 #include "tests/fuzz/fuzz_file.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

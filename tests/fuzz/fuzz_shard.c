@@ -1,5 +1,5 @@
 /*
- * fuzz_shard.c: libFuzzer target for llmc/dataloader.h: a token shard (the
+ * fuzz_shard.c: libFuzzer target for llmc/formats/dataloader.h: a token shard (the
  * header, the size check, the tokens of each batch) and a data position as a
  * checkpoint restores it. The input is 3 bytes of settings (B, T, and bits:
  * shuffle, whether the position takes the loader's own layout hash so that its
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "llmc/dataloader.h"
+#include "llmc/formats/dataloader.h"
 #include "tests/fuzz/fuzz_file.h"
 
 #define SETTINGS_BYTES 3

@@ -1,5 +1,5 @@
 /*
- * fuzz_tokenizer.c: libFuzzer target for llmc/tokenizer.h's reader of tiktoken
+ * fuzz_tokenizer.c: libFuzzer target for llmc/formats/tokenizer.h's reader of tiktoken
  * files (--tokenizer, the tokenizer beside the shards or in an HF directory).
  * A file is only read when it has exactly GPT-2's or Llama 3's number of lines,
  * which random bytes never have: the input is the first lines of a GPT-2-sized
@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "llmc/tokenizer.h"
+#include "llmc/formats/tokenizer.h"
 
 static size_t base64_encode(const unsigned char *in, size_t n, char *out)
 {

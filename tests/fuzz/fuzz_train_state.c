@@ -1,5 +1,5 @@
 /*
- * fuzz_train_state.c: libFuzzer target for llmc/train_state.h: the header and
+ * fuzz_train_state.c: libFuzzer target for llmc/formats/train_state.h: the header and
  * range table of train_state files and the loader of AdamW moments that tiles
  * the ranges of all ranks' files. The input is one file (train_state.bin), or
  * two (train_state.00000.bin and .00001.bin, as two ranks of ZeRO write them)
@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "llmc/train_state.h"
+#include "llmc/formats/train_state.h"
 #include "tests/fuzz/fuzz_file.h"
 
 #define SEPARATOR "=NEXTFILE="

@@ -1,7 +1,7 @@
 """Writes the binary seed corpora of the fuzz targets (tests/fuzz/corpus/{llmt,shard,train_state}) with the
 project's own writers, so the seeds are valid files the fuzzer then mutates: small .llmt weights files
 (reference/tensorfile.py), token shards behind fuzz_shard's settings and data position (data/prepare.py), and
-train_state files of one rank and of two (the layout of llmc/train_state.h). The seeds are committed; run this
+train_state files of one rank and of two (the layout of llmc/formats/train_state.h). The seeds are committed; run this
 again only when a format changes.   python3 tests/fuzz/make_seeds.py"""
 import os
 import struct

@@ -1,0 +1,151 @@
+/*
+ * profile.h: where one training step's GPU time goes, by kernel class.
+ *
+ * While a step is profiled, every launcher of llmc/ brackets its work with
+ * profile_push and profile_pop, which record two CUDA events on the step's
+ * stream; afterwards the elapsed times are summed per class, and the step's
+ * wall time minus their sum is the time the GPU sat idle (launch gaps, host
+ * work, synchronisation). Because the launchers mark themselves, no kernel of
+ * the step can be left out. A region inside another (the lm_head GEMMs inside
+ * the classifier) counts as the outer one's class; work on other streams (ZeRO's
+ * communication stream) overlaps the step and is not counted. The events cost
+ * a few microseconds each, so only the profiled step pays for them.
+ *
+ * One profiler for the whole program (a C++17 inline variable: attention's
+ * translation unit shares it). Reads and writes only its own event pool.
+ */
+#ifndef LLMC_PROFILE_H
+#define LLMC_PROFILE_H
+
+#include <stdio.h>
+
+#include "llmc/common/cuda_common.h"
+
+typedef enum {
+    PROF_GEMM,
+    PROF_ATTENTION,
+    PROF_NORM,
+    PROF_ROPE,
+    PROF_SWIGLU,
+    PROF_EMBEDDING,
+    PROF_LOSS,
+    PROF_OPTIMIZER,
+    PROF_FP8,
+    PROF_COMM,
+    PROF_OTHER,
+    PROF_CLASSES
+} ProfileClass;
+
+static const char *PROFILE_CLASS_NAMES[PROF_CLASSES] = {"GEMMs",
+                                                        "attention",
+                                                        "norms",
+                                                        "RoPE",
+                                                        "SwiGLU",
+                                                        "embedding",
+                                                        "loss (lm_head GEMMs + CE)",
+                                                        "optimizer",
+                                                        "FP8 quantisation",
+                                                        "communication (NCCL)",
+                                                        "other"};
+
+#define PROFILE_MAX_REGIONS 4096
+
+typedef struct {
+    int enabled;
+    int n;     /* regions recorded */
+    int depth; /* regions open: only the outermost is recorded */
+    cudaStream_t stream;
+    cudaEvent_t start[PROFILE_MAX_REGIONS], stop[PROFILE_MAX_REGIONS];
+    int region_class[PROFILE_MAX_REGIONS];
+} Profiler;
+
+inline Profiler profiler;
+
+static inline void profile_begin_step(cudaStream_t stream)
+{
+    if (profiler.start[0] == NULL) {
+        for (int i = 0; i < PROFILE_MAX_REGIONS; i++) {
+            CUDA_CHECK(cudaEventCreate(&profiler.start[i]));
+            CUDA_CHECK(cudaEventCreate(&profiler.stop[i]));
+        }
+    }
+    profiler.enabled = 1;
+    profiler.n = 0;
+    profiler.depth = 0;
+    profiler.stream = stream;
+}
+
+/* Opens a region of class c on stream s (ignored unless s is the profiled step's). */
+static inline void profile_push(ProfileClass c, cudaStream_t s)
+{
+    if (!profiler.enabled || s != profiler.stream || profiler.depth++ > 0)
+        return;
+    if (profiler.n >= PROFILE_MAX_REGIONS)
+        FAIL("profile: more than %d regions in one step", PROFILE_MAX_REGIONS);
+    profiler.region_class[profiler.n] = c;
+    CUDA_CHECK(cudaEventRecord(profiler.start[profiler.n], profiler.stream));
+}
+
+static inline void profile_pop(cudaStream_t s)
+{
+    if (!profiler.enabled || s != profiler.stream || --profiler.depth > 0)
+        return;
+    CUDA_CHECK(cudaEventRecord(profiler.stop[profiler.n], profiler.stream));
+    profiler.n++;
+}
+
+/* Work that is no launcher of llmc/ (a memset, a wait for another stream) as one region. */
+#define PROFILED(cls, stream, ...)                                                                                     \
+    do {                                                                                                               \
+        profile_push(cls, stream);                                                                                     \
+        __VA_ARGS__;                                                                                                   \
+        profile_pop(stream);                                                                                           \
+    } while (0)
+
+/* After the step's stream has been synchronised: per-class milliseconds into
+ * ms[PROF_CLASSES]; returns their sum, and ends the profiling. */
+static inline float profile_end_step(float *ms)
+{
+    float total = 0.0f;
+    for (int c = 0; c < PROF_CLASSES; c++)
+        ms[c] = 0.0f;
+    for (int i = 0; i < profiler.n; i++) {
+        float t;
+        CUDA_CHECK(cudaEventElapsedTime(&t, profiler.start[i], profiler.stop[i]));
+        ms[profiler.region_class[i]] += t;
+        total += t;
+    }
+    profiler.enabled = 0;
+    return total;
+}
+
+/* The profiled step's time per class (ms, busy: what profile_end_step gave)
+ * on stdout, and as one JSON line {"step": N, "profile_ms": {...}} in json (may be NULL). */
+static inline void profile_report(FILE *json, int step, double wall_ms, const float *ms, float busy)
+{
+    printf("profile of step %d: %.1f ms wall\n", step, wall_ms);
+    for (int c = 0; c < PROF_CLASSES; c++)
+        printf("  %-28s %8.2f ms %5.1f%%\n", PROFILE_CLASS_NAMES[c], ms[c], 100.0 * ms[c] / wall_ms);
+    printf("  %-28s %8.2f ms %5.1f%%\n", "idle (gaps, host, sync)", wall_ms - busy, 100.0 * (wall_ms - busy) / wall_ms);
+    if (!json)
+        return;
+    fprintf(json, "{\"step\": %d, \"profile_ms\": {", step);
+    for (int c = 0; c < PROF_CLASSES; c++)
+        fprintf(json, "\"%s\": %.4f, ", PROFILE_CLASS_NAMES[c], ms[c]);
+    fprintf(json, "\"idle\": %.4f, \"wall\": %.4f}}\n", wall_ms - busy, wall_ms);
+    fflush(json);
+}
+
+/* Destroys the event pool (if a step was profiled). */
+static inline void profile_teardown(void)
+{
+    if (profiler.start[0] == NULL)
+        return;
+    for (int i = 0; i < PROFILE_MAX_REGIONS; i++) {
+        CUDA_CHECK(cudaEventDestroy(profiler.start[i]));
+        CUDA_CHECK(cudaEventDestroy(profiler.stop[i]));
+    }
+    profiler.start[0] = NULL;
+}
+
+#endif /* LLMC_PROFILE_H */

@@ -1,0 +1,200 @@
+/*
+ * fused_classifier.h: lm_head + softmax cross-entropy + their backward, in row
+ * chunks so that the [N, V] logits never exist at once (Liger's fused linear
+ * cross-entropy, with chunks sized from a memory budget instead of Liger's
+ * small ones, so that every GEMM stays large enough to run at full speed).
+ *
+ * For each chunk of rows r (x_r [n, C] bf16, W [V, C] bf16, targets y_r):
+ *   logits = x_r @ W^T                                 [n, V] bf16, in the scratch buffer
+ *   per row i:  loss_i = logsumexp(logits_i) - logits_i[y_i]          fp32, into losses[N]
+ *               dlogits_i = (softmax(logits_i) - onehot(y_i)) * inv_count   bf16, over logits
+ *   rows with y_i == IGNORE_INDEX (-100, llama_config.h): loss 0, dlogits 0
+ *   dx_r = dlogits @ W                                 [n, C] bf16, overwritten
+ *   dW (= or +=) dlogits^T @ x_r                       [V, C] bf16; the first chunk
+ *                                                      overwrites unless accumulate
+ * inv_count = 1 / (non-ignored targets in the whole optimizer step, all micro-steps), so
+ * dW and dx are gradients of the step's mean loss. losses are per row and unscaled.
+ *
+ * Memory: reads x, W, targets; writes losses and dx; writes or adds into dW; uses the scratch,
+ * [chunk, V] bf16 (fused_classifier_chunk_rows sizes it from a byte budget).
+ * A target outside [0, V) other than -100 gives a NaN loss: bad data shows in the
+ * loss instead of becoming an out-of-bounds read.
+ */
+#ifndef LLMC_FUSED_CLASSIFIER_H
+#define LLMC_FUSED_CLASSIFIER_H
+
+#include <float.h>
+
+#include "llmc/common/cuda_common.h"
+#include "llmc/model/llama_config.h"
+#include "llmc/common/profile.h"
+#include "llmc/kernels/matmul.h"
+
+#define XENT_BLOCK 512
+
+/* (max, sum of exp(v - max)) pairs merge exactly; -FLT_MAX (not -inf) marks "no element yet",
+ * so merging two empty pairs gives 0 * exp(0) = 0 instead of NaN. */
+__device__ __forceinline__ void lse_merge(float &m, float &s, float m2, float s2)
+{
+    float mx = fmaxf(m, m2);
+    s = s * __expf(m - mx) + s2 * __expf(m2 - mx);
+    m = mx;
+}
+
+/* d loss / d logit_j = (softmax_j - [j == target]) * inv_count; 0 for an ignored row */
+__device__ __forceinline__ float xent_grad(float logit, int j, int target, float lse, float inv_count, int ignored)
+{
+    return ignored ? 0.0f : (__expf(logit - lse) - (j == target ? 1.0f : 0.0f)) * inv_count;
+}
+
+/*
+ * One block per row of the logits chunk. A row starts wherever row * V puts it, so it
+ * is split into a scalar head up to the first 16-byte boundary, a body of 8-wide
+ * vectors and a scalar tail (V = 128256 has no head or tail; the test vocabs do).
+ * Pass 1 reads the row for its max and sum of exponentials; pass 2 reads it again
+ * and writes the gradient over it.
+ */
+template <int WRITE_GRAD>
+__global__ void __launch_bounds__(XENT_BLOCK)
+    cross_entropy_rows_kernel(float *losses, bf16 *logits, const int *targets, int V, float inv_count)
+{
+    __shared__ float shared_m[WARP_SIZE], shared_s[WARP_SIZE];
+    bf16 *row = logits + (int64_t)blockIdx.x * V;
+    int target = targets[blockIdx.x];
+    int ignored = target == IGNORE_INDEX;
+    int head = (int)(((16 - ((uintptr_t)row & 15)) & 15) / sizeof(bf16));
+    head = head < V ? head : V;
+    int body_end = head + (V - head) / 8 * 8;
+
+    float target_logit = NAN;
+    /* read before pass 2 overwrites the row; the reductions' barriers order it */
+    if (threadIdx.x == 0 && target >= 0 && target < V)
+        target_logit = __bfloat162float(row[target]);
+
+    float lse = 0.0f;
+    if (!ignored) {
+        float m = -FLT_MAX, s = 0.0f;
+        for (int i = threadIdx.x; i < head; i += blockDim.x)
+            lse_merge(m, s, __bfloat162float(row[i]), 1.0f);
+        for (int i = body_end + threadIdx.x; i < V; i += blockDim.x)
+            lse_merge(m, s, __bfloat162float(row[i]), 1.0f);
+        for (int i = head + threadIdx.x * 8; i < body_end; i += blockDim.x * 8) {
+            bf16x8 v = load16(row + i);
+            float f[8], vmax = m;
+            for (int k = 0; k < 8; k++) {
+                f[k] = __bfloat162float(v.v[k]);
+                vmax = fmaxf(vmax, f[k]);
+            }
+            s *= __expf(m - vmax);
+            for (int k = 0; k < 8; k++)
+                s += __expf(f[k] - vmax);
+            m = vmax;
+        }
+        for (int offset = WARP_SIZE / 2; offset > 0; offset >>= 1) {
+            lse_merge(m, s, __shfl_xor_sync(0xffffffffu, m, offset), __shfl_xor_sync(0xffffffffu, s, offset));
+        }
+        int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+        if (lane == 0) {
+            shared_m[warp] = m;
+            shared_s[warp] = s;
+        }
+        __syncthreads();
+        m = lane < (int)(blockDim.x / WARP_SIZE) ? shared_m[lane] : -FLT_MAX;
+        s = lane < (int)(blockDim.x / WARP_SIZE) ? shared_s[lane] : 0.0f;
+        for (int offset = WARP_SIZE / 2; offset > 0; offset >>= 1) {
+            lse_merge(m, s, __shfl_xor_sync(0xffffffffu, m, offset), __shfl_xor_sync(0xffffffffu, s, offset));
+        }
+        lse = m + logf(s); /* every warp ends with the same block-wide pair */
+    }
+    if (threadIdx.x == 0)
+        losses[blockIdx.x] = ignored ? 0.0f : lse - target_logit;
+    if (WRITE_GRAD) {
+        for (int i = threadIdx.x; i < head; i += blockDim.x) {
+            row[i] = __float2bfloat16(xent_grad(__bfloat162float(row[i]), i, target, lse, inv_count, ignored));
+        }
+        for (int i = body_end + threadIdx.x; i < V; i += blockDim.x) {
+            row[i] = __float2bfloat16(xent_grad(__bfloat162float(row[i]), i, target, lse, inv_count, ignored));
+        }
+        for (int i = head + threadIdx.x * 8; i < body_end; i += blockDim.x * 8) {
+            bf16x8 v = load16_stream(row + i), g;
+            for (int k = 0; k < 8; k++) {
+                g.v[k] = __float2bfloat16(xent_grad(__bfloat162float(v.v[k]), i + k, target, lse, inv_count, ignored));
+            }
+            store16(row + i, g);
+        }
+    }
+}
+
+/* out[0] = sum of losses[0..N), in a fixed order (one block, fixed strides, fixed tree): reproducible. */
+__global__ void __launch_bounds__(1024) loss_sum_kernel(float *out, const float *losses, int N)
+{
+    __shared__ float shared[WARP_SIZE];
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < N; i += blockDim.x)
+        s += losses[i];
+    s = block_sum(s, shared);
+    if (threadIdx.x == 0)
+        out[0] = s;
+}
+
+/* Rows per chunk so that the [chunk, V] bf16 logits fit in budget_bytes: a multiple of 128
+ * (whole GEMM tiles) when the budget allows 128 rows, never more than N, at least 1. */
+static inline int fused_classifier_chunk_rows(int N, int V, size_t budget_bytes)
+{
+    size_t rows = budget_bytes / ((size_t)V * sizeof(bf16));
+    if (rows >= 128)
+        rows = rows / 128 * 128;
+    if (rows > (size_t)N)
+        rows = (size_t)N;
+    return rows < 1 ? 1 : (int)rows;
+}
+
+/* logits[rows, V] = x[rows, C] @ W[V, C]^T: the chunk's logits, for tests and inspection. */
+static inline void fused_classifier_logits(bf16 *logits, const bf16 *x, const bf16 *W, int rows, int C, int V,
+                                           cudaStream_t stream)
+{
+    matmul_forward(logits, x, W, rows, C, V, stream);
+}
+
+static inline void fused_classifier_forward_backward(float *losses, bf16 *dx, bf16 *dW, bf16 *logits_scratch,
+                                                     const bf16 *x, const bf16 *W, const int *targets, int N, int C,
+                                                     int V, int chunk, float inv_count, int accumulate,
+                                                     cudaStream_t stream)
+{
+    profile_push(PROF_LOSS, stream);
+    for (int r = 0; r < N; r += chunk) {
+        int n = N - r < chunk ? N - r : chunk;
+        const bf16 *x_r = x + (int64_t)r * C;
+        matmul_forward(logits_scratch, x_r, W, n, C, V, stream);
+        cross_entropy_rows_kernel<1>
+            <<<n, XENT_BLOCK, 0, stream>>>(losses + r, logits_scratch, targets + r, V, inv_count);
+        CUDA_CHECK_LAST();
+        matmul_backward_input(dx + (int64_t)r * C, logits_scratch, W, n, C, V, stream);
+        matmul_backward_weight(dW, logits_scratch, x_r, n, C, V, accumulate || r > 0, stream);
+    }
+    profile_pop(stream);
+}
+
+/* Evaluation: losses only; the scratch holds each chunk's logits. */
+static inline void fused_classifier_forward(float *losses, bf16 *logits_scratch, const bf16 *x, const bf16 *W,
+                                            const int *targets, int N, int C, int V, int chunk, cudaStream_t stream)
+{
+    profile_push(PROF_LOSS, stream);
+    for (int r = 0; r < N; r += chunk) {
+        int n = N - r < chunk ? N - r : chunk;
+        matmul_forward(logits_scratch, x + (int64_t)r * C, W, n, C, V, stream);
+        cross_entropy_rows_kernel<0><<<n, XENT_BLOCK, 0, stream>>>(losses + r, logits_scratch, targets + r, V, 0.0f);
+        CUDA_CHECK_LAST();
+    }
+    profile_pop(stream);
+}
+
+static inline void loss_sum(float *out, const float *losses, int N, cudaStream_t stream)
+{
+    profile_push(PROF_LOSS, stream);
+    loss_sum_kernel<<<1, 1024, 0, stream>>>(out, losses, N);
+    CUDA_CHECK_LAST();
+    profile_pop(stream);
+}
+
+#endif /* LLMC_FUSED_CLASSIFIER_H */

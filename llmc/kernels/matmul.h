@@ -1,0 +1,310 @@
+/*
+ * matmul.h: the three GEMMs of a Linear layer y = x W^T through cuBLASLt, bf16
+ * operands, fp32 accumulation. Row-major throughout; W is [out, in] (HF layout).
+ *   forward          out[N, out]  = inp[N, in] @ W[out, in]^T           (bf16 out)
+ *   backward input   dinp[N, in] (= or +=) dout[N, out] @ W[out, in]    (bf16 out)
+ *   backward weight  dW[out, in] (= or +=) dout[N, out]^T @ inp[N, in]  (bf16 out)
+ * Each reads its two operands (and its output when accumulating) and writes only its output.
+ * Accumulating into a bf16 output rounds twice (cuBLASLt rounds the product to
+ * bf16 before adding C): half a bf16 ulp of the product plus half of the sum.
+ *
+ * cuBLASLt is column-major: a row-major [r, c] matrix is a column-major [c, r]
+ * one with leading dimension c, so each product is computed transposed
+ * (out^T = W inp^T and so on) and no operand is ever copied.
+ *
+ * FP8 (issue #15): matmul_fp8 computes the forward form on fp8 codes with
+ * dequantisation scales per operand (one, one per row, or per 1 x 128 or
+ * 128 x 128 block: llmc/kernels/fp8_quantize.h), fp32 sums and a bf16 output; Hopper's
+ * FP8 kernels take only that form (both operands contiguous along the summed
+ * dimension), so the backward GEMMs run on transposed copies of their operands.
+ *
+ * A step issues the same few shapes over and over, so each (GEMM, shape,
+ * operand types, pointer alignment) gets its layouts and heuristic algorithm
+ * once and keeps them in a small table. All calls share one 32 MiB workspace (what cuBLAS
+ * recommends for Hopper): GEMMs must not run concurrently on two streams.
+ */
+#ifndef LLMC_MATMUL_H
+#define LLMC_MATMUL_H
+
+#include <cublasLt.h>
+
+#include "llmc/common/cuda_common.h"
+#include "llmc/kernels/fp8.h"
+#include "llmc/common/profile.h"
+
+static inline void cublas_check_at(cublasStatus_t status, const char *what, const char *file, int line)
+{
+    if (status != CUBLAS_STATUS_SUCCESS) {
+        fail_at(file, line, "cuBLAS error in %s: %s (%s)\n  hint: %s", what, cublasLtGetStatusName(status),
+                cublasLtGetStatusString(status),
+                status == CUBLAS_STATUS_NOT_INITIALIZED ? "call matmul_setup() first"
+                : status == CUBLAS_STATUS_ALLOC_FAILED  ? "out of GPU memory; reduce the batch size (-B)"
+                : status == CUBLAS_STATUS_NOT_SUPPORTED
+                    ? "no cuBLASLt kernel for these types/shape/alignment; rerun with CUBLASLT_LOG_LEVEL=5"
+                    : "rerun with CUBLASLT_LOG_LEVEL=5 to see what cuBLASLt rejected");
+    }
+}
+#define CUBLAS_CHECK(call) cublas_check_at((call), #call, __FILE__, __LINE__)
+
+/* MATMUL_FP8...: the forward form on fp8 codes (matmul_fp8), by the scales of x and w: one each (_FAST: with fast
+ * accumulation), one per row (OUTER_VEC_32F; with fast accumulation its sums over K = 16384 erred by 1.5x
+ * fp8_matmul_check's bound, so none), 1 x 128 blocks of x and 128 x 128 of w (VEC128_32F, BLK128x128_32F), 1 x 128
+ * blocks of both (the weight gradient's form). */
+enum {
+    MATMUL_FORWARD,
+    MATMUL_BACKWARD_INPUT,
+    MATMUL_BACKWARD_WEIGHT,
+    MATMUL_FP8,
+    MATMUL_FP8_FAST,
+    MATMUL_FP8_ROW,
+    MATMUL_FP8_BLOCK,
+    MATMUL_FP8_BLOCK_1D,
+    MATMUL_KINDS
+};
+static const char *const MATMUL_KIND_NAMES[MATMUL_KINDS] = {
+    "forward",     "backward input",           "backward weight", "FP8", "FP8 (fast accumulation)",
+    "FP8 per-row", "FP8 1x128/128x128 blocks", "FP8 1x128 blocks"};
+
+#define MATMUL_WORKSPACE_BYTES ((size_t)32 << 20)
+/* Enough for every shape of a training step (7 Linear layers x 3 GEMMs, plus the
+ * classifier's full and ragged chunks); a full table recycles its oldest entry. */
+#define MATMUL_CACHE_SIZE 64
+
+typedef struct {
+    int in_use;
+    int kind, N, in_dim, out_dim;
+    cudaDataType_t a_type, b_type; /* bf16, or fp8 for MATMUL_FP8 */
+    int align_bytes[4];            /* A, B, C, D: the heuristic may only pick kernels these pointers satisfy */
+    cublasLtMatrixLayout_t layout[4];
+    cublasLtMatmulAlgo_t algo;
+} MatmulPlan;
+
+static cublasLtHandle_t matmul_handle = NULL;
+static void *matmul_workspace = NULL;
+static cublasLtMatmulDesc_t matmul_desc[MATMUL_KINDS];
+static MatmulPlan matmul_cache[MATMUL_CACHE_SIZE];
+static int matmul_cache_next = 0;
+
+static inline void matmul_setup(void)
+{
+    /* (transpose A, transpose B) of each GEMM in cuBLASLt's column-major terms; see matmul_plan. */
+    static const cublasOperation_t ops[3][2] = {
+        {CUBLAS_OP_T, CUBLAS_OP_N}, {CUBLAS_OP_N, CUBLAS_OP_N}, {CUBLAS_OP_N, CUBLAS_OP_T}}; /* then all forward */
+    /* the FP8 kinds' scale modes: of A (w) and of B (x), and fast accumulation */
+    static const struct {
+        int32_t w_mode, x_mode;
+        int8_t fast;
+    } fp8[MATMUL_KINDS - MATMUL_FP8] = {
+        {CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F, CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F, 0},
+        {CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F, CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F, 1},
+        {CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, 0},
+        {CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F, 0},
+        {CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F, 0}};
+    CUBLAS_CHECK(cublasLtCreate(&matmul_handle));
+    matmul_workspace = cuda_malloc_named(MATMUL_WORKSPACE_BYTES, "cuBLASLt workspace");
+    for (int kind = 0; kind < MATMUL_KINDS; kind++) {
+        cublasLtMatmulDesc_t d;
+        const cublasOperation_t *op = ops[kind < MATMUL_FP8 ? kind : MATMUL_FORWARD];
+        CUBLAS_CHECK(cublasLtMatmulDescCreate(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSA, &op[0], sizeof(op[0])));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSB, &op[1], sizeof(op[1])));
+        if (kind >= MATMUL_FP8) {
+            int i = kind - MATMUL_FP8;
+            CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &fp8[i].w_mode,
+                                                        sizeof(fp8[i].w_mode)));
+            CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &fp8[i].x_mode,
+                                                        sizeof(fp8[i].x_mode)));
+            CUBLAS_CHECK(
+                cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fp8[i].fast, sizeof(fp8[i].fast)));
+        }
+        matmul_desc[kind] = d;
+    }
+    memset(matmul_cache, 0, sizeof(matmul_cache));
+    matmul_cache_next = 0;
+}
+
+static inline void matmul_plan_release(MatmulPlan *plan)
+{
+    if (!plan->in_use)
+        return;
+    for (int i = 0; i < 4; i++)
+        CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(plan->layout[i]));
+    plan->in_use = 0;
+}
+
+static inline void matmul_teardown(void)
+{
+    for (int i = 0; i < MATMUL_CACHE_SIZE; i++)
+        matmul_plan_release(&matmul_cache[i]);
+    for (int kind = 0; kind < MATMUL_KINDS; kind++)
+        CUBLAS_CHECK(cublasLtMatmulDescDestroy(matmul_desc[kind]));
+    cuda_free(matmul_workspace);
+    matmul_workspace = NULL;
+    CUBLAS_CHECK(cublasLtDestroy(matmul_handle));
+    matmul_handle = NULL;
+}
+
+/* Largest power of two up to 256 (cuBLASLt's strictest requirement) dividing the address. */
+static inline int matmul_alignment(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    int align = 256;
+    while (align > 1 && a % (uintptr_t)align != 0)
+        align /= 2;
+    return align;
+}
+
+/*
+ * The cached plan of one GEMM, made on first use. Column-major view (m, n, k):
+ *   forward          D[out, N] = op_T(A = W as [in, out]) @ (B = inp as [in, N]),         k = in
+ *   backward input   D[in, N]  = (A = W as [in, out]) @ (B = dout as [out, N]),           k = out
+ *   backward weight  D[in, out] = (A = inp as [in, N]) @ op_T(B = dout as [out, N]),      k = N
+ */
+static inline const MatmulPlan *matmul_plan(int kind, int N, int in_dim, int out_dim, cudaDataType_t a_type,
+                                            cudaDataType_t b_type, const void *a, const void *b, const void *c,
+                                            const void *d)
+{
+    int align[4] = {matmul_alignment(a), matmul_alignment(b), matmul_alignment(c), matmul_alignment(d)};
+    for (int i = 0; i < MATMUL_CACHE_SIZE; i++) {
+        const MatmulPlan *p = &matmul_cache[i];
+        if (p->in_use && p->kind == kind && p->N == N && p->in_dim == in_dim && p->out_dim == out_dim &&
+            p->a_type == a_type && p->b_type == b_type && memcmp(p->align_bytes, align, sizeof(align)) == 0) {
+            return p;
+        }
+    }
+    if (matmul_handle == NULL)
+        FAIL("matmul called before matmul_setup()");
+    if (N <= 0 || in_dim <= 0 || out_dim <= 0) {
+        FAIL("matmul with an empty shape: N %d, in %d, out %d", N, in_dim, out_dim);
+    }
+    MatmulPlan *plan = &matmul_cache[matmul_cache_next];
+    matmul_cache_next = (matmul_cache_next + 1) % MATMUL_CACHE_SIZE;
+    matmul_plan_release(plan);
+
+    uint64_t n_tok = (uint64_t)N, in = (uint64_t)in_dim, out = (uint64_t)out_dim;
+    /* rows, cols, leading dimension of A, B, C (= D) as stored, column-major */
+    uint64_t dims[3][3];
+    if (kind == MATMUL_FORWARD || kind >= MATMUL_FP8) {
+        uint64_t d3[3][3] = {{in, out, in}, {in, n_tok, in}, {out, n_tok, out}};
+        memcpy(dims, d3, sizeof(dims));
+    } else if (kind == MATMUL_BACKWARD_INPUT) {
+        uint64_t d3[3][3] = {{in, out, in}, {out, n_tok, out}, {in, n_tok, in}};
+        memcpy(dims, d3, sizeof(dims));
+    } else {
+        uint64_t d3[3][3] = {{in, n_tok, in}, {out, n_tok, out}, {in, out, in}};
+        memcpy(dims, d3, sizeof(dims));
+    }
+    cudaDataType_t types[4] = {a_type, b_type, CUDA_R_16BF, CUDA_R_16BF};
+    for (int i = 0; i < 4; i++) {
+        const uint64_t *dm = dims[i < 3 ? i : 2];
+        CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->layout[i], types[i], dm[0], dm[1], (int64_t)dm[2]));
+    }
+    plan->in_use = 1;
+    plan->kind = kind;
+    plan->a_type = a_type;
+    plan->b_type = b_type;
+    plan->N = N;
+    plan->in_dim = in_dim;
+    plan->out_dim = out_dim;
+    memcpy(plan->align_bytes, align, sizeof(align));
+
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws = MATMUL_WORKSPACE_BYTES;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    static const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++) {
+        uint32_t v = (uint32_t)align[i];
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &v, sizeof(v)));
+    }
+    cublasLtMatmulHeuristicResult_t heuristic;
+    int found = 0;
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(matmul_handle, matmul_desc[kind], plan->layout[0], plan->layout[1],
+                                                plan->layout[2], plan->layout[3], pref, 1, &heuristic, &found));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    if (found == 0) {
+        FAIL("cuBLASLt has no algorithm for the %s GEMM with N %d, in %d, out %d "
+             "(pointer alignments %d/%d/%d/%d bytes)\n"
+             "  hint: keep activation and weight pointers 16-byte aligned; rerun with CUBLASLT_LOG_LEVEL=5",
+             MATMUL_KIND_NAMES[kind], N, in_dim, out_dim, align[0], align[1], align[2], align[3]);
+    }
+    plan->algo = heuristic.algo;
+    return plan;
+}
+
+static inline void matmul_run(int kind, void *d, const void *a, const void *b, int N, int in_dim, int out_dim,
+                              float beta, cudaStream_t stream)
+{
+    const void *c = d; /* C is D (in place): read only when beta != 0 */
+    const MatmulPlan *plan = matmul_plan(kind, N, in_dim, out_dim, CUDA_R_16BF, CUDA_R_16BF, a, b, c, d);
+    const float alpha = 1.0f;
+    profile_push(PROF_GEMM, stream);
+    CUBLAS_CHECK(cublasLtMatmul(matmul_handle, matmul_desc[kind], &alpha, a, plan->layout[0], b, plan->layout[1], &beta,
+                                c, plan->layout[2], d, plan->layout[3], &plan->algo, matmul_workspace,
+                                MATMUL_WORKSPACE_BYTES, stream));
+    profile_pop(stream);
+}
+
+/* out[N, out_dim] = inp[N, in_dim] @ weight[out_dim, in_dim]^T */
+static inline void matmul_forward(bf16 *out, const bf16 *inp, const bf16 *weight, int N, int in_dim, int out_dim,
+                                  cudaStream_t stream)
+{
+    matmul_run(MATMUL_FORWARD, out, weight, inp, N, in_dim, out_dim, 0.0f, stream);
+}
+
+/* dinp[N, in_dim] = dout[N, out_dim] @ weight[out_dim, in_dim]. Never accumulated:
+ * the residual-stream gradient is summed by the norm kernels in fp32 instead. */
+static inline void matmul_backward_input(bf16 *dinp, const bf16 *dout, const bf16 *weight, int N, int in_dim,
+                                         int out_dim, cudaStream_t stream)
+{
+    matmul_run(MATMUL_BACKWARD_INPUT, dinp, weight, dout, N, in_dim, out_dim, 0.0f, stream);
+}
+
+/* dweight[out_dim, in_dim] = dout[N, out_dim]^T @ inp[N, in_dim], or += when
+ * accumulate (later micro-steps, later logits chunks); fp32 sums, bf16 result. */
+static inline void matmul_backward_weight(bf16 *dweight, const bf16 *dout, const bf16 *inp, int N, int in_dim,
+                                          int out_dim, int accumulate, cudaStream_t stream)
+{
+    matmul_run(MATMUL_BACKWARD_WEIGHT, dweight, inp, dout, N, in_dim, out_dim, accumulate ? 1.0f : 0.0f, stream);
+}
+
+/* out[N, out_dim] (= or += when accumulate) = (x[N, in_dim] @ w[out_dim, in_dim]^T) dequantised by x_inv_scale and
+ * w_inv_scale, on fp8 codes (fp8_quantize.h), both row-major and contiguous along in_dim; fp32 sums, bf16 out. kind
+ * (MATMUL_FP8...) says how the scales are laid out: one each, one per row of x and of w, per 1 x 128 block of x
+ * and 128 x 128 of w, or per 1 x 128 block of both (fp8_quantize.h's FP8_SCALE_* give the orders). cuBLASLt takes
+ * E4M3 x E4M3 and E5M2 x E4M3 here (never E5M2 x E5M2): x in either format, w in E4M3. Each operand needs 16-byte
+ * aligned rows: in_dim a multiple of 16; so must the scale pointers be.
+ * Fast accumulation (the _FAST kinds): Hopper's FP8 tensor cores keep their running sums with fewer bits than fp32;
+ * cuBLASLt adds them into fp32 every few K-blocks unless fast accumulation is on, which skips that for speed
+ * (Transformer Engine and torchao do so for the forward GEMM only: the gradients' sums stay promoted). */
+static inline void matmul_fp8(bf16 *out, const uint8_t *x, Fp8Format x_format, const uint8_t *w,
+                              const float *x_inv_scale, const float *w_inv_scale, int N, int in_dim, int out_dim,
+                              int accumulate, int kind, cudaStream_t stream)
+{
+    if (kind < MATMUL_FP8 || kind >= MATMUL_KINDS)
+        FAIL("matmul_fp8: kind %d is not one of the FP8 GEMMs", kind);
+    if (in_dim % 16 != 0)
+        FAIL("matmul_fp8: in_dim %d must be a multiple of 16 (16-byte rows of fp8 codes)", in_dim);
+    if (matmul_alignment(x_inv_scale) < 16 || matmul_alignment(w_inv_scale) < 16)
+        FAIL("matmul_fp8: the scale pointers %p and %p must be 16-byte aligned (cuBLASLt rejects others)",
+             (const void *)x_inv_scale, (const void *)w_inv_scale);
+    cudaDataType_t x_type = x_format == FP8_E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+    /* column-major: A = w as [in, out] (op T), B = x as [in, N]: the forward form */
+    /* the scale pointers before the plan: cuBLASLt's heuristic refuses per-row scales without them (INVALID_VALUE) */
+    cublasLtMatmulDesc_t desc = matmul_desc[kind];
+    CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_inv_scale, sizeof(w_inv_scale)));
+    CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_inv_scale, sizeof(x_inv_scale)));
+    const MatmulPlan *plan = matmul_plan(kind, N, in_dim, out_dim, CUDA_R_8F_E4M3, x_type, w, x, out, out);
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    profile_push(PROF_GEMM, stream);
+    CUBLAS_CHECK(cublasLtMatmul(matmul_handle, desc, &alpha, w, plan->layout[0], x, plan->layout[1], &beta, out,
+                                plan->layout[2], out, plan->layout[3], &plan->algo, matmul_workspace,
+                                MATMUL_WORKSPACE_BYTES, stream));
+    profile_pop(stream);
+}
+
+#endif /* LLMC_MATMUL_H */

@@ -1,0 +1,125 @@
+/*
+ * llama_acts.h: the activations the GPU model keeps from forward for
+ * backward, and the scratch buffers backward shares between layers.
+ *
+ * Per layer (N = B*T tokens, bf16 unless said):
+ *   res_in   [N, C]          the layer's input: the embedding, or the previous
+ *                            layer's output (res_mid + its MLP branch)
+ *   ln_attn  [N, C], rstd_attn [N] fp32    rmsnorm(res_in) * attn_norm
+ *   qkv      [N, (H+2KV) D]  q and k after RoPE, v
+ *   att_out  [N, H D], att_stats [B, H, T] fp32 (log-sum-exp per row)
+ *   res_mid  [N, C]          res_in + o_proj(att_out)
+ *   ln_mlp   [N, C], rstd_mlp [N] fp32     rmsnorm(res_mid) * mlp_norm
+ *   gate_up  [N, 2F]         gate_proj and up_proj outputs, side by side
+ *   swiglu_out [N, F]        silu(gate) * up
+ * then res_final (the last layer's output), ln_final, rstd_final, and branch
+ * [N, C]: an o_proj or down_proj output until the next norm adds it to the
+ * residual stream.
+ *
+ * What backward recomputes is not kept: with recompute level 1, ln_attn,
+ * ln_mlp and swiglu_out of every layer share one buffer each; with level 2
+ * gate_up too. Below level 3 the statistics (rstd, att_stats) and the residual
+ * stream are kept: they are small, or needed exactly. Level 3 keeps only each
+ * layer's input, res_in (backward runs the layer's forward again, attention
+ * included): everything else is one buffer for all layers.
+ *
+ * Backward scratch, one of each for all layers: d_res [N, C] (the residual
+ * stream's gradient), d_ln [N, C], d_att_out [N, H D], d_qkv [N, (H+2KV) D],
+ * d_swiglu [N, F], and the rmsnorm weight-gradient partials.
+ */
+#ifndef LLMC_LLAMA_ACTS_H
+#define LLMC_LLAMA_ACTS_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "llmc/common/cuda_common.h"
+#include "llmc/model/llama_config.h"
+#include "llmc/kernels/rmsnorm.h"
+#include "llmc/common/utils.h"
+
+typedef struct {
+    bf16 *res_in, *ln_attn, *qkv, *att_out, *res_mid, *ln_mlp, *gate_up, *swiglu_out;
+    float *rstd_attn, *rstd_mlp, *att_stats;
+} LayerActs;
+
+#define ACTS_MAX_BUFFERS 32
+
+typedef struct {
+    LayerActs *layers; /* [L] */
+    bf16 *res_final, *ln_final, *branch;
+    float *rstd_final;
+    bf16 *d_res, *d_ln, *d_att_out, *d_qkv, *d_swiglu;
+    float *norm_scratch;
+    void *owned[ACTS_MAX_BUFFERS]; /* every device buffer above comes from one of these */
+    int n_owned;
+} Activations;
+
+static inline void *acts_alloc_(Activations *a, size_t bytes, const char *what)
+{
+    if (a->n_owned == ACTS_MAX_BUFFERS)
+        FAIL("llama_acts.h: more than %d activation buffers; raise ACTS_MAX_BUFFERS", ACTS_MAX_BUFFERS);
+    return a->owned[a->n_owned++] = cuda_malloc_named(bytes, what);
+}
+
+/* bytes per layer: one buffer per layer, or one that every layer shares when
+ * backward recomputes it; *stride is the distance between layers' parts. */
+static inline char *acts_per_layer_(Activations *a, int L, size_t bytes, int shared, size_t *stride, const char *what)
+{
+    *stride = shared ? 0 : bytes;
+    return (char *)acts_alloc_(a, bytes * (shared ? 1 : (size_t)L), what);
+}
+#define ACTS_PER_LAYER(a, L, field, type, n, shared, what)                                                             \
+    do {                                                                                                               \
+        size_t stride_;                                                                                                \
+        char *base_ = acts_per_layer_(a, L, (size_t)(n) * sizeof(type), shared, &stride_, what);                       \
+        for (int l_ = 0; l_ < (L); l_++)                                                                               \
+            (a)->layers[l_].field = (type *)(base_ + (size_t)l_ * stride_);                                            \
+    } while (0)
+
+static inline void acts_build(Activations *a, const LlamaConfig *c, int B, int T, int recompute)
+{
+    memset(a, 0, sizeof(*a));
+    int L = c->n_layer;
+    int64_t N = (int64_t)B * T, C = c->d_model, F = c->ffn_dim;
+    int64_t QKV = (int64_t)(c->n_head + 2 * c->n_kv_head) * c->head_dim, HD = (int64_t)c->n_head * c->head_dim;
+    a->layers = (LayerActs *)calloc_check((size_t)L, sizeof(LayerActs), "layer activations");
+    /* the residual stream: layer 0's input, then each layer's output (the last one is res_final) */
+    a->layers[0].res_in = (bf16 *)acts_alloc_(a, (size_t)N * C * sizeof(bf16), "embedding output");
+    bf16 *outputs = (bf16 *)acts_alloc_(a, (size_t)N * C * L * sizeof(bf16), "residual stream");
+    for (int l = 1; l < L; l++)
+        a->layers[l].res_in = outputs + (int64_t)(l - 1) * N * C;
+    a->res_final = outputs + (int64_t)(L - 1) * N * C;
+    int whole = recompute >= 3; /* the layer recomputed from its input */
+    ACTS_PER_LAYER(a, L, res_mid, bf16, N * C, whole, "residual stream (mid-layer)");
+    ACTS_PER_LAYER(a, L, rstd_attn, float, N, whole, "rmsnorm statistics");
+    ACTS_PER_LAYER(a, L, rstd_mlp, float, N, whole, "rmsnorm statistics");
+    a->rstd_final = (float *)acts_alloc_(a, (size_t)N * sizeof(float), "rmsnorm statistics");
+    ACTS_PER_LAYER(a, L, ln_attn, bf16, N * C, recompute >= 1, "attention norm output");
+    ACTS_PER_LAYER(a, L, ln_mlp, bf16, N * C, recompute >= 1, "MLP norm output");
+    ACTS_PER_LAYER(a, L, qkv, bf16, N * QKV, whole, "QKV activations");
+    ACTS_PER_LAYER(a, L, att_out, bf16, N * HD, whole, "attention output");
+    ACTS_PER_LAYER(a, L, att_stats, float, N * c->n_head, whole, "attention statistics");
+    ACTS_PER_LAYER(a, L, gate_up, bf16, N * 2 * F, recompute >= 2, "gate/up activations");
+    ACTS_PER_LAYER(a, L, swiglu_out, bf16, N * F, recompute >= 1, "SwiGLU output");
+    a->ln_final = (bf16 *)acts_alloc_(a, (size_t)N * C * sizeof(bf16), "final norm output");
+    a->branch = (bf16 *)acts_alloc_(a, (size_t)N * C * sizeof(bf16), "residual branch");
+
+    a->d_res = (bf16 *)acts_alloc_(a, (size_t)N * C * sizeof(bf16), "residual gradient");
+    a->d_ln = (bf16 *)acts_alloc_(a, (size_t)N * C * sizeof(bf16), "norm output gradient");
+    a->d_att_out = (bf16 *)acts_alloc_(a, (size_t)N * HD * sizeof(bf16), "attention output gradient");
+    a->d_qkv = (bf16 *)acts_alloc_(a, (size_t)N * QKV * sizeof(bf16), "QKV gradient");
+    a->d_swiglu = (bf16 *)acts_alloc_(a, (size_t)N * F * sizeof(bf16), "SwiGLU gradient");
+    a->norm_scratch = (float *)acts_alloc_(a, rmsnorm_backward_scratch_floats((int)N, (int)C) * sizeof(float),
+                                           "rmsnorm backward scratch");
+}
+
+static inline void acts_free(Activations *a)
+{
+    for (int i = 0; i < a->n_owned; i++)
+        cuda_free(a->owned[i]);
+    free(a->layers);
+    memset(a, 0, sizeof(*a));
+}
+
+#endif /* LLMC_LLAMA_ACTS_H */

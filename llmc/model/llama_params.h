@@ -1,0 +1,238 @@
+/*
+ * llama_params.h: where the model's parameters live on the GPU, and a name
+ * for each of them.
+ *
+ * The bf16 weights and gradients are the flat buffers of ZeRO (llmc/parallel/zero.h):
+ * the tensors of llama_param_layout() cut into per-bucket padded ranges (the
+ * embedding, each decoder layer, the final norm with an untied lm_head), whole
+ * on every rank or this rank's shares, depending on the stage. The fp32 master
+ * weight of each parameter is its bf16 weight plus a 16-bit residual
+ * (llmc/kernels/master_weights.h); master_lo holds the residuals of the ranges this
+ * rank updates, in the order of its optimizer state (zero.state_at).
+ *
+ * The views (ModelTensors: embedding, layers[l].qkv, ..., lm_head) are
+ * resolved once when built: they point where the kernels read each weight and
+ * write its gradient, which where zero.h stages a bucket (ZeRO 3's weights,
+ * stage 2 and 3 gradients not accumulated locally) is a staging buffer that the
+ * bucket's turn in the step fills (a bucket always uses the same one), so the
+ * layer code never computes an offset.
+ *
+ * Memory: weights and gradients 2 bytes each per padded parameter (or per
+ * share), residuals 2 bytes per updated parameter; the views are host arrays.
+ */
+#ifndef LLMC_LLAMA_PARAMS_H
+#define LLMC_LLAMA_PARAMS_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "llmc/common/cuda_common.h"
+#include "llmc/parallel/distributed.h"
+#include "llmc/model/llama_config.h"
+#include "llmc/kernels/master_weights.h"
+#include "llmc/common/utils.h"
+#include "llmc/parallel/zero.h"
+
+/* One decoder layer's weights (or their gradients). */
+typedef struct {
+    bf16 *attn_norm; /* [C] input_layernorm */
+    bf16 *qkv;       /* [(H + 2 KV) D, C]: q_proj, k_proj and v_proj stacked, one GEMM */
+    bf16 *o;         /* [C, H D] o_proj */
+    bf16 *mlp_norm;  /* [C] post_attention_layernorm */
+    bf16 *gate_up;   /* [2 F, C]: gate_proj and up_proj stacked, one GEMM */
+    bf16 *down;      /* [C, F] down_proj */
+} LayerTensors;
+
+typedef struct {
+    bf16 *embedding;      /* [V, C] */
+    LayerTensors *layers; /* [L] */
+    bf16 *final_norm;     /* [C] */
+    bf16 *lm_head;        /* [V, C]; the embedding itself when tied */
+} ModelTensors;
+
+typedef struct {
+    const Dist *dist;
+    int zero_stage;
+    Zero zero;                   /* the flat buffers zero.params and zero.grads, and their collectives */
+    int16_t *master_lo;          /* [zero.state_total] the fp32 master weights' residuals */
+    int64_t *tensor_at;          /* [n_tensors] each tensor's first element in the padded buffers */
+    ModelTensors weights, grads; /* where the kernels read each weight and write its gradient */
+} LlamaParams;
+
+/* The views of one flat buffer (weights or gradients): tensor i of the layout
+ * is at bucket_base(b) + its offset inside bucket b. */
+static inline void params_resolve_views_(ModelTensors *v, const LlamaConfig *c, bf16 *const *bucket_base,
+                                         const int *bucket, const int64_t *in_bucket)
+{
+#define PARAM_AT(i) (bucket_base[bucket[i]] + in_bucket[i])
+    v->embedding = PARAM_AT(0);
+    for (int l = 0; l < c->n_layer; l++) {
+        LayerTensors *t = &v->layers[l];
+        t->attn_norm = PARAM_AT(param_index_layer(l, LAYER_ATTN_NORM));
+        t->qkv = PARAM_AT(param_index_layer(l, LAYER_Q)); /* k_proj and v_proj follow q_proj */
+        t->o = PARAM_AT(param_index_layer(l, LAYER_O));
+        t->mlp_norm = PARAM_AT(param_index_layer(l, LAYER_MLP_NORM));
+        t->gate_up = PARAM_AT(param_index_layer(l, LAYER_GATE)); /* up_proj follows gate_proj */
+        t->down = PARAM_AT(param_index_layer(l, LAYER_DOWN));
+    }
+    v->final_norm = PARAM_AT(param_index_final_norm(c));
+    v->lm_head = PARAM_AT(param_index_lm_head(c));
+#undef PARAM_AT
+}
+
+/* Device memory kept free past the model's own buffers when choosing what the
+ * memory allows (local gradient accumulation, kept FP8 weight codes): cuBLAS's,
+ * cuDNN's and NCCL's workspaces and buffers, which come later. */
+#define PARAMS_MEMORY_RESERVE ((size_t)2 << 30)
+
+static inline double gib(size_t bytes)
+{
+    return bytes / 1073741824.0;
+}
+
+/* Whether the gradients go into a full-size buffer (zero.h), given what the options
+ * ask and, for ZERO_ACCUM_AUTO, whether the device has room for it: besides the
+ * buffers of z, the residuals and AdamW moments (10 bytes per updated parameter)
+ * and later_bytes (what the caller allocates after the parameters). */
+static inline int params_full_grads(const Zero *z, size_t later_bytes)
+{
+    if (z->stage <= 1)
+        return 1;
+    if (!zero_local_accumulation_possible(z))
+        return 0;
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    size_t need = zero_device_bytes(z, 1) + (size_t)z->state_total * (sizeof(int16_t) + 2 * sizeof(float)) +
+                  later_bytes + PARAMS_MEMORY_RESERVE;
+    if (need <= free_b)
+        return 1;
+    if (z->opt.accum == ZERO_ACCUM_LOCAL)
+        FAIL("--grad-accum local: the full-size gradient buffer (%.2f GiB) and the rest of the model need %.2f GiB, "
+             "and %.2f GiB are free\n  hint: --grad-accum sharded reduce-scatters every micro-step instead (%.2f GiB "
+             "less), or lower -B / -T",
+             gib((size_t)z->plan.padded_total * sizeof(bf16)), gib(need), gib(free_b),
+             gib(zero_device_bytes(z, 1) - zero_device_bytes(z, 0)));
+    printf("gradients: reduce-scattered every micro-step (accumulating %d micro-steps locally needs %.2f GiB, %.2f "
+           "GiB are free)\n",
+           z->opt.micro_steps, gib(need), gib(free_b));
+    return 0;
+}
+
+/* Plans the ZeRO buckets for the ranks of dist under zopt, allocates the weights,
+ * gradients and residuals (zeros: the padding must stay zero, and no kernel writes
+ * it), and resolves the views. later_bytes: what the caller allocates after these
+ * (for params_full_grads). */
+static inline void params_build(LlamaParams *p, const LlamaConfig *c, const ParamLayout *layout, const Dist *dist,
+                                const ZeroOptions *zopt, size_t later_bytes)
+{
+    memset(p, 0, sizeof(*p));
+    p->dist = dist;
+    p->zero_stage = zopt->stage;
+    Zero *z = &p->zero;
+    zero_configure(z, dist, c, layout, zopt);
+    zero_allocate(z, params_full_grads(z, later_bytes));
+    int64_t n_state = z->state_total;
+    p->master_lo = (int16_t *)cuda_malloc_named((size_t)n_state * sizeof(int16_t), "fp32 master weights' low halves");
+    CUDA_CHECK(cudaMemset(p->master_lo, 0, (size_t)n_state * sizeof(int16_t)));
+
+    /* a tensor's place: its bucket, and its offset there as in the unpadded layout */
+    int n = layout->n_tensors, n_buckets = z->plan.n_buckets;
+    int *bucket = (int *)malloc_check(sizeof(int) * n, "tensor places");
+    int64_t *in_bucket = (int64_t *)malloc_check(sizeof(int64_t) * n, "tensor places");
+    p->tensor_at = (int64_t *)malloc_check(sizeof(int64_t) * n, "tensor places");
+    for (int i = 0, b = 0; i < n; i++) {
+        const ParamTensor *t = &layout->tensors[i];
+        while (t->offset >= z->plan.buckets[b].offset + z->plan.buckets[b].numel)
+            b++;
+        bucket[i] = b;
+        in_bucket[i] = t->offset - z->plan.buckets[b].offset;
+        p->tensor_at[i] = z->plan.buckets[b].padded_offset + in_bucket[i];
+    }
+    bf16 **weights_base = (bf16 **)malloc_check(sizeof(bf16 *) * n_buckets, "tensor places");
+    bf16 **grads_base = (bf16 **)malloc_check(sizeof(bf16 *) * n_buckets, "tensor places");
+    for (int b = 0; b < n_buckets; b++) {
+        weights_base[b] = zero_bucket_weights(z, b);
+        grads_base[b] = zero_bucket_grads(z, b);
+    }
+    p->weights.layers = (LayerTensors *)malloc_check(sizeof(LayerTensors) * c->n_layer, "layer views");
+    p->grads.layers = (LayerTensors *)malloc_check(sizeof(LayerTensors) * c->n_layer, "layer views");
+    params_resolve_views_(&p->weights, c, weights_base, bucket, in_bucket);
+    params_resolve_views_(&p->grads, c, grads_base, bucket, in_bucket);
+    free(weights_base);
+    free(grads_base);
+    free(bucket);
+    free(in_bucket);
+}
+
+static inline void params_free(LlamaParams *p)
+{
+    cuda_free(p->master_lo);
+    zero_free(&p->zero);
+    free(p->tensor_at);
+    free(p->weights.layers);
+    free(p->grads.layers);
+    memset(p, 0, sizeof(*p));
+}
+
+/* Copies the fp32 master weights (host, [layout->total]) to the device, split
+ * into bf16 weights and residuals; this rank keeps what its stage asks of it. */
+static inline void params_upload_master(LlamaParams *p, const ParamLayout *layout, const float *host_master)
+{
+    int64_t P = layout->total;
+    const Zero *z = &p->zero;
+    uint16_t *hi = (uint16_t *)malloc_check((size_t)P * sizeof(uint16_t), "bf16 parameter staging");
+    int16_t *lo = (int16_t *)malloc_check((size_t)P * sizeof(int16_t), "master residual staging");
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < P; i++)
+        master_split(host_master[i], &hi[i], &lo[i]);
+    for (int b = 0; b < z->plan.n_buckets; b++) {
+        const ZeroBucket *bk = &z->plan.buckets[b];
+        int64_t begin, end;
+        if (p->zero_stage >= 3) { /* the rank's group share of the weights */
+            zero_group_model_range(&z->plan, b, z->position, &begin, &end);
+            CUDA_CHECK(cudaMemcpy(z->params + z->group_at[b], hi + begin, (size_t)(end - begin) * sizeof(uint16_t),
+                                  cudaMemcpyHostToDevice));
+        } else {
+            CUDA_CHECK(cudaMemcpy(zero_bucket_weights(z, b), hi + bk->offset, (size_t)bk->numel * sizeof(uint16_t),
+                                  cudaMemcpyHostToDevice));
+        }
+        zero_update_model_range(&z->plan, p->zero_stage, p->dist->rank, b, &begin, &end);
+        CUDA_CHECK(cudaMemcpy(p->master_lo + z->state_at[b], lo + begin, (size_t)(end - begin) * sizeof(int16_t),
+                              cudaMemcpyHostToDevice));
+    }
+    free(hi);
+    free(lo);
+}
+
+/* The fp32 master weights joined from the ranks' bf16 weights and residuals:
+ * [layout->total] floats on rank 0, which frees them; NULL on the others. Every
+ * rank calls it, between steps. */
+static inline float *params_download_master(LlamaParams *p, const ParamLayout *layout, cudaStream_t s)
+{
+    int64_t P = layout->total;
+    Zero *z = &p->zero;
+    int keep = p->dist->rank == 0;
+    uint16_t *hi = keep ? (uint16_t *)malloc_check((size_t)P * sizeof(uint16_t), "bf16 parameter staging") : NULL;
+    int16_t *lo = keep ? (int16_t *)malloc_check((size_t)P * sizeof(int16_t), "master residual staging") : NULL;
+    for (int b = 0; b < z->plan.n_buckets; b++) {
+        const ZeroBucket *bk = &z->plan.buckets[b];
+        const bf16 *weights;
+        const int16_t *residuals;
+        zero_full_bucket(z, b, p->master_lo, &weights, &residuals, s);
+        if (!keep)
+            continue;
+        CUDA_CHECK(cudaMemcpy(hi + bk->offset, weights, (size_t)bk->numel * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(lo + bk->offset, residuals, (size_t)bk->numel * sizeof(int16_t), cudaMemcpyDeviceToHost));
+    }
+    if (!keep)
+        return NULL;
+    float *master = (float *)malloc_check((size_t)P * sizeof(float), "master weights");
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < P; i++)
+        master[i] = master_join(hi[i], lo[i]);
+    free(hi);
+    free(lo);
+    return master;
+}
+
+#endif /* LLMC_LLAMA_PARAMS_H */

@@ -45,7 +45,7 @@ fi
 
 setup_python() {
     if ! python3 -c 'import liger_kernel' 2> /dev/null && [ ! -d /tmp/site/liger_kernel ]; then
-        ls .whl/*.whl > /dev/null 2>&1 || { echo "error: no wheel in .whl/ (scripts/get_liger.sh fetches it)"; return 1; }
+        ls .whl/*.whl > /dev/null 2>&1 || { echo "error: no wheel in .whl/ (scripts/get_peer_wheels.sh fetches them)"; return 1; }
         python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl || return 1
     fi
     export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Build llmq (github.com/IST-DASLab/llmq) offline for sm_90 into .carry/llmq/, for the
+# benchmark tables of issue 30. The GPU machine has no network, so the build happens
+# here and the binaries travel in .carry/ (ignored). CMake's FetchContent downloads are
+# replaced by local source trees (git archives of the upstream tags, taken from bare
+# mirrors): set the *_GIT variables to bare git directories, or *_SRC to unpacked trees.
+#
+#   LLMQ_GIT=/path/llmq.git [LLMQ_REF=fp8-opt-bugfix] \
+#   JSON_GIT=... CUDNN_FE_GIT=... CLI11_GIT=... FMT_GIT=... CATCH2_GIT=... scripts/build_llmq.sh
+#
+# Options used: USE_MPI=OFF (multi-GPU runs use llmq's threads backend, --gpus=N),
+# USE_NVML=OFF (no nvml.h here; only its GPU-stats report is lost), cuFile absent (its
+# fallback), BUILD_TESTS=OFF, CMAKE_CUDA_ARCHITECTURES=90. RPATH: $ORIGIN/../lib and
+# /usr/local/cuda/lib64 (cudart, cublasLt, cudnn, nccl come from the system there).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+SRC=${LLMQ_SRC:-$ROOT/.carry/llmq-src}
+DEPS=$ROOT/.carry/llmq-deps
+BUILD=$ROOT/build/llmq
+PREFIX=$ROOT/.carry/llmq
+JOBS=${JOBS:-$(nproc)}
+
+unpack() { # bare-git-dir ref dest
+    [ -d "$3" ] && [ -n "$(ls -A "$3" 2> /dev/null)" ] && return 0
+    [ -n "$1" ] || { echo "error: $3 missing and no git dir given" >&2; exit 1; }
+    mkdir -p "$3"
+    git --git-dir="$1" archive "$2" | tar -x -C "$3"
+}
+unpack "${LLMQ_GIT:-}" "${LLMQ_REF:-fp8-opt-bugfix}" "$SRC"
+# upstream pins json v3.12.0 (release tarball); the mirror here ends at v3.11.3, which has the same API
+unpack "${JSON_GIT:-}" "${JSON_REF:-v3.11.3}" "${JSON_SRC:-$DEPS/json}"
+unpack "${CUDNN_FE_GIT:-}" "${CUDNN_FE_REF:-v1.12.0}" "${CUDNN_FE_SRC:-$DEPS/cudnn-frontend}"
+unpack "${CLI11_GIT:-}" "${CLI11_REF:-v2.6.1}" "${CLI11_SRC:-$DEPS/cli11}"
+unpack "${FMT_GIT:-}" "${FMT_REF:-12.0.0}" "${FMT_SRC:-$DEPS/fmt}"
+unpack "${CATCH2_GIT:-}" "${CATCH2_REF:-v3.6.0}" "${CATCH2_SRC:-$DEPS/catch2}"
+
+export PATH=/usr/local/cuda/bin:$PATH
+${CMAKE:-cmake} -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
+    -DUSE_MPI=OFF -DUSE_NVML=OFF -DUSE_CUFILE=OFF -DBUILD_TESTS=OFF -DPYTHON_BINDING=OFF \
+    -DFETCHCONTENT_FULLY_DISCONNECTED=ON \
+    -DFETCHCONTENT_SOURCE_DIR_JSON="${JSON_SRC:-$DEPS/json}" \
+    -DFETCHCONTENT_SOURCE_DIR_CUDNN-FE="${CUDNN_FE_SRC:-$DEPS/cudnn-frontend}" \
+    -DFETCHCONTENT_SOURCE_DIR_CLI11="${CLI11_SRC:-$DEPS/cli11}" \
+    -DFETCHCONTENT_SOURCE_DIR_FMT="${FMT_SRC:-$DEPS/fmt}" \
+    -DFETCHCONTENT_SOURCE_DIR_CATCH2="${CATCH2_SRC:-$DEPS/catch2}" \
+    -DNCCL_INCLUDE_DIR=/usr/local/cuda/include -DNCCL_LIB_DIR=/usr/local/cuda/lib64 \
+    -DCMAKE_INSTALL_PREFIX="$PREFIX" \
+    '-DCMAKE_INSTALL_RPATH=$ORIGIN/../lib;$ORIGIN;/usr/local/cuda/lib64'
+${CMAKE:-cmake} --build "$BUILD" --parallel "$JOBS" --target train export-checkpoint
+${CMAKE:-cmake} --install "$BUILD"
+git --git-dir="${LLMQ_GIT:-/nonexistent}" rev-parse "${LLMQ_REF:-fp8-opt-bugfix}" > "$PREFIX/LLMQ_COMMIT" 2> /dev/null || true
+ls -la "$PREFIX/bin" "$PREFIX/lib"

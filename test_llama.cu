@@ -25,6 +25,9 @@
 #include "llmc/model/llama_model.h"
 #include "llmc/kernels/matmul.h"
 #include "llmc/formats/tensorfile.h"
+#include "llmc/formats/llmt_config.h"
+#include "llmc/model/param_layout.h"
+#include "llmc/model/linear_shapes.h"
 #include "tests/check.h"
 #include "tests/dump_check.h"
 #include "tests/ref_capi.h"
@@ -52,10 +55,19 @@ static int test_grad_accum = ZERO_ACCUM_AUTO, test_fp32_sums = 0;
 static void build_fp8(Llama *m, const LlamaConfig *c, int B, int T, int recompute, int micro_steps, int zero_stage,
                       int fp8)
 {
-    LlamaOptions opt = {B,          T,   recompute,         micro_steps,  (size_t)64 << 20,  &single_process,
-                        zero_stage, fp8, dump_doc_bos >= 0, dump_doc_bos, dump_doc_positions};
-    opt.grad_accum = test_grad_accum;
-    opt.grad_reduce_fp32 = test_fp32_sums;
+    LlamaOptions opt = {.B = B,
+                        .T = T,
+                        .recompute = recompute,
+                        .max_micro_steps = micro_steps,
+                        .logits_budget_bytes = (size_t)64 << 20,
+                        .dist = &single_process,
+                        .zero_stage = zero_stage,
+                        .fp8 = fp8,
+                        .doc_mask = dump_doc_bos >= 0,
+                        .doc_bos = dump_doc_bos,
+                        .doc_positions = dump_doc_positions,
+                        .grad_accum = test_grad_accum,
+                        .grad_reduce_fp32 = test_fp32_sums};
     llama_build(m, c, &opt);
 }
 
@@ -359,7 +371,7 @@ static void test_fp8_recipe(const LlamaConfig *c, const char *weights_path, Fp8R
     /* The weights' codes are kept for a step, except under ZeRO 3, which makes them at each use (linear.h): over 3
      * AdamW steps (lr 1e-3 moves each weight by some 5%, so codes kept past an update would change the later losses)
      * both give the same bits. */
-    AdamWConfig adamw = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    AdamWConfig adamw = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .grad_clip = 1.0};
     float *kept_master, *made_master;
     float *kept = zero_stage_run(c, weights_path, tokens, targets, B, T, 1, 1, 3, &adamw, &kept_master, recipe, s);
     float *made = zero_stage_run(c, weights_path, tokens, targets, B, T, 1, 3, 3, &adamw, &made_master, recipe, s);
@@ -508,10 +520,13 @@ static void test_dump(const char *dump_path)
     free(grads);
 
     /* N AdamW steps on the same batch, as the reference did */
-    AdamWConfig opt = {
-        (float)dump_meta_double(&dump, "optim.lr"),           (float)dump_meta_double(&dump, "optim.beta1"),
-        (float)dump_meta_double(&dump, "optim.beta2"),        (float)dump_meta_double(&dump, "optim.eps"),
-        (float)dump_meta_double(&dump, "optim.weight_decay"), (float)dump_meta_double(&dump, "optim.grad_clip")};
+    /* torch's values, doubles: AdamW's scalars are worked out from them as torch does (adamw_step.h) */
+    AdamWConfig opt = {.lr = dump_meta_double(&dump, "optim.lr"),
+                       .beta1 = dump_meta_double(&dump, "optim.beta1"),
+                       .beta2 = dump_meta_double(&dump, "optim.beta2"),
+                       .eps = dump_meta_double(&dump, "optim.eps"),
+                       .weight_decay = dump_meta_double(&dump, "optim.weight_decay"),
+                       .grad_clip = dump_meta_double(&dump, "optim.grad_clip")};
     float *losses = (float *)malloc_check(sizeof(float) * n_steps, "losses");
     float *norms = (float *)malloc_check(sizeof(float) * n_steps, "norms");
     for (int k = 0; k < n_steps; k++) {

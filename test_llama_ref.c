@@ -20,6 +20,7 @@
 #include "tests/check.h"
 #include "tests/dump_check.h"
 #include "llmc/run/sampler.h"
+#include "llmc/model/param_layout.h"
 
 /* Tolerances on the max relative error, about 5x the largest error measured
  * on the committed dumps over -O0, -O3 -march=native (FMA contraction) and
@@ -102,9 +103,12 @@ static void test_dump(const char *dump_path)
 
     /* N AdamW steps on the same batch, from the same initial weights */
     int n_steps = (int)dump_meta_double(&dump, "dump.n_steps");
-    AdamWConfig opt = {dump_meta_double(&dump, "optim.lr"),           dump_meta_double(&dump, "optim.beta1"),
-                       dump_meta_double(&dump, "optim.beta2"),        dump_meta_double(&dump, "optim.eps"),
-                       dump_meta_double(&dump, "optim.weight_decay"), dump_meta_double(&dump, "optim.grad_clip")};
+    AdamWConfig opt = {.lr = dump_meta_double(&dump, "optim.lr"),
+                       .beta1 = dump_meta_double(&dump, "optim.beta1"),
+                       .beta2 = dump_meta_double(&dump, "optim.beta2"),
+                       .eps = dump_meta_double(&dump, "optim.eps"),
+                       .weight_decay = dump_meta_double(&dump, "optim.weight_decay"),
+                       .grad_clip = dump_meta_double(&dump, "optim.grad_clip")};
     float grad_clip = (float)opt.grad_clip;
     float *losses = (float *)malloc_check((size_t)n_steps * sizeof(float), "losses");
     float *norms = (float *)malloc_check((size_t)n_steps * sizeof(float), "grad norms");

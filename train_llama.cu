@@ -42,6 +42,8 @@
 #include "llmc/run/train_loop.h"
 #include "llmc/run/train_outputs.h"
 #include "llmc/parallel/watchdog.h"
+#include "llmc/model/param_layout.h"
+#include "llmc/model/linear_shapes.h"
 
 /* Dense bf16 peak of an H100 SXM, the MFU denominator (PaLM/torchtitan convention). */
 #define PEAK_BF16_FLOPS 989e12

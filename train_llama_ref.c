@@ -43,6 +43,9 @@
 #include "llmc/run/train_loop.h"
 #include "llmc/run/train_outputs.h"
 #include "llmc/common/utils.h"
+#include "llmc/model/param_layout.h"
+#include "llmc/model/linear_shapes.h"
+#include "llmc/model/rope_freqs.h"
 
 /* ------------------------------------------------------------------------- */
 /* matmuls: out = inp @ weight^T, weight row-major [OC, IC] as in nn.Linear    */

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "llmc/model/llama_config.h"
+#include "llmc/formats/llmt_config.h"
 #include "llmc/formats/tensorfile.h"
 #include "llmc/common/utils.h"
 #include "tests/check.h"
@@ -48,13 +49,13 @@ static inline double dump_meta_double(const TensorFile *tf, const char *key)
  * The tests check that a dump and the weights file beside it belong together. */
 static inline int config_meta_match_try(const TensorFile *a, const TensorFile *b, char *err, size_t errlen)
 {
-    const char *const *keys = LLAMA_CONFIG_META_KEYS;
-    for (int i = 0; i < LLAMA_CONFIG_META_N; i++) {
-        const char *va = tensorfile_meta(a, keys[i]), *vb = tensorfile_meta(b, keys[i]);
+    for (int i = 0; i < LLAMA_CONFIG_N_FIELDS; i++) {
+        const char *key = LLAMA_CONFIG_FIELDS[i].key;
+        const char *va = tensorfile_meta(a, key), *vb = tensorfile_meta(b, key);
         const TensorFile *lacking = va == NULL ? a : vb == NULL ? b : NULL;
         if (lacking) {
             snprintf(err, errlen, "'%s' has no metadata key '%s'; regenerate it with reference/make_reference.py",
-                     lacking->path, keys[i]);
+                     lacking->path, key);
             return -1;
         }
         /* numbers compare by value, so that 8 and 8.0 agree */
@@ -65,7 +66,7 @@ static inline int config_meta_match_try(const TensorFile *a, const TensorFile *b
             snprintf(err, errlen,
                      "'%s' and '%s' disagree on %s ('%s' vs '%s'): they describe different models\n"
                      "  hint: pass the weights file that the dump was made from",
-                     a->path, b->path, keys[i], va, vb);
+                     a->path, b->path, key, va, vb);
             return -1;
         }
     }

@@ -23,18 +23,16 @@
 #include "llmc/model/llama_config.h"
 #include "llmc/formats/tokenizer.h"
 #include "llmc/common/utils.h"
+#include "llmc/model/param_layout.h"
 
-static void print_config(const LlamaConfig *cp, const HfTokenIds *ids)
+static void print_config(const LlamaConfig *c, const HfTokenIds *ids)
 {
-    LlamaConfig c = *cp;
-    printf("vocab_size=%d\nd_model=%d\nn_layer=%d\nn_head=%d\nn_kv_head=%d\nhead_dim=%d\nffn_dim=%d\n"
-           "max_seq_len=%d\nrope_theta=%.9g\nrope_scaling_llama3=%d\nrope_factor=%.9g\nrope_low_freq_factor=%.9g\n"
-           "rope_high_freq_factor=%.9g\nrope_original_max_pos=%d\nnorm_eps=%.9g\ntie_embeddings=%d\ninit_std=%.9g\n"
-           "bos_id=%d\nn_eos=%d\n",
-           c.vocab_size, c.d_model, c.n_layer, c.n_head, c.n_kv_head, c.head_dim, c.ffn_dim, c.max_seq_len,
-           (double)c.rope_theta, c.rope_scaling_llama3, (double)c.rope_factor, (double)c.rope_low_freq_factor,
-           (double)c.rope_high_freq_factor, c.rope_original_max_pos, (double)c.norm_eps, c.tie_embeddings,
-           (double)c.init_std, ids->bos_id, ids->n_eos);
+    for (int i = 0; i < LLAMA_CONFIG_N_FIELDS; i++) {
+        char value[64];
+        config_field_format(value, sizeof(value), c, &LLAMA_CONFIG_FIELDS[i], 0);
+        printf("%s=%s\n", LLAMA_CONFIG_FIELDS[i].member, value);
+    }
+    printf("bos_id=%d\nn_eos=%d\n", ids->bos_id, ids->n_eos);
 }
 
 static int load(const char *dir, const char *out_path)

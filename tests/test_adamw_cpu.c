@@ -222,7 +222,7 @@ static void report_speed(const AdamWConfig *cfg)
 
 int main(void)
 {
-    AdamWConfig cfg = {1e-3, 0.9, 0.95, 1e-8, 0.1, 1.0};
+    AdamWConfig cfg = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .grad_clip = 1.0};
     check_scalars(&cfg);
     int64_t sizes[4] = {1, 7, 1003, 3 * ADAMW_CPU_CHUNK + 5};
     for (int k = 0; k < 4; k++) {

@@ -33,7 +33,7 @@ def hf_config(**over):
 
 
 def shapes(c):
-    """The tensors of the layout, in its order (llmc/model/llama_config.h)."""
+    """The tensors of the layout, in its order (llmc/model/param_layout.h)."""
     C, F, V = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
     H, D = c["num_attention_heads"], c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
     KV = c.get("num_key_value_heads", H)

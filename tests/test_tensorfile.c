@@ -19,7 +19,10 @@
 
 #include "llmc/formats/hf_model.h"
 #include "llmc/model/llama_config.h"
+#include "llmc/formats/llmt_config.h"
 #include "llmc/formats/tensorfile.h"
+#include "llmc/model/param_layout.h"
+#include "llmc/model/rope_freqs.h"
 #include "tests/check.h"
 #include "tests/dump_check.h"
 

@@ -2,13 +2,14 @@
  * world sizes that divide nothing evenly: every element owned exactly once,
  * equal aligned shares, little padding, buckets along the layers. */
 #include "llmc/parallel/zero_plan.h"
+#include "llmc/formats/llmt_config.h"
+#include "llmc/model/param_layout.h"
 
-static int passed = 0, failed = 0;
+#include "tests/check.h"
 
-static void check(int ok, const char *what, const char *model, int world)
+static void check_plan(int ok, const char *what, const char *model, int world)
 {
-    printf("%s %s (%s, world %d)\n", ok ? "PASS" : "FAIL", what, model, world);
-    ok ? passed++ : failed++;
+    check(ok, "%s (%s, world %d)", what, model, world);
 }
 
 /* Sharded over hosts (zero_plan_shard_over_hosts): for every host size that divides
@@ -16,7 +17,7 @@ static void check(int ok, const char *what, const char *model, int world)
  * ranks are not consecutive), each rank's share lies inside its group share (the
  * one its position on its host names, which its host's ranks tile), and the
  * ranks' shares still own every element exactly once. */
-static void test_over_hosts(const char *name, const LlamaConfig *c, const ParamLayout *layout, int world)
+static void test_over_hosts(const char *name, const ParamLayout *layout, int world)
 {
     for (int per_host = 1; per_host <= world; per_host++) {
         if (world % per_host != 0)
@@ -29,7 +30,7 @@ static void test_over_hosts(const char *name, const LlamaConfig *c, const ParamL
         char err[256];
         if (process_groups_make(&g, ids, world, 0, err, sizeof(err)) != 0)
             FAIL("%s", err);
-        ZeroPlan plan = zero_plan(c, layout, world);
+        ZeroPlan plan = zero_plan(layout, world);
         zero_plan_shard_over_hosts(&plan, &g);
         int ok = plan.group_size == per_host && plan.groups == hosts, tiled = 1;
         int *owner = (int *)malloc_check(sizeof(int) * world, "owners");
@@ -59,7 +60,7 @@ static void test_over_hosts(const char *name, const LlamaConfig *c, const ParamL
         char what[128];
         snprintf(what, sizeof(what), "over %d hosts of %d: shares inside their group shares, each owned once", hosts,
                  per_host);
-        check(ok && tiled, what, name, world);
+        check_plan(ok && tiled, what, name, world);
         free(owner);
         free(ids);
         process_groups_free(&g);
@@ -73,7 +74,7 @@ static void test_model(const char *name, const LlamaConfig *c)
     int worlds[] = {1, 2, 3, 4, 7, 8, 16};
     for (size_t w = 0; w < sizeof(worlds) / sizeof(worlds[0]); w++) {
         int world = worlds[w];
-        ZeroPlan plan = zero_plan(c, &layout, world);
+        ZeroPlan plan = zero_plan(&layout, world);
         int contiguous = 1, equal_aligned = 1, little_padding = 1, layers = plan.n_buckets == c->n_layer + 2;
         int64_t owned = 0, next = 0, next_padded = 0;
         for (int b = 0; b < plan.n_buckets; b++) {
@@ -97,12 +98,12 @@ static void test_model(const char *name, const LlamaConfig *c)
                           z->numel == layout.tensors[param_index_layer(b - 1, LAYER_TENSORS - 1)].offset +
                                           layout.tensors[param_index_layer(b - 1, LAYER_TENSORS - 1)].numel - z->offset;
         }
-        check(owned == layout.total && next == layout.total && contiguous, "every element owned by exactly one rank",
-              name, world);
-        check(equal_aligned, "equal shares, multiples of ZERO_ALIGN", name, world);
-        check(little_padding && plan.padded_total == next_padded, "padding under world * ZERO_ALIGN per bucket", name,
-              world);
-        check(layers, "one bucket per layer between the embedding and the head", name, world);
+        check_plan(owned == layout.total && next == layout.total && contiguous,
+                   "every element owned by exactly one rank", name, world);
+        check_plan(equal_aligned, "equal shares, multiples of ZERO_ALIGN", name, world);
+        check_plan(little_padding && plan.padded_total == next_padded, "padding under world * ZERO_ALIGN per bucket",
+                   name, world);
+        check_plan(layers, "one bucket per layer between the embedding and the head", name, world);
         /* update ranges: stage 0 the whole padded bucket on every rank; stages 1 to 3
          * the ranks' shares tile it in rank order; a range's model elements come first */
         int64_t *state_at = (int64_t *)malloc_check(sizeof(int64_t) * plan.n_buckets, "state offsets");
@@ -126,15 +127,33 @@ static void test_model(const char *name, const LlamaConfig *c)
             }
             char what[96];
             snprintf(what, sizeof(what), "stage %d: update ranges and their model elements", stage);
-            check(ranges_ok, what, name, world);
+            check_plan(ranges_ok, what, name, world);
             snprintf(what, sizeof(what), "stage %d: state offsets back to back, sized padded / world", stage);
-            check(state_ok, what, name, world);
+            check_plan(state_ok, what, name, world);
         }
         free(state_at);
         zero_plan_free(&plan);
-        test_over_hosts(name, c, &layout, world);
+        test_over_hosts(name, &layout, world);
     }
     llama_param_layout_free(&layout);
+}
+
+/* A layout whose tensors skip a bucket (0, then 2): zero_plan refuses it, naming the tensor. */
+static void plan_skipping_a_bucket(void *arg)
+{
+    (void)arg;
+    ParamTensor tensors[2] = {{.name = "a", .rows = 8, .cols = 1, .numel = 8, .offset = 0, .bucket = 0},
+                              {.name = "b", .rows = 8, .cols = 1, .numel = 8, .offset = 8, .bucket = 2}};
+    ParamLayout layout = {.n_tensors = 2, .tensors = tensors, .total = 16, .n_buckets = 3};
+    zero_plan(&layout, 2);
+}
+
+static void test_bucket_order(void)
+{
+    char msg[512];
+    int status = run_child(plan_skipping_a_bucket, NULL, msg, sizeof(msg));
+    check(status != 0 && strstr(msg, "tensor 1 (b) is in bucket 2 after bucket 0") != NULL,
+          "a layout that skips a bucket is refused, naming the tensor: %s", msg);
 }
 
 int main(void)
@@ -149,6 +168,6 @@ int main(void)
     }
     for (int i = 0; i < LLAMA_N_PRESETS; i++)
         test_model(LLAMA_PRESETS[i].name, &LLAMA_PRESETS[i].config);
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed != 0;
+    test_bucket_order();
+    return check_summary();
 }

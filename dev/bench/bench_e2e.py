@@ -17,7 +17,7 @@ One step = forward + backward + clip + optimizer.step + zero_grad, timed with
 torch.cuda.synchronize() + perf_counter after warm-up steps (2; 3 for compile).
 tokens/s = B*T / median step time; MFU = tokens/s * (6 N + 12 L H D T) / 989e12,
 N = all parameters but the input embedding (lm_head counted once, tied or not),
-llmc/model/llama_config.h llama_flops_per_token's convention. Peak memory =
+llmc/model/param_layout.h llama_flops_per_token's convention. Peak memory =
 torch.cuda.max_memory_allocated over the timed steps (reset after warm-up); for
 train_llama its own allocator peak (the peak_mem_gib of its JSON log).
 

@@ -249,7 +249,7 @@ LLMC_API void llmc_clip_coefficient(void *coef, const void *norm_squared, float 
 /* adamw.h's scalars of step `step` from the C API's floats. */
 static AdamWScalars capi_adamw_scalars(float lr, float beta1, float beta2, float eps, float weight_decay, int step)
 {
-    AdamWConfig c = {lr, beta1, beta2, eps, weight_decay, 0.0};
+    AdamWConfig c = {.lr = lr, .beta1 = beta1, .beta2 = beta2, .eps = eps, .weight_decay = weight_decay};
     return adamw_scalars(&c, lr, step);
 }
 

@@ -701,7 +701,7 @@ def write_report(e2e, kernels, docs_dir, plot=True, profiles=(), prepare=(), ext
                   "clip, optimizer step and zero_grad; the tables give the median of the timed steps after warm-up "
                   "(torch.cuda.synchronize around each step; train_llama's own per-step wall time). "
                   "tokens/s = B·T / median step time; MFU = tokens/s · (6N + 12·L·H·D·T) / 989 TFLOPS, N "
-                  "without the input embedding (lm_head counted once), as `llmc/model/llama_config.h`. Peak memory: "
+                  "without the input embedding (lm_head counted once), as `llmc/model/param_layout.h`'s `llama_flops_per_token`. Peak memory: "
                   "`torch.cuda.max_memory_allocated` over the timed steps for HF, the allocator peak of the "
                   "train_llama log for train_llama (both exclude the CUDA context). Each setting ran in its own "
                   "process.", ""]

@@ -54,7 +54,8 @@
 #define ADAM_EPS 1e-8f
 #define WEIGHT_DECAY 0.1f
 #define GRAD_SCALE 0.5f
-static const AdamWConfig CONFIG = {LR, BETA1, BETA2, ADAM_EPS, WEIGHT_DECAY, 1.0};
+static const AdamWConfig CONFIG = {
+    .lr = LR, .beta1 = BETA1, .beta2 = BETA2, .eps = ADAM_EPS, .weight_decay = WEIGHT_DECAY, .grad_clip = 1.0};
 /* elements one pass of adamw_kernel's grid-stride loop covers */
 #define GRID_PASS ((int64_t)ADAMW_MAX_BLOCKS * ADAMW_THREADS * 4)
 

@@ -127,4 +127,13 @@ static inline double random_uniform(uint64_t *state)
     return ((double)(splitmix64(state) >> 11) + 0.5) / 9007199254740992.0;
 }
 
+/* How many of targets[0..n) count for the loss. */
+static inline int64_t count_targets(const int *targets, int64_t n)
+{
+    int64_t count = 0;
+    for (int64_t i = 0; i < n; i++)
+        count += targets[i] != IGNORE_INDEX;
+    return count;
+}
+
 #endif /* LLMC_UTILS_H */

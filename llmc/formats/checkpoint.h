@@ -72,6 +72,7 @@
 #include "llmc/formats/safetensors.h"
 #include "llmc/formats/train_state.h"
 #include "llmc/common/utils.h"
+#include "llmc/model/param_layout.h"
 
 /* Whether a run saves after completing steps_done of total_steps: every save_every
  * steps (0: never) and at the end. */

@@ -370,73 +370,36 @@ static inline int hf_config_read_try(const char *path, LlamaConfig *c, HfTokenId
 }
 
 /* What the model of config.json (got) and the run's (want) have for every
- * field that changes the model: 0, or -1 with the first that differs, by its
- * config.json name, and both values. init_std is not one: it only draws the
- * first weights. */
+ * field that changes the model (llama_config.h's table, in its order; the
+ * rope scaling's parameters only where it is on): 0, or -1 with the first that
+ * differs, by its config.json name, and both values. init_std is not one: it
+ * only draws the first weights. */
 static inline int hf_config_compare_(const char *path, const LlamaConfig *got, const LlamaConfig *want, char *err,
                                      size_t errlen)
 {
-    const struct {
-        const char *key;
-        int got, want;
-    } ints[] = {
-        {"vocab_size", got->vocab_size, want->vocab_size},
-        {"hidden_size", got->d_model, want->d_model},
-        {"intermediate_size", got->ffn_dim, want->ffn_dim},
-        {"num_hidden_layers", got->n_layer, want->n_layer},
-        {"num_attention_heads", got->n_head, want->n_head},
-        {"num_key_value_heads", got->n_kv_head, want->n_kv_head},
-        {"head_dim", got->head_dim, want->head_dim},
-        {"tie_word_embeddings", got->tie_embeddings, want->tie_embeddings},
-    };
-    const struct {
-        const char *key;
-        float got, want;
-    } floats[] = {
-        {"rms_norm_eps", got->norm_eps, want->norm_eps},
-        {"rope_theta", got->rope_theta, want->rope_theta},
-        {"rope_scaling.factor", got->rope_factor, want->rope_factor},
-        {"rope_scaling.low_freq_factor", got->rope_low_freq_factor, want->rope_low_freq_factor},
-        {"rope_scaling.high_freq_factor", got->rope_high_freq_factor, want->rope_high_freq_factor},
-    };
-    const char *hint = "  hint: resume with the model flags the checkpoint was saved with (its config.json)";
-    char a[32], b[32];
-    for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
-        if (ints[i].got == ints[i].want)
+    for (int i = 0; i < LLAMA_CONFIG_N_FIELDS; i++) {
+        const ConfigField *f = &LLAMA_CONFIG_FIELDS[i];
+        double g = config_field_get(got, f), w = config_field_get(want, f);
+        if (!f->shapes || (f->scaled && !got->rope_scaling_llama3) || g == w)
             continue;
-        if (strcmp(ints[i].key, "tie_word_embeddings") == 0)
-            return set_error(err, errlen, "'%s' has tie_word_embeddings = %s but this run's model has %s\n%s", path,
-                             ints[i].got ? "true" : "false", ints[i].want ? "true" : "false", hint);
-        return set_error(err, errlen, "'%s' has %s = %d but this run's model has %d\n%s", path, ints[i].key,
-                         ints[i].got, ints[i].want, hint);
-    }
-    for (size_t i = 0; i < 2; i++) {
-        if (floats[i].got == floats[i].want)
-            continue;
-        hf_float_json_(a, sizeof(a), floats[i].got, 0);
-        hf_float_json_(b, sizeof(b), floats[i].want, 0);
-        return set_error(err, errlen, "'%s' has %s = %s but this run's model has %s\n%s", path, floats[i].key, a, b,
-                         hint);
-    }
-    if (got->rope_scaling_llama3 != want->rope_scaling_llama3)
-        return set_error(err, errlen, "'%s' has rope_scaling = %s but this run's model has %s\n%s", path,
-                         got->rope_scaling_llama3 ? "llama3" : "none", want->rope_scaling_llama3 ? "llama3" : "none",
-                         hint);
-    for (size_t i = 2; i < sizeof(floats) / sizeof(floats[0]) && got->rope_scaling_llama3; i++) {
-        if (floats[i].got == floats[i].want)
-            continue;
-        hf_float_json_(a, sizeof(a), floats[i].got, 0);
-        hf_float_json_(b, sizeof(b), floats[i].want, 0);
-        return set_error(err, errlen, "'%s' has %s = %s but this run's model has %s\n%s", path, floats[i].key, a, b,
-                         hint);
-    }
-    if (got->rope_scaling_llama3 && got->rope_original_max_pos != want->rope_original_max_pos)
+        char a[32], b[32];
+        if (f->kind == CONFIG_FLOAT) {
+            hf_float_json_(a, sizeof(a), (float)g, 0);
+            hf_float_json_(b, sizeof(b), (float)w, 0);
+        } else if (f->kind == CONFIG_FLAG || f->kind == CONFIG_ROPE_KIND) {
+            const char *off = f->kind == CONFIG_FLAG ? "false" : "none",
+                       *on = f->kind == CONFIG_FLAG ? "true" : "llama3";
+            snprintf(a, sizeof(a), "%s", g != 0 ? on : off);
+            snprintf(b, sizeof(b), "%s", w != 0 ? on : off);
+        } else {
+            snprintf(a, sizeof(a), "%d", (int)g);
+            snprintf(b, sizeof(b), "%d", (int)w);
+        }
         return set_error(err, errlen,
-                         "'%s' has rope_scaling.original_max_position_embeddings = %d but this run's model has %d\n%s",
-                         path, got->rope_original_max_pos, want->rope_original_max_pos, hint);
-    if (got->max_seq_len != want->max_seq_len)
-        return set_error(err, errlen, "'%s' has max_position_embeddings = %d but this run's model has %d\n%s", path,
-                         got->max_seq_len, want->max_seq_len, hint);
+                         "'%s' has %s = %s but this run's model has %s\n"
+                         "  hint: resume with the model flags the checkpoint was saved with (its config.json)",
+                         path, f->hf_key, a, b);
+    }
     return 0;
 }
 

@@ -40,9 +40,11 @@
 #include "llmc/formats/hf_config.h"
 #include "llmc/formats/json.h"
 #include "llmc/model/llama_config.h"
+#include "llmc/formats/llmt_config.h"
 #include "llmc/formats/safetensors.h"
 #include "llmc/formats/tensorfile.h"
 #include "llmc/formats/tokenizer.h"
+#include "llmc/model/param_layout.h"
 
 #define HF_INDEX_MAX_BYTES 100000000
 #define HF_MAX_SHARDS 4096

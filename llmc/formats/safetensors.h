@@ -34,7 +34,7 @@
 
 #include "llmc/common/fileutil.h"
 #include "llmc/formats/json.h"
-#include "llmc/model/llama_config.h"
+#include "llmc/model/param_layout.h"
 
 /* Headers larger than this are refused (an 8B model's is about 30 KB). */
 #define SAFETENSORS_MAX_HEADER ((uint64_t)100000000)

@@ -8,7 +8,7 @@
  *   logits = x_r @ W^T                                 [n, V] bf16, in the scratch buffer
  *   per row i:  loss_i = logsumexp(logits_i) - logits_i[y_i]          fp32, into losses[N]
  *               dlogits_i = (softmax(logits_i) - onehot(y_i)) * inv_count   bf16, over logits
- *   rows with y_i == IGNORE_INDEX (-100, llama_config.h): loss 0, dlogits 0
+ *   rows with y_i == IGNORE_INDEX (-100, common/utils.h): loss 0, dlogits 0
  *   dx_r = dlogits @ W                                 [n, C] bf16, overwritten
  *   dW (= or +=) dlogits^T @ x_r                       [V, C] bf16; the first chunk
  *                                                      overwrites unless accumulate
@@ -26,7 +26,6 @@
 #include <float.h>
 
 #include "llmc/common/cuda_common.h"
-#include "llmc/model/llama_config.h"
 #include "llmc/common/profile.h"
 #include "llmc/kernels/matmul.h"
 

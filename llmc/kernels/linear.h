@@ -46,8 +46,8 @@
 
 #include "llmc/common/cuda_common.h"
 #include "llmc/kernels/fp8_quantize.h"
-#include "llmc/model/llama_config.h"
 #include "llmc/kernels/matmul.h"
+#include "llmc/model/linear_shapes.h"
 
 typedef struct {
     Fp8Recipe recipe;

@@ -23,6 +23,7 @@
 #include "llmc/common/cuda_common.h"
 #include "llmc/common/profile.h"
 #include "llmc/model/llama_config.h"
+#include "llmc/model/rope_freqs.h"
 
 /* table: T_max * head_dim floats, [pos][i][cos, sin] for i < head_dim/2. */
 static inline void rope_table_host(float *table, const LlamaConfig *config, int T_max)

@@ -36,6 +36,8 @@
 #include "llmc/kernels/rmsnorm.h"
 #include "llmc/kernels/rope.h"
 #include "llmc/kernels/swiglu.h"
+#include "llmc/model/param_layout.h"
+#include "llmc/model/linear_shapes.h"
 
 /* What every layer's kernels need besides its tensors. */
 typedef struct {
@@ -52,12 +54,24 @@ typedef struct {
 static inline LayerSpec layer_spec(const LlamaConfig *c, int B, int T, int recompute, const float *freqs_cis,
                                    Fp8Scratch *fp8)
 {
-    LayerSpec sp = {B,          T,           B * T,     c->d_model, c->n_head, c->n_kv_head, c->head_dim,
-                    c->ffn_dim, c->norm_eps, recompute, freqs_cis,  fp8,       NULL,         NULL};
+    LayerSpec sp;
+    memset(&sp, 0, sizeof(sp)); /* docs and positions: none unless the caller sets them */
+    sp.B = B;
+    sp.T = T;
+    sp.N = B * T;
+    sp.C = c->d_model;
+    sp.H = c->n_head;
+    sp.KV = c->n_kv_head;
+    sp.D = c->head_dim;
+    sp.F = c->ffn_dim;
+    sp.eps = c->norm_eps;
+    sp.recompute = recompute;
+    sp.freqs_cis = freqs_cis;
+    sp.fp8 = fp8;
     return sp;
 }
 
-/* With FP8, each layer's Linear map (LINEAR_QKV..LINEAR_DOWN, llama_config.h) has its own slot (linear.h). */
+/* With FP8, each layer's Linear map (LINEAR_QKV..LINEAR_DOWN, linear_shapes.h) has its own slot (linear.h). */
 static inline int linear_slot(int layer, int map)
 {
     return layer * LINEAR_MAPS + map;

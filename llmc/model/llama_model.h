@@ -50,6 +50,8 @@
 #include "llmc/formats/tensorfile.h"
 #include "llmc/common/utils.h"
 #include "llmc/parallel/zero.h"
+#include "llmc/model/param_layout.h"
+#include "llmc/model/linear_shapes.h"
 
 /* How the model runs, besides its shape. */
 typedef struct {
@@ -221,8 +223,11 @@ static inline void llama_build(Llama *m, const LlamaConfig *config, const LlamaO
     CUDA_CHECK(cudaMemcpy(m->freqs_cis, table, (size_t)opt->T * c->head_dim * sizeof(float), cudaMemcpyHostToDevice));
     free(table);
     llama_batch_build(&m->batch, N, (int)V, opt->max_micro_steps, opt->doc_mask);
-    ZeroOptions zopt = {opt->zero_stage, opt->shard_over_hosts, opt->grad_accum, opt->grad_reduce_fp32,
-                        opt->max_micro_steps};
+    ZeroOptions zopt = {.stage = opt->zero_stage,
+                        .over_hosts = opt->shard_over_hosts,
+                        .accum = opt->grad_accum,
+                        .fp32_sums = opt->grad_reduce_fp32,
+                        .micro_steps = opt->max_micro_steps};
     size_t fp8_bytes = 0;
     int n_slots = 0;
     LinearShape *shapes = NULL; /* with FP8: the Linear maps' codes come after the parameters, sized now */

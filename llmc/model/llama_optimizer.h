@@ -20,6 +20,7 @@
 #include "llmc/model/llama_params.h"
 #include "llmc/common/profile.h"
 #include "llmc/run/schedule.h"
+#include "llmc/model/param_layout.h"
 
 typedef struct {
     float *m, *v;          /* [zero.state_total] */

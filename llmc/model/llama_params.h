@@ -32,6 +32,7 @@
 #include "llmc/kernels/master_weights.h"
 #include "llmc/common/utils.h"
 #include "llmc/parallel/zero.h"
+#include "llmc/model/param_layout.h"
 
 /* One decoder layer's weights (or their gradients). */
 typedef struct {
@@ -129,7 +130,7 @@ static inline void params_build(LlamaParams *p, const LlamaConfig *c, const Para
     p->dist = dist;
     p->zero_stage = zopt->stage;
     Zero *z = &p->zero;
-    zero_configure(z, dist, c, layout, zopt);
+    zero_configure(z, dist, layout, zopt);
     zero_allocate(z, params_full_grads(z, later_bytes));
     int64_t n_state = z->state_total;
     p->master_lo = (int16_t *)cuda_malloc_named((size_t)n_state * sizeof(int16_t), "fp32 master weights' low halves");

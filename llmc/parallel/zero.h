@@ -59,6 +59,7 @@
 #include "llmc/common/cuda_common.h"
 #include "llmc/parallel/distributed.h"
 #include "llmc/parallel/zero_plan.h"
+#include "llmc/model/param_layout.h"
 
 /* staging slots: the first bucket, the last bucket, two for the layers */
 #define ZERO_SLOTS 4
@@ -252,8 +253,7 @@ static inline int64_t zero_slot_elements(const Zero *z, int slot)
 
 /* Plans the buckets and every offset for the ranks of dist under opt; allocates
  * nothing on the device (zero_device_bytes, then zero_allocate, do). */
-static inline void zero_configure(Zero *z, const Dist *dist, const LlamaConfig *c, const ParamLayout *layout,
-                                  const ZeroOptions *opt)
+static inline void zero_configure(Zero *z, const Dist *dist, const ParamLayout *layout, const ZeroOptions *opt)
 {
     memset(z, 0, sizeof(*z));
     if (opt->stage < 0 || opt->stage > 3)
@@ -263,7 +263,7 @@ static inline void zero_configure(Zero *z, const Dist *dist, const LlamaConfig *
     z->dist = dist;
     z->opt = *opt;
     z->stage = opt->stage;
-    z->plan = zero_plan(c, layout, dist->world);
+    z->plan = zero_plan(layout, dist->world);
     z->alone.size = 1;
     z->shard = &dist->all;
     z->replica = &z->alone;

@@ -1,9 +1,10 @@
 /*
  * zero_plan.h: how ZeRO sharding splits the flat parameter, gradient and
- * optimizer buffers (llama_param_layout) across `world` ranks.
+ * optimizer buffers (model/param_layout.h) across `world` ranks.
  *
- * The flat buffer is cut into buckets that follow the model: the embedding,
- * each decoder layer, then the final norm with lm_head (if untied). A bucket is
+ * The flat buffer is cut into the buckets the layout gives its tensors (each
+ * tensor's bucket: the embedding, each decoder layer, then the final norm with
+ * lm_head if untied), whatever the model: the plan reads nothing else. A bucket is
  * the unit of one reduce-scatter (gradients) and one all-gather (parameters), so
  * a layer's communication can overlap the next layer's compute. Each bucket is
  * padded with zeros to a multiple of world * ZERO_ALIGN elements and cut into
@@ -26,9 +27,9 @@
 
 #include <stdint.h>
 
-#include "llmc/model/llama_config.h"
 #include "llmc/parallel/process_groups.h"
 #include "llmc/common/utils.h"
+#include "llmc/model/param_layout.h"
 
 /* Elements each share is a multiple of: 256 bytes of fp32, so shards start
  * 16-byte aligned for the vector loads in any dtype used here. */
@@ -53,10 +54,16 @@ typedef struct {
     int64_t padded_total; /* size of the padded flat buffers */
 } ZeroPlan;
 
-static inline ZeroPlan zero_plan(const LlamaConfig *c, const ParamLayout *layout, int world)
+static inline ZeroPlan zero_plan(const ParamLayout *layout, int world)
 {
     if (world < 1)
         FAIL("zero_plan: world size %d must be at least 1", world);
+    for (int i = 0; i < layout->n_tensors; i++) {
+        int b = layout->tensors[i].bucket, before = i ? layout->tensors[i - 1].bucket : 0;
+        if (b < before || b > before + 1 || b >= layout->n_buckets || (i == 0 && b != 0))
+            FAIL("zero_plan: tensor %d (%s) is in bucket %d after bucket %d of %d; buckets run 0, 1, ... in order", i,
+                 layout->tensors[i].name, b, before, layout->n_buckets);
+    }
     ZeroPlan plan;
     plan.world = world;
     plan.group_size = world;
@@ -64,13 +71,16 @@ static inline ZeroPlan zero_plan(const LlamaConfig *c, const ParamLayout *layout
     plan.share_of = (int *)malloc_check(sizeof(int) * (size_t)world, "ZeRO shares");
     for (int r = 0; r < world; r++)
         plan.share_of[r] = r;
-    plan.n_buckets = c->n_layer + 2;
+    plan.n_buckets = layout->n_buckets;
     plan.buckets = (ZeroBucket *)calloc_check((size_t)plan.n_buckets, sizeof(ZeroBucket), "ZeRO buckets");
-    /* bucket boundaries in tensor indices: [0, 1), each layer's LAYER_TENSORS, then the rest */
+    /* each bucket: the run of tensors the layout puts in it */
     int64_t unit = (int64_t)world * ZERO_ALIGN, padded_offset = 0;
-    for (int b = 0; b < plan.n_buckets; b++) {
-        int first = b == 0 ? 0 : 1 + (b - 1) * LAYER_TENSORS;
-        int last = b == 0 ? 1 : b <= c->n_layer ? first + LAYER_TENSORS : layout->n_tensors;
+    for (int b = 0, first = 0; b < plan.n_buckets; b++) {
+        int last = first;
+        while (last < layout->n_tensors && layout->tensors[last].bucket == b)
+            last++;
+        if (last == first)
+            FAIL("zero_plan: bucket %d of %d holds no tensor", b, plan.n_buckets);
         ZeroBucket *z = &plan.buckets[b];
         z->offset = layout->tensors[first].offset;
         z->numel = layout->tensors[last - 1].offset + layout->tensors[last - 1].numel - z->offset;
@@ -79,6 +89,7 @@ static inline ZeroPlan zero_plan(const LlamaConfig *c, const ParamLayout *layout
         z->shard = z->padded / world;
         z->group_share = z->shard; /* flat: the whole world is one shard group */
         padded_offset += z->padded;
+        first = last;
     }
     plan.padded_total = padded_offset;
     return plan;

@@ -68,17 +68,17 @@ typedef struct {
     double mfu, peak_mem_gib, device_mem_gib;
 } StepLog;
 
+/* {"vocab_size": ..., ...}: every field of llama_config.h's table, by its .llmt key without "config.". */
 static inline void run_log_config_json_(FILE *f, const LlamaConfig *c)
 {
-    fprintf(f,
-            "{\"vocab_size\": %d, \"d_model\": %d, \"n_layer\": %d, \"n_head\": %d, \"n_kv_head\": %d, "
-            "\"head_dim\": %d, \"ffn_dim\": %d, \"max_seq_len\": %d, \"rope_theta\": %.9g, \"rope_scaling\": \"%s\", "
-            "\"rope_factor\": %.9g, \"rope_low_freq_factor\": %.9g, \"rope_high_freq_factor\": %.9g, "
-            "\"rope_original_max_pos\": %d, \"norm_eps\": %.9g, \"tie_embeddings\": %s, \"init_std\": %.9g}",
-            c->vocab_size, c->d_model, c->n_layer, c->n_head, c->n_kv_head, c->head_dim, c->ffn_dim, c->max_seq_len,
-            (double)c->rope_theta, c->rope_scaling_llama3 ? "llama3" : "none", (double)c->rope_factor,
-            (double)c->rope_low_freq_factor, (double)c->rope_high_freq_factor, c->rope_original_max_pos,
-            (double)c->norm_eps, c->tie_embeddings ? "true" : "false", (double)c->init_std);
+    fprintf(f, "{");
+    for (int i = 0; i < LLAMA_CONFIG_N_FIELDS; i++) {
+        const ConfigField *field = &LLAMA_CONFIG_FIELDS[i];
+        char value[64];
+        config_field_format(value, sizeof(value), c, field, 1);
+        fprintf(f, "%s\"%s\": %s", i ? ", " : "", field->key + strlen("config."), value);
+    }
+    fprintf(f, "}");
 }
 
 /* {"--flag": value, ...} for every flag of the table; options holds the values. */

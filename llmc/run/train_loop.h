@@ -35,6 +35,7 @@
 #include "llmc/run/train_outputs.h"
 #include "llmc/formats/train_state.h"
 #include "llmc/common/utils.h"
+#include "llmc/model/param_layout.h"
 
 typedef struct {
     void *ctx; /* the trainer's model, passed to every operation */

@@ -32,6 +32,7 @@
 #include "llmc/run/sampler.h"
 #include "llmc/formats/tokenizer.h"
 #include "llmc/run/train_flags.h"
+#include "llmc/model/param_layout.h"
 
 typedef struct {
     char tokenizer_path[LLMC_PATH_MAX]; /* "": none */

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "llmc/formats/hf_config.h"
+#include "llmc/model/param_layout.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

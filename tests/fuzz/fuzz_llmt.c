@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include "llmc/formats/hf_model.h"
+#include "llmc/formats/llmt_config.h"
+#include "llmc/model/param_layout.h"
 #include "tests/fuzz/fuzz_file.h"
 
 static const char *path;

@@ -568,8 +568,11 @@ int main(int argc, char **argv)
     dist_init_single(&single_process);
     for (int i = 1; i < (argc > 1 ? argc : N_DEFAULT_DUMPS + 1); i++)
         test_dump(argc > 1 ? argv[i] : DEFAULT_DUMPS[i - 1]);
-    if (argc == 1)
+    if (argc == 1) {
         test_dump("testdata/packed_docs_gqa.dump.llmt"); /* --doc-mask */
+        for (int i = 0; i < N_FAMILY_DUMPS_GPU; i++)
+            test_dump(FAMILY_DUMPS[i]);
+    }
     cudaStream_t s;
     CUDA_CHECK(cudaStreamCreate(&s));
     test_fp8_linear(s);

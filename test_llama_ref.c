@@ -408,8 +408,11 @@ int main(int argc, char **argv)
 {
     for (int i = 1; i < (argc > 1 ? argc : N_DEFAULT_DUMPS + 1); i++)
         test_dump(argc > 1 ? argv[i] : DEFAULT_DUMPS[i - 1]);
-    if (argc == 1) /* packed documents (--doc-mask), which test_llama checks on the GPU too */
+    if (argc == 1) { /* packed documents (--doc-mask), which test_llama checks on the GPU too, and the families */
         test_dump("testdata/packed_docs_gqa.dump.llmt");
+        for (int i = 0; i < N_FAMILY_DUMPS; i++)
+            test_dump(FAMILY_DUMPS[i]);
+    }
     test_schedule_and_init();
     test_greedy_sample(DEFAULT_DUMPS[0]);
     test_nan_step_skipped();

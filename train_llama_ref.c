@@ -233,6 +233,83 @@ static void rmsnorm_backward(float *dinp, float *dweight, const float *dout, con
     }
 }
 
+/* Qwen2's q, k, v biases: qkv rows [N, QKV] += bias [QKV] (q's, k's and v's back to back). */
+static void bias_forward(float *out, const float *bias, int64_t N, int64_t OC)
+{
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t j = 0; j < OC; j++)
+            out[n * OC + j] += bias[j];
+}
+
+/* dbias [OC] += the column sums of dout [N, OC]; serial over rows per column (no race). */
+static void bias_backward(float *dbias, const float *dout, int64_t N, int64_t OC)
+{
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < OC; j++) {
+        float sum = 0.0f;
+        for (int64_t n = 0; n < N; n++)
+            sum += dout[n * OC + j];
+        dbias[j] += sum;
+    }
+}
+
+/* Qwen3's RMSNorm of each head of q (weight wq [D]) and of k (wk [D]), in place in the
+ * qkv rows [N, (H+2KV)D], before RoPE; raw keeps the heads before it [N, H+KV, D] and
+ * rstd [N, H+KV] their statistics, for the backward pass. */
+static void qk_norm_forward(float *qkv, float *raw, float *rstd, const float *wq, const float *wk, int64_t N, int H,
+                            int KV, int D, float eps)
+{
+    int64_t QKV = (int64_t)(H + 2 * KV) * D, heads = H + KV;
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t h = 0; h < heads; h++) {
+            float *x = qkv + n * QKV + h * D, *r = raw + (n * heads + h) * D;
+            const float *w = h < H ? wq : wk;
+            memcpy(r, x, (size_t)D * sizeof(float));
+            float ss = 0.0f;
+            for (int i = 0; i < D; i++)
+                ss += r[i] * r[i];
+            float rs = 1.0f / sqrtf(ss / (float)D + eps);
+            for (int i = 0; i < D; i++)
+                x[i] = w[i] * (r[i] * rs);
+            rstd[n * heads + h] = rs;
+        }
+    }
+}
+
+/* Its backward, in place: dqkv's q and k heads, the gradient of the normed heads,
+ * become that of the raw ones (rmsnorm_backward's formula per head); dwq and dwk
+ * accumulate. */
+static void qk_norm_backward(float *dqkv, float *dwq, float *dwk, const float *raw, const float *rstd, const float *wq,
+                             const float *wk, int64_t N, int H, int KV, int D)
+{
+    int64_t QKV = (int64_t)(H + 2 * KV) * D, heads = H + KV;
+    /* the weights' gradients first, from dqkv as it still is: serial over rows per column */
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < 2 * D; i++) {
+        int of_k = i >= D, col = i % D;
+        float sum = 0.0f;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t h = of_k ? H : 0; h < (of_k ? heads : H); h++)
+                sum += dqkv[n * QKV + h * D + col] * raw[(n * heads + h) * D + col] * rstd[n * heads + h];
+        (of_k ? dwk : dwq)[col] += sum;
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t h = 0; h < heads; h++) {
+            float *dy = dqkv + n * QKV + h * D;
+            const float *x = raw + (n * heads + h) * D, *w = h < H ? wq : wk;
+            float r = rstd[n * heads + h], mean_gx = 0.0f;
+            for (int i = 0; i < D; i++)
+                mean_gx += w[i] * dy[i] * x[i] * r;
+            mean_gx /= (float)D;
+            for (int i = 0; i < D; i++)
+                dy[i] = r * (w[i] * dy[i] - x[i] * r * mean_gx);
+        }
+    }
+}
+
 /* cos/sin tables [T, D/2] of the angle pos * inv_freq[i], the angle rounded to
  * fp32 as HF computes it; the second half of head_dim reuses the first's. */
 static void rope_tables(float *cos_t, float *sin_t, const float *inv_freq, int T, int half)
@@ -393,6 +470,8 @@ typedef struct {
     float *ln1;       /* L x BT x C */
     float *ln1_rstd;  /* L x BT */
     float *qkv;       /* L x BT x (H+2KV)D, q and k after RoPE */
+    float *qk_raw;    /* with qk_norm: L x BT x (H+KV)D, the q and k heads before their RMSNorm */
+    float *qk_rstd;   /* with qk_norm: L x BT x (H+KV) */
     float *att;       /* L x B x H x T x T softmax probabilities */
     float *atty;      /* L x BT x HD: attention output before o_proj */
     float *ln2;       /* L x BT x C */
@@ -490,6 +569,7 @@ static void llama_alloc_activations(Llama *m, int B, int T)
     int64_t L = c->n_layer, C = c->d_model, V = c->vocab_size, F = c->ffn_dim;
     int64_t BT = (int64_t)B * T, HD = (int64_t)c->n_head * c->head_dim;
     int64_t QKV = (int64_t)(c->n_head + 2 * c->n_kv_head) * c->head_dim;
+    int64_t QK = (int64_t)(c->n_head + c->n_kv_head) * c->head_dim;
     int64_t ATT = (int64_t)B * c->n_head * T * T;
     Activations *a = &m->acts;
     Scratch *s = &m->scratch;
@@ -504,6 +584,8 @@ static void llama_alloc_activations(Llama *m, int B, int T)
         {&a->ln1, L * BT * C, "activations: RMSNorm outputs"},
         {&a->ln1_rstd, L * BT, "activations: RMSNorm statistics"},
         {&a->qkv, L * BT * QKV, "activations: q, k, v"},
+        {&a->qk_raw, c->qk_norm ? L * BT * QK : 1, "activations: q and k before their norm"},
+        {&a->qk_rstd, c->qk_norm ? L * BT * (c->n_head + c->n_kv_head) : 1, "activations: q and k norm statistics"},
         {&a->att, L * ATT, "activations: attention probabilities (B x heads x T x T per layer; lower T or B)"},
         {&a->atty, L * BT * HD, "activations: attention outputs"},
         {&a->ln2, L * BT * C, "activations: RMSNorm outputs"},
@@ -548,7 +630,7 @@ static void llama_free(Llama *m)
                      a->resid,  a->resid_mid, a->ln1,     a->ln1_rstd, a->qkv,      a->att,      a->atty,
                      a->ln2,    a->ln2_rstd,  a->gate_up, a->mlp_h,    a->lnf,      a->lnf_rstd, a->logits,
                      a->lse,    s->dresid,    s->dln,     s->dqkv,     s->datt,     s->datty,    s->dgate_up,
-                     s->dmlp_h, m->fp8_in,    m->fp8_out, m->fp8_w};
+                     s->dmlp_h, m->fp8_in,    m->fp8_out, m->fp8_w,    a->qk_raw,   a->qk_rstd};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         free(bufs[i]);
     free(m->doc_first);
@@ -703,25 +785,33 @@ static void llama_forward(Llama *m, const int *inputs, const int *targets, int B
         float *ln2 = a->ln2 + l * BT * C, *ln2_rstd = a->ln2_rstd + l * BT;
         float *gate_up = a->gate_up + l * BT * 2 * F, *mlp_h = a->mlp_h + l * BT * F;
 
-        rmsnorm_forward(ln1, ln1_rstd, x, param(m, param_index_layer(l, LAYER_ATTN_NORM)), BT, C, c->norm_eps);
-        linear_forward(m, qkv, ln1, param(m, param_index_layer(l, LAYER_Q)), BT, C, QKV);
+        rmsnorm_forward(ln1, ln1_rstd, x, param(m, param_index_layer(&m->layout, l, LAYER_ATTN_NORM)), BT, C,
+                        c->norm_eps);
+        linear_forward(m, qkv, ln1, param(m, param_index_layer(&m->layout, l, LAYER_Q)), BT, C, QKV);
+        if (c->qkv_bias)
+            bias_forward(qkv, param(m, param_index_layer(&m->layout, l, LAYER_Q_BIAS)), BT, QKV);
+        if (c->qk_norm)
+            qk_norm_forward(qkv, a->qk_raw + l * BT * (H + KV) * D, a->qk_rstd + l * BT * (H + KV),
+                            param(m, param_index_layer(&m->layout, l, LAYER_Q_NORM)),
+                            param(m, param_index_layer(&m->layout, l, LAYER_K_NORM)), BT, H, KV, D, c->norm_eps);
         rope_apply(qkv, QKV, m->rope_cos, m->rope_sin, B, T, H + KV, D / 2, 1.0f, pos);
         attention_forward(atty, att, qkv, B, T, H, KV, D, first);
-        linear_forward(m, x_mid, atty, param(m, param_index_layer(l, LAYER_O)), BT, HD, C);
+        linear_forward(m, x_mid, atty, param(m, param_index_layer(&m->layout, l, LAYER_O)), BT, HD, C);
         for (int64_t i = 0; i < BT * C; i++)
             x_mid[i] += x[i];
 
-        rmsnorm_forward(ln2, ln2_rstd, x_mid, param(m, param_index_layer(l, LAYER_MLP_NORM)), BT, C, c->norm_eps);
-        linear_forward(m, gate_up, ln2, param(m, param_index_layer(l, LAYER_GATE)), BT, C, 2 * F);
+        rmsnorm_forward(ln2, ln2_rstd, x_mid, param(m, param_index_layer(&m->layout, l, LAYER_MLP_NORM)), BT, C,
+                        c->norm_eps);
+        linear_forward(m, gate_up, ln2, param(m, param_index_layer(&m->layout, l, LAYER_GATE)), BT, C, 2 * F);
         swiglu_forward(mlp_h, gate_up, BT, F);
-        linear_forward(m, x_out, mlp_h, param(m, param_index_layer(l, LAYER_DOWN)), BT, F, C);
+        linear_forward(m, x_out, mlp_h, param(m, param_index_layer(&m->layout, l, LAYER_DOWN)), BT, F, C);
         for (int64_t i = 0; i < BT * C; i++)
             x_out[i] += x_mid[i];
     }
 
-    rmsnorm_forward(a->lnf, a->lnf_rstd, a->resid + L * BT * C, param(m, param_index_final_norm(c)), BT, C,
+    rmsnorm_forward(a->lnf, a->lnf_rstd, a->resid + L * BT * C, param(m, param_index_final_norm(&m->layout)), BT, C,
                     c->norm_eps);
-    matmul_forward(a->logits, a->lnf, param(m, param_index_lm_head(c)), BT, C, V);
+    matmul_forward(a->logits, a->lnf, param(m, param_index_lm_head(&m->layout)), BT, C, V);
 
     /* Cross-entropy = logsumexp(logits) - logits[target]. The exponentials are
      * summed in double: a vocabulary of 128K terms would lose digits in fp32. */
@@ -792,11 +882,11 @@ static void llama_backward(Llama *m, float loss_scale)
 
     /* lm_head (for tied embeddings its gradient lands in the embedding's) and the final norm */
     memset(s->dln, 0, (size_t)(BT * C) * sizeof(float));
-    matmul_backward(s->dln, grad(m, param_index_lm_head(c)), dlogits, a->lnf, param(m, param_index_lm_head(c)), BT, C,
-                    V);
+    matmul_backward(s->dln, grad(m, param_index_lm_head(&m->layout)), dlogits, a->lnf,
+                    param(m, param_index_lm_head(&m->layout)), BT, C, V);
     memset(s->dresid, 0, (size_t)(BT * C) * sizeof(float));
-    rmsnorm_backward(s->dresid, grad(m, param_index_final_norm(c)), s->dln, a->resid + L * BT * C,
-                     param(m, param_index_final_norm(c)), a->lnf_rstd, BT, C);
+    rmsnorm_backward(s->dresid, grad(m, param_index_final_norm(&m->layout)), s->dln, a->resid + L * BT * C,
+                     param(m, param_index_final_norm(&m->layout)), a->lnf_rstd, BT, C);
 
     for (int l = (int)L - 1; l >= 0; l--) {
         float *x = a->resid + l * BT * C, *x_mid = a->resid_mid + l * BT * C;
@@ -807,27 +897,34 @@ static void llama_backward(Llama *m, float loss_scale)
 
         /* MLP half: dresid holds d x_out and becomes d x_mid */
         memset(s->dmlp_h, 0, (size_t)(BT * F) * sizeof(float));
-        linear_backward(m, s->dmlp_h, grad(m, param_index_layer(l, LAYER_DOWN)), s->dresid, mlp_h,
-                        param(m, param_index_layer(l, LAYER_DOWN)), BT, F, C);
+        linear_backward(m, s->dmlp_h, grad(m, param_index_layer(&m->layout, l, LAYER_DOWN)), s->dresid, mlp_h,
+                        param(m, param_index_layer(&m->layout, l, LAYER_DOWN)), BT, F, C);
         swiglu_backward(s->dgate_up, s->dmlp_h, gate_up, BT, F);
         memset(s->dln, 0, (size_t)(BT * C) * sizeof(float));
-        linear_backward(m, s->dln, grad(m, param_index_layer(l, LAYER_GATE)), s->dgate_up, ln2,
-                        param(m, param_index_layer(l, LAYER_GATE)), BT, C, 2 * F);
-        rmsnorm_backward(s->dresid, grad(m, param_index_layer(l, LAYER_MLP_NORM)), s->dln, x_mid,
-                         param(m, param_index_layer(l, LAYER_MLP_NORM)), ln2_rstd, BT, C);
+        linear_backward(m, s->dln, grad(m, param_index_layer(&m->layout, l, LAYER_GATE)), s->dgate_up, ln2,
+                        param(m, param_index_layer(&m->layout, l, LAYER_GATE)), BT, C, 2 * F);
+        rmsnorm_backward(s->dresid, grad(m, param_index_layer(&m->layout, l, LAYER_MLP_NORM)), s->dln, x_mid,
+                         param(m, param_index_layer(&m->layout, l, LAYER_MLP_NORM)), ln2_rstd, BT, C);
 
         /* attention half: dresid holds d x_mid and becomes d x */
         memset(s->datty, 0, (size_t)(BT * HD) * sizeof(float));
-        linear_backward(m, s->datty, grad(m, param_index_layer(l, LAYER_O)), s->dresid, atty,
-                        param(m, param_index_layer(l, LAYER_O)), BT, HD, C);
+        linear_backward(m, s->datty, grad(m, param_index_layer(&m->layout, l, LAYER_O)), s->dresid, atty,
+                        param(m, param_index_layer(&m->layout, l, LAYER_O)), BT, HD, C);
         memset(s->dqkv, 0, (size_t)(BT * QKV) * sizeof(float));
         attention_backward(s->dqkv, s->datt, s->datty, qkv, att, B, T, H, KV, D, first);
         rope_apply(s->dqkv, QKV, m->rope_cos, m->rope_sin, B, T, H + KV, D / 2, -1.0f, pos);
+        if (c->qk_norm)
+            qk_norm_backward(s->dqkv, grad(m, param_index_layer(&m->layout, l, LAYER_Q_NORM)),
+                             grad(m, param_index_layer(&m->layout, l, LAYER_K_NORM)), a->qk_raw + l * BT * (H + KV) * D,
+                             a->qk_rstd + l * BT * (H + KV), param(m, param_index_layer(&m->layout, l, LAYER_Q_NORM)),
+                             param(m, param_index_layer(&m->layout, l, LAYER_K_NORM)), BT, H, KV, D);
+        if (c->qkv_bias)
+            bias_backward(grad(m, param_index_layer(&m->layout, l, LAYER_Q_BIAS)), s->dqkv, BT, QKV);
         memset(s->dln, 0, (size_t)(BT * C) * sizeof(float));
-        linear_backward(m, s->dln, grad(m, param_index_layer(l, LAYER_Q)), s->dqkv, ln1,
-                        param(m, param_index_layer(l, LAYER_Q)), BT, C, QKV);
-        rmsnorm_backward(s->dresid, grad(m, param_index_layer(l, LAYER_ATTN_NORM)), s->dln, x,
-                         param(m, param_index_layer(l, LAYER_ATTN_NORM)), ln1_rstd, BT, C);
+        linear_backward(m, s->dln, grad(m, param_index_layer(&m->layout, l, LAYER_Q)), s->dqkv, ln1,
+                        param(m, param_index_layer(&m->layout, l, LAYER_Q)), BT, C, QKV);
+        rmsnorm_backward(s->dresid, grad(m, param_index_layer(&m->layout, l, LAYER_ATTN_NORM)), s->dln, x,
+                         param(m, param_index_layer(&m->layout, l, LAYER_ATTN_NORM)), ln1_rstd, BT, C);
     }
 
     /* Embedding lookup; serial because a token may occur more than once. */

@@ -1,4 +1,4 @@
-"""Build a HuggingFace LlamaForCausalLM from a config and a seed, and write the
+"""Build a HuggingFace model (LlamaForCausalLM, or Qwen2, Qwen3 or Mistral's) from a config and a seed, and write the
 ground truth that the C reference and the CUDA trainer are checked against:
 
   <out>/<name>.weights.llmt   the weights, HF names and layouts, float32
@@ -30,7 +30,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 import transformers
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tensorfile  # noqa: E402
@@ -59,7 +59,26 @@ CONFIGS = {
         vocab_size=1000, d_model=64, n_layer=2, n_head=4, n_kv_head=2, ffn_dim=176,
         max_seq_len=64, rope_theta=10000.0, rope_scaling="none", norm_eps=1e-5,
         tie_embeddings=1, init_std=0.08, B=2, T=40, doc_bos=1, docs=[[5, 12, 1, 22], [17, 23]]),
+    # The other families (llmc/model/llama_config.h's family): Qwen2's q, k, v biases (tied, as its small sizes
+    # are); Qwen3's RMSNorm of each q and k head before RoPE, with head_dim 24 so that n_head x head_dim (96) is not
+    # d_model (64), untied; Mistral, Llama's layer with one KV head here and no sliding window.
+    "qwen2_tiny_bias": dict(
+        family="qwen2", vocab_size=1000, d_model=64, n_layer=2, n_head=4, n_kv_head=2, ffn_dim=176,
+        max_seq_len=64, rope_theta=1000000.0, rope_scaling="none", norm_eps=1e-6,
+        tie_embeddings=1, init_std=0.08, B=2, T=17),
+    "qwen3_tiny_qknorm": dict(
+        family="qwen3", vocab_size=999, d_model=64, n_layer=2, n_head=4, n_kv_head=2, head_dim=24, ffn_dim=160,
+        max_seq_len=64, rope_theta=1000000.0, rope_scaling="none", norm_eps=1e-6,
+        tie_embeddings=0, init_std=0.08, B=2, T=19),
+    "mistral_tiny": dict(
+        family="mistral", vocab_size=1000, d_model=64, n_layer=2, n_head=4, n_kv_head=1, ffn_dim=160,
+        max_seq_len=64, rope_theta=1000000.0, rope_scaling="none", norm_eps=1e-5,
+        tie_embeddings=0, init_std=0.08, B=2, T=15),
 }
+
+# What each family computes besides Llama's layer (llmc/model/llama_config.h's qkv_bias, qk_norm).
+FAMILY_OPTIONS = {"llama": dict(qkv_bias=0, qk_norm=0), "qwen2": dict(qkv_bias=1, qk_norm=0),
+                  "qwen3": dict(qkv_bias=0, qk_norm=1), "mistral": dict(qkv_bias=0, qk_norm=0)}
 
 OPTIM = dict(lr=3e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, grad_clip=1.0)
 
@@ -70,14 +89,23 @@ def hf_config(cfg):
         rope = {"rope_type": "llama3", "rope_theta": cfg["rope_theta"], "factor": cfg["rope_factor"],
                 "low_freq_factor": cfg["rope_low_freq_factor"], "high_freq_factor": cfg["rope_high_freq_factor"],
                 "original_max_position_embeddings": cfg["rope_original_max_pos"]}
-    return LlamaConfig(
+    common = dict(
         vocab_size=cfg["vocab_size"], hidden_size=cfg["d_model"], intermediate_size=cfg["ffn_dim"],
         num_hidden_layers=cfg["n_layer"], num_attention_heads=cfg["n_head"],
-        num_key_value_heads=cfg["n_kv_head"], head_dim=cfg["d_model"] // cfg["n_head"],
-        max_position_embeddings=cfg["max_seq_len"], rms_norm_eps=cfg["norm_eps"],
-        initializer_range=cfg["init_std"], tie_word_embeddings=bool(cfg["tie_embeddings"]),
-        rope_parameters=rope, attention_bias=False, mlp_bias=False, hidden_act="silu",
+        num_key_value_heads=cfg["n_kv_head"], max_position_embeddings=cfg["max_seq_len"],
+        rms_norm_eps=cfg["norm_eps"], initializer_range=cfg["init_std"],
+        tie_word_embeddings=bool(cfg["tie_embeddings"]), rope_parameters=rope, hidden_act="silu",
         bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    head_dim = cfg.get("head_dim") or cfg["d_model"] // cfg["n_head"]
+    family = cfg.get("family", "llama")
+    if family == "qwen2":  # its head_dim is hidden_size / heads; q, k, v always have biases
+        assert head_dim == cfg["d_model"] // cfg["n_head"]
+        return Qwen2Config(**common, use_sliding_window=False)
+    if family == "qwen3":
+        return Qwen3Config(**common, head_dim=head_dim, attention_bias=False, use_sliding_window=False)
+    if family == "mistral":
+        return MistralConfig(**common, head_dim=head_dim, sliding_window=None)
+    return LlamaConfig(**common, head_dim=head_dim, attention_bias=False, mlp_bias=False)
 
 
 def init_weights(model, std, generator):
@@ -87,6 +115,8 @@ def init_weights(model, std, generator):
         for name, p in model.named_parameters():
             if p.ndim == 2:
                 p.copy_(torch.randn(p.shape, generator=generator) * std)
+            elif name.endswith(".bias"):  # not HF's zeros either, for the same reason
+                p.copy_(0.1 * torch.randn(p.shape, generator=generator))
             else:
                 p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=generator))
 
@@ -155,6 +185,9 @@ def meta_common(kind, cfg):
     meta["config.head_dim"] = repr(cfg.get("head_dim") or cfg["d_model"] // cfg["n_head"])
     for k in ["rope_factor", "rope_low_freq_factor", "rope_high_freq_factor", "rope_original_max_pos"]:
         meta[f"config.{k}"] = repr(cfg.get(k, 0))
+    family = cfg.get("family", "llama")
+    meta["config.family"] = family
+    meta.update({f"config.{k}": repr(v) for k, v in FAMILY_OPTIONS[family].items()})
     return meta
 
 
@@ -175,7 +208,8 @@ def cfg_from_hf(config, B, T):
                ffn_dim=config.intermediate_size, max_seq_len=config.max_position_embeddings,
                rope_theta=float(rope["rope_theta"]), rope_scaling="llama3" if kind == "llama3" else "none",
                norm_eps=config.rms_norm_eps, tie_embeddings=int(bool(config.tie_word_embeddings)),
-               init_std=config.initializer_range, B=B, T=T)
+               init_std=config.initializer_range, B=B, T=T,
+               family=config.model_type if config.model_type in FAMILY_OPTIONS else "llama")
     if kind == "llama3":
         cfg.update(rope_factor=rope["factor"], rope_low_freq_factor=rope["low_freq_factor"],
                    rope_high_freq_factor=rope["high_freq_factor"],
@@ -202,7 +236,7 @@ def generate(name, cfg, seed, n_steps, out_dir, model=None, batch=None):
     if model is None:
         config = hf_config(cfg)
         config._attn_implementation = "eager"
-        model = LlamaForCausalLM(config).float()
+        model = AutoModelForCausalLM.from_config(config).float()
         init_weights(model, cfg["init_std"], generator)
     assert model.config._attn_implementation == "eager"
     docs = "docs" in cfg
@@ -304,7 +338,7 @@ def main():
     os.makedirs(args.out_dir, exist_ok=True)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, python {platform.python_version()}")
     if args.from_hf:
-        model = LlamaForCausalLM.from_pretrained(args.from_hf, dtype=torch.float32, attn_implementation="eager")
+        model = AutoModelForCausalLM.from_pretrained(args.from_hf, dtype=torch.float32, attn_implementation="eager")
         cfg = cfg_from_hf(model.config, args.B, args.T)
         generate(args.name, cfg, args.seed, args.steps, args.out_dir, model, shard_batch(args.shard, args.B, args.T))
         return

@@ -41,8 +41,13 @@ def shapes(c):
     for l in range(c["num_hidden_layers"]):
         p = f"model.layers.{l}."
         out += [(p + "input_layernorm.weight", (C,)), (p + "self_attn.q_proj.weight", (H * D, C)),
-                (p + "self_attn.k_proj.weight", (KV * D, C)), (p + "self_attn.v_proj.weight", (KV * D, C)),
-                (p + "self_attn.o_proj.weight", (C, H * D)), (p + "post_attention_layernorm.weight", (C,)),
+                (p + "self_attn.k_proj.weight", (KV * D, C)), (p + "self_attn.v_proj.weight", (KV * D, C))]
+        if c.get("model_type") == "qwen2":  # q, k, v biases
+            out += [(p + "self_attn.q_proj.bias", (H * D,)), (p + "self_attn.k_proj.bias", (KV * D,)),
+                    (p + "self_attn.v_proj.bias", (KV * D,))]
+        if c.get("model_type") == "qwen3":  # an RMSNorm of each q and k head
+            out += [(p + "self_attn.q_norm.weight", (D,)), (p + "self_attn.k_norm.weight", (D,))]
+        out += [(p + "self_attn.o_proj.weight", (C, H * D)), (p + "post_attention_layernorm.weight", (C,)),
                 (p + "mlp.gate_proj.weight", (F, C)), (p + "mlp.up_proj.weight", (F, C)),
                 (p + "mlp.down_proj.weight", (C, F))]
     out.append(("model.norm.weight", (C,)))
@@ -180,6 +185,39 @@ def test_config_spellings(tmp_path):
     assert config["n_eos"] == "3" and config["rope_scaling_llama3"] == "0"
 
 
+FAMILIES = {  # model_type: (architecture, what the loader reports, an odd config the family allows)
+    "qwen2": ("Qwen2ForCausalLM", dict(qkv_bias="1", qk_norm="0"), dict(attention_bias="ABSENT", head_dim="ABSENT")),
+    "qwen3": ("Qwen3ForCausalLM", dict(qkv_bias="0", qk_norm="1"), dict(head_dim=16)),  # 4 x 16 heads for C = 32
+    "mistral": ("MistralForCausalLM", dict(qkv_bias="0", qk_norm="0"), dict(sliding_window=None)),
+}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_model_families_load_and_round_trip(tmp_path, family):
+    """A directory of each family loads with its options and its extra tensors (Qwen2's q, k, v biases, Qwen3's
+    q and k norms), trains a step in train_llama_ref, and its export is the same family with the trained
+    weights (the model's computation against HF: test_llama_ref's family dumps)."""
+    arch, options, extra = FAMILIES[family]
+    c = hf_config(model_type=family, architectures=[arch], tie_word_embeddings=family == "qwen2", **extra)
+    named = random_tensors(c, seed=3)
+    config, w, err = load(write_dir(tmp_path / "hf", c, named), tmp_path)
+    assert w is not None, err
+    assert config["family"] == family and all(config[k] == v for k, v in options.items()), config
+    assert np.array_equal(w, np.concatenate([named[n].ravel() for n, _ in shapes(c)]))
+    if not os.path.exists(REF):
+        pytest.skip("make train_llama_ref first")
+    subprocess.run([sys.executable, os.path.join(ROOT, "tests", "make_random_shard.py"),
+                    str(tmp_path / "d_train_000000.bin"), "300", "4000", "4", "1", "2"], check=True)
+    r = run_ref("--init-from", tmp_path / "hf", "-B", 2, "-T", 16, "--steps", 2, "--val", "", "--train",
+                tmp_path / "d_train_*.bin", "--log", "", "--export", tmp_path / "out")
+    assert r.returncode == 0, r.stderr
+    out = json.load(open(tmp_path / "out" / "config.json"))
+    assert out["model_type"] == family and out["architectures"] == [arch]
+    config2, w2, err = load(tmp_path / "out", tmp_path)
+    assert w2 is not None, err
+    assert config2 == config and not np.array_equal(w2, w)  # the same model, trained
+
+
 def test_llama_3_2_1b_config():
     """The config.json of meta-llama/Llama-3.2-1B as published (tests/fuzz/corpus/hf_config/)."""
     path = os.path.join(ROOT, "tests", "fuzz", "corpus", "hf_config", "config_llama32_1b.json")
@@ -238,7 +276,17 @@ def wrong_dtype(d, c, named):
 
 
 REFUSED = {
-    "another model_type": (hf_config(model_type="mistral"), None, "model_type is mistral, not \"llama\""),
+    "another model_type": (hf_config(model_type="qwen2_moe"), None,
+                           "model_type is \"qwen2_moe\": this trainer computes the dense models llama, qwen2, qwen3"),
+    "the family's architecture": (hf_config(model_type="qwen3"), None,
+                                  "architectures holds \"LlamaForCausalLM\", not Qwen3ForCausalLM"),
+    "a sliding window (qwen2)": (hf_config(model_type="qwen2", architectures=["Qwen2ForCausalLM"],
+                                           use_sliding_window=True), None, "use_sliding_window = true"),
+    "a sliding window (mistral)": (hf_config(model_type="mistral", architectures=["MistralForCausalLM"],
+                                             sliding_window=4096), None, "sliding_window is set"),
+    "sliding layers (qwen3)": (hf_config(model_type="qwen3", architectures=["Qwen3ForCausalLM"],
+                                         layer_types=["full_attention", "sliding_attention"]), None,
+                               "layer_types holds sliding_attention"),
     "another architecture": (hf_config(architectures=["MistralForCausalLM"]), None,
                              "architectures holds \"MistralForCausalLM\", not LlamaForCausalLM"),
     "attention_bias": (hf_config(attention_bias=True), None, "attention_bias = true"),

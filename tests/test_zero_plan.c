@@ -94,9 +94,10 @@ static void test_model(const char *name, const LlamaConfig *c)
             }
             contiguous &= last_end == z->offset + z->numel;
             if (b >= 1 && b <= c->n_layer) /* a layer bucket is exactly that layer's tensors */
-                layers &= z->offset == layout.tensors[param_index_layer(b - 1, 0)].offset &&
-                          z->numel == layout.tensors[param_index_layer(b - 1, LAYER_TENSORS - 1)].offset +
-                                          layout.tensors[param_index_layer(b - 1, LAYER_TENSORS - 1)].numel - z->offset;
+                layers &= z->offset == layout.tensors[param_index_layer(&layout, b - 1, LAYER_ATTN_NORM)].offset &&
+                          z->numel == layout.tensors[param_index_layer(&layout, b - 1, LAYER_DOWN)].offset +
+                                          layout.tensors[param_index_layer(&layout, b - 1, LAYER_DOWN)].numel -
+                                          z->offset;
         }
         check_plan(owned == layout.total && next == layout.total && contiguous,
                    "every element owned by exactly one rank", name, world);

@@ -1,5 +1,6 @@
 /*
- * hf_config.h: HF transformers' config.json of a Llama model, both ways.
+ * hf_config.h: HF transformers' config.json of a model of this layer (llama,
+ * qwen2, qwen3, mistral: llama_config.h's families), both ways.
  *
  * Written (hf_config_write_try) beside the safetensors weights, so that
  * LlamaForCausalLM.from_pretrained loads the directory; with it
@@ -13,8 +14,10 @@
  * original_max_position_embeddings), tie_word_embeddings (absent: false, as
  * LlamaConfig says), max_position_embeddings, initializer_range, and the BOS
  * and EOS ids (an int, a list, or null). What this model cannot compute is
- * refused with the field and its value: another model_type or architecture,
- * attention_bias or mlp_bias true, a hidden_act other than silu, attention
+ * refused with the field and its value: another model_type (MoE ones too) or
+ * architecture, attention_bias true (but for qwen2, whose q, k, v biases are
+ * always there) or mlp_bias true, sliding windows (use_sliding_window true, a
+ * Mistral sliding_window, layer_types other than full_attention), a hidden_act other than silu, attention
  * dropout, another rope type, and sizes that are not positive integers within
  * llama_config_check's bounds. A key given twice takes its last value, as
  * Python's json (which transformers uses) reads it (json.h).
@@ -113,36 +116,41 @@ static inline int hf_config_write_try(const char *path, const LlamaConfig *c, co
     } else {
         snprintf(rope, sizeof(rope), "{\"rope_type\": \"default\"");
     }
-    int n =
-        snprintf(buf, sizeof(buf),
-                 "{\n"
-                 "  \"architectures\": [\"LlamaForCausalLM\"],\n"
-                 "  \"model_type\": \"llama\",\n"
-                 "  \"vocab_size\": %d,\n"
-                 "  \"hidden_size\": %d,\n"
-                 "  \"intermediate_size\": %d,\n"
-                 "  \"num_hidden_layers\": %d,\n"
-                 "  \"num_attention_heads\": %d,\n"
-                 "  \"num_key_value_heads\": %d,\n"
-                 "  \"head_dim\": %d,\n"
-                 "  \"max_position_embeddings\": %d,\n"
-                 "  \"rms_norm_eps\": %s,\n"
-                 "  \"rope_theta\": %s,\n"
-                 "  \"rope_scaling\": %s%s,\n"
-                 "  \"rope_parameters\": %s, \"rope_theta\": %s},\n"
-                 "  \"tie_word_embeddings\": %s,\n"
-                 "  \"hidden_act\": \"silu\",\n"
-                 "  \"attention_bias\": false,\n"
-                 "  \"attention_dropout\": 0.0,\n"
-                 "  \"mlp_bias\": false,\n"
-                 "  \"initializer_range\": %g,\n"
-                 "  \"torch_dtype\": \"%s\",\n"
-                 "  \"bos_token_id\": %s,\n"
-                 "  \"eos_token_id\": %s\n"
-                 "}\n",
-                 c->vocab_size, c->d_model, c->ffn_dim, c->n_layer, c->n_head, c->n_kv_head, c->head_dim,
-                 c->max_seq_len, eps, theta, c->rope_scaling_llama3 ? rope : "null", c->rope_scaling_llama3 ? "}" : "",
-                 rope, theta, c->tie_embeddings ? "true" : "false", (double)c->init_std, dtype, bos, eos);
+    int n = snprintf(buf, sizeof(buf),
+                     "{\n"
+                     "  \"architectures\": [\"%s\"],\n"
+                     "  \"model_type\": \"%s\",\n"
+                     "  \"vocab_size\": %d,\n"
+                     "  \"hidden_size\": %d,\n"
+                     "  \"intermediate_size\": %d,\n"
+                     "  \"num_hidden_layers\": %d,\n"
+                     "  \"num_attention_heads\": %d,\n"
+                     "  \"num_key_value_heads\": %d,\n"
+                     "  \"head_dim\": %d,\n"
+                     "  \"max_position_embeddings\": %d,\n"
+                     "  \"rms_norm_eps\": %s,\n"
+                     "  \"rope_theta\": %s,\n"
+                     "  \"rope_scaling\": %s%s,\n"
+                     "  \"rope_parameters\": %s, \"rope_theta\": %s},\n"
+                     "  \"tie_word_embeddings\": %s,\n"
+                     "  \"hidden_act\": \"silu\",\n"
+                     "  \"attention_bias\": %s,\n"
+                     "%s"
+                     "  \"attention_dropout\": 0.0,\n"
+                     "  \"mlp_bias\": false,\n"
+                     "  \"initializer_range\": %g,\n"
+                     "  \"torch_dtype\": \"%s\",\n"
+                     "  \"bos_token_id\": %s,\n"
+                     "  \"eos_token_id\": %s\n"
+                     "}\n",
+                     FAMILY_ARCHITECTURE[c->family], FAMILY_MODEL_TYPE[c->family], c->vocab_size, c->d_model,
+                     c->ffn_dim, c->n_layer, c->n_head, c->n_kv_head, c->head_dim, c->max_seq_len, eps, theta,
+                     c->rope_scaling_llama3 ? rope : "null", c->rope_scaling_llama3 ? "}" : "", rope, theta,
+                     c->tie_embeddings ? "true" : "false", c->qkv_bias ? "true" : "false",
+                     c->family == FAMILY_QWEN2 || c->family == FAMILY_QWEN3 ? "  \"use_sliding_window\": false,\n"
+                     : c->family == FAMILY_MISTRAL                          ? "  \"sliding_window\": null,\n"
+                                                                            : "",
+                     (double)c->init_std, dtype, bos, eos);
     if (n < 0 || (size_t)n >= sizeof(buf))
         return set_error(err, errlen, "config.json for '%s' does not fit its buffer", path);
     return write_file_synced(path, buf, (size_t)n, err, errlen);
@@ -298,14 +306,39 @@ static inline int hf_config_from_json_(const JsonDoc *d, const char *path, Llama
     const JsonNode *type = rc == 0 ? json_get(d, f.root, "model_type") : NULL;
     const JsonNode *arch = rc == 0 ? json_get(d, f.root, "architectures") : NULL;
     const char *type_name = type ? json_string(d, type) : NULL;
-    if (rc == 0 && (!type_name || strcmp(type_name, "llama") != 0))
-        rc = set_error(err, errlen, "'%s': model_type is %s, not \"llama\": this trainer computes Llama models only",
-                       path, type_name ? type_name : "missing or not a string");
+    c->family = -1;
+    for (int k = 0; type_name && k < FAMILY_COUNT; k++)
+        c->family = strcmp(type_name, FAMILY_MODEL_TYPE[k]) == 0 ? k : c->family;
+    if (rc == 0 && c->family < 0)
+        rc = set_error(err, errlen,
+                       "'%s': model_type is %s%s%s: this trainer computes the dense models llama, qwen2, qwen3 and "
+                       "mistral only",
+                       path, type_name ? "\"" : "", type_name ? type_name : "missing or not a string",
+                       type_name ? "\"" : "");
     for (const JsonNode *a = json_first(d, arch); rc == 0 && a; a = json_next(d, a)) {
         const char *name = json_string(d, a);
-        if (!name || (strcmp(name, "LlamaForCausalLM") != 0))
-            rc = set_error(err, errlen, "'%s': architectures holds %s%s%s, not LlamaForCausalLM", path,
-                           name ? "\"" : "a ", name ? name : json_type_name(a->type), name ? "\"" : "");
+        if (!name || (strcmp(name, FAMILY_ARCHITECTURE[c->family]) != 0))
+            rc = set_error(err, errlen, "'%s': architectures holds %s%s%s, not %s", path, name ? "\"" : "a ",
+                           name ? name : json_type_name(a->type), name ? "\"" : "", FAMILY_ARCHITECTURE[c->family]);
+    }
+    if (rc == 0) { /* what the family computes besides Llama's layer */
+        c->qkv_bias = c->family == FAMILY_QWEN2;
+        c->qk_norm = c->family == FAMILY_QWEN3;
+    }
+    /* sliding-window attention (Mistral v0.1's, Qwen's option) is not computed here */
+    if (rc == 0)
+        rc = hf_must_be_false_(&f, "use_sliding_window", "sliding-window attention is not supported");
+    const JsonNode *window = rc == 0 && c->family == FAMILY_MISTRAL ? json_get(d, f.root, "sliding_window") : NULL;
+    if (window && window->type != JSON_NULL)
+        rc = set_error(err, errlen,
+                       "'%s': sliding_window is set: sliding-window attention is not supported (Mistral "
+                       "7B v0.3 has null)",
+                       path);
+    const JsonNode *layer_types = rc == 0 ? json_get(d, f.root, "layer_types") : NULL;
+    for (const JsonNode *t = json_first(d, layer_types); rc == 0 && t; t = json_next(d, t)) {
+        if (!json_string(d, t) || strcmp(json_string(d, t), "full_attention") != 0)
+            rc = set_error(err, errlen, "'%s': layer_types holds %s: every layer must be full_attention here", path,
+                           json_string(d, t) ? json_string(d, t) : json_type_name(t->type));
     }
     const JsonNode *act = rc == 0 ? json_get(d, f.root, "hidden_act") : NULL;
     if (rc == 0 && act && (!json_string(d, act) || strcmp(json_string(d, act), "silu") != 0))
@@ -314,7 +347,7 @@ static inline int hf_config_from_json_(const JsonDoc *d, const char *path, Llama
     const JsonNode *dropout = rc == 0 ? json_get(d, f.root, "attention_dropout") : NULL;
     if (rc == 0 && dropout && dropout->type != JSON_NULL && !(dropout->type == JSON_NUMBER && dropout->number == 0))
         rc = set_error(err, errlen, "'%s': attention_dropout must be 0: this trainer has no dropout", path);
-    if (rc == 0)
+    if (rc == 0 && c->family != FAMILY_QWEN2) /* Qwen2's q, k, v biases are always there, whatever the key says */
         rc = hf_must_be_false_(&f, "attention_bias", "this model has no biases in q, k, v and o_proj");
     if (rc == 0)
         rc = hf_must_be_false_(&f, "mlp_bias", "this model has no biases in the MLP");
@@ -329,7 +362,8 @@ static inline int hf_config_from_json_(const JsonDoc *d, const char *path, Llama
                  : 0;
     if (rc == 0)
         rc = hf_int_(&f, f.root, "num_key_value_heads", 0, 1, LLAMA_MAX_HEADS, c->n_head, &c->n_kv_head) ||
-                     hf_int_(&f, f.root, "head_dim", 0, 1, LLAMA_MAX_HEAD_DIM, c->d_model / c->n_head, &c->head_dim) ||
+                     hf_int_(&f, f.root, "head_dim", 0, 1, LLAMA_MAX_HEAD_DIM,
+                             c->family == FAMILY_QWEN3 ? 128 : c->d_model / c->n_head, &c->head_dim) ||
                      hf_number_(&f, f.root, "rms_norm_eps", 0, 1e-6, &c->norm_eps) ||
                      hf_number_(&f, f.root, "initializer_range", 0, 0.02, &c->init_std) || hf_rope_(&f, c) ||
                      hf_token_ids_(&f, f.root, ids)

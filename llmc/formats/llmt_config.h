@@ -3,7 +3,9 @@
  * files and reference dumps; docs/tensor_file_format.md), read through
  * llama_config.h's field table: a key "config.<field>" per field, numbers as
  * Python's repr writes them (whole numbers also as "8.0"), the RoPE variant as
- * "none" or "llama3". Reads only the file's metadata; writes *c.
+ * "none" or "llama3", the family as its HF model_type; the fields added after
+ * the first files (family, qkv_bias, qk_norm) may be missing: then Llama's 0.
+ * Reads only the file's metadata; writes *c.
  */
 #ifndef LLMC_LLMT_CONFIG_H
 #define LLMC_LLMT_CONFIG_H
@@ -21,6 +23,16 @@
 static inline int llmt_config_field_(const TensorFile *tf, const ConfigField *f, const char *v, LlamaConfig *c,
                                      char *err, size_t errlen)
 {
+    if (f->kind == CONFIG_FAMILY) {
+        for (int k = 0; k < FAMILY_COUNT; k++) {
+            if (strcmp(v, FAMILY_MODEL_TYPE[k]) == 0) {
+                config_field_set(c, f, k);
+                return 0;
+            }
+        }
+        return set_error(err, errlen, "'%s': unknown model family '%s' (known: llama, qwen2, qwen3, mistral)", tf->path,
+                         v);
+    }
     if (f->kind == CONFIG_ROPE_KIND) {
         if (strcmp(v, "llama3") != 0 && strcmp(v, "none") != 0)
             return set_error(err, errlen, "'%s': unknown rope scaling '%s' (known: none, llama3)", tf->path, v);
@@ -50,14 +62,15 @@ static inline int llama_config_from_tensorfile_try(const TensorFile *tf, LlamaCo
 {
     memset(c, 0, sizeof(*c));
     for (int i = 0; i < LLAMA_CONFIG_N_FIELDS; i++) {
-        if (!tensorfile_meta(tf, LLAMA_CONFIG_FIELDS[i].key))
+        if (!tensorfile_meta(tf, LLAMA_CONFIG_FIELDS[i].key) && !LLAMA_CONFIG_FIELDS[i].optional)
             return set_error(err, errlen,
                              "'%s' has no metadata key '%s'; regenerate it with reference/make_reference.py", tf->path,
                              LLAMA_CONFIG_FIELDS[i].key);
     }
     for (int i = 0; i < LLAMA_CONFIG_N_FIELDS; i++) {
         const ConfigField *f = &LLAMA_CONFIG_FIELDS[i];
-        if (llmt_config_field_(tf, f, tensorfile_meta(tf, f->key), c, err, errlen) != 0)
+        const char *v = tensorfile_meta(tf, f->key);
+        if (v != NULL && llmt_config_field_(tf, f, v, c, err, errlen) != 0) /* an optional one missing: 0 */
             return -1;
     }
     char why[512];

@@ -46,7 +46,17 @@ typedef struct {
     float norm_eps;
     int tie_embeddings;
     float init_std;
+    int family;   /* ModelFamily: the HF architecture it reads and writes; what it computes is the options below */
+    int qkv_bias; /* q, k and v projections with biases (Qwen2) */
+    int qk_norm;  /* an RMSNorm over each head of q and of k, weight [head_dim], before RoPE (Qwen3) */
 } LlamaConfig;
+
+/* The HF model families with this layer: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
+ * MistralForCausalLM. */
+typedef enum { FAMILY_LLAMA, FAMILY_QWEN2, FAMILY_QWEN3, FAMILY_MISTRAL, FAMILY_COUNT } ModelFamily;
+static const char *const FAMILY_MODEL_TYPE[FAMILY_COUNT] = {"llama", "qwen2", "qwen3", "mistral"};
+static const char *const FAMILY_ARCHITECTURE[FAMILY_COUNT] = {"LlamaForCausalLM", "Qwen2ForCausalLM",
+                                                              "Qwen3ForCausalLM", "MistralForCausalLM"};
 
 /* Bounds far above any published Llama, so that every size product of the
  * parameter layout fits an int64 and every count an int. */
@@ -65,23 +75,27 @@ typedef struct {
  *   key:      its .llmt metadata key; without "config." its key in the JSON log
  *   hf_key:   its config.json name, where a config.json holds it
  *   kind:     a whole number in [lo, hi], a float (positive, or non-negative where lo is
- *             0), a 0/1 flag (JSON true/false) or the RoPE variant ("none" or "llama3")
+ *             0), a 0/1 flag (JSON true/false), the RoPE variant ("none" or "llama3")
+ *             or the family (its HF model_type: "llama", "qwen2", ...)
  *   shapes:   whether it changes the model (checked on resume); init_std only draws
  *             the first weights
- *   scaled:   meaningful only with Llama 3.1 RoPE scaling */
-typedef enum { CONFIG_INT, CONFIG_FLOAT, CONFIG_FLAG, CONFIG_ROPE_KIND } ConfigKind;
+ *   scaled:   meaningful only with Llama 3.1 RoPE scaling
+ *   optional: a .llmt file made before the field existed may lack it: then 0 (Llama's) */
+typedef enum { CONFIG_INT, CONFIG_FLOAT, CONFIG_FLAG, CONFIG_ROPE_KIND, CONFIG_FAMILY } ConfigKind;
 typedef struct {
     const char *member, *key, *hf_key;
     ConfigKind kind;
     size_t offset;
     double lo, hi;
-    int shapes, scaled;
+    int shapes, scaled, optional;
 } ConfigField;
 
-#define LLAMA_FIELD_(member_, hf_key_, kind_, lo_, hi_, shapes_, scaled_)                                              \
-    {                                                                                                                  \
-#member_, "config." #member_, hf_key_, kind_, offsetof(LlamaConfig, member_), lo_, hi_, shapes_, scaled_       \
-    }
+// clang-format off
+#define LLAMA_FIELD_(member_, hf_key_, kind_, lo_, hi_, shapes_, scaled_) \
+    {#member_, "config." #member_, hf_key_, kind_, offsetof(LlamaConfig, member_), lo_, hi_, shapes_, scaled_, 0}
+#define LLAMA_OPTION_(member_, hf_key_, kind_, hi_) \
+    {#member_, "config." #member_, hf_key_, kind_, offsetof(LlamaConfig, member_), 0, hi_, 1, 0, 1}
+// clang-format on
 /* In the order the comparison on resume reports the first difference. */
 static const ConfigField LLAMA_CONFIG_FIELDS[] = {
     LLAMA_FIELD_(vocab_size, "vocab_size", CONFIG_INT, 1, LLAMA_MAX_VOCAB, 1, 0),
@@ -95,7 +109,7 @@ static const ConfigField LLAMA_CONFIG_FIELDS[] = {
     LLAMA_FIELD_(norm_eps, "rms_norm_eps", CONFIG_FLOAT, 1, 0, 1, 0),
     LLAMA_FIELD_(rope_theta, "rope_theta", CONFIG_FLOAT, 1, 0, 1, 0),
     {"rope_scaling_llama3", "config.rope_scaling", "rope_scaling", CONFIG_ROPE_KIND,
-     offsetof(LlamaConfig, rope_scaling_llama3), 0, 1, 1, 0},
+     offsetof(LlamaConfig, rope_scaling_llama3), 0, 1, 1, 0, 0},
     LLAMA_FIELD_(rope_factor, "rope_scaling.factor", CONFIG_FLOAT, 0, 0, 1, 1),
     LLAMA_FIELD_(rope_low_freq_factor, "rope_scaling.low_freq_factor", CONFIG_FLOAT, 0, 0, 1, 1),
     LLAMA_FIELD_(rope_high_freq_factor, "rope_scaling.high_freq_factor", CONFIG_FLOAT, 0, 0, 1, 1),
@@ -103,8 +117,12 @@ static const ConfigField LLAMA_CONFIG_FIELDS[] = {
                  LLAMA_MAX_SEQ_LEN, 1, 1),
     LLAMA_FIELD_(max_seq_len, "max_position_embeddings", CONFIG_INT, 1, LLAMA_MAX_SEQ_LEN, 1, 0),
     LLAMA_FIELD_(init_std, "initializer_range", CONFIG_FLOAT, 0, 0, 0, 0),
+    LLAMA_OPTION_(family, "model_type", CONFIG_FAMILY, FAMILY_COUNT - 1),
+    LLAMA_OPTION_(qkv_bias, "attention_bias", CONFIG_FLAG, 1),
+    LLAMA_OPTION_(qk_norm, "qk_norm", CONFIG_FLAG, 1),
 };
 #undef LLAMA_FIELD_
+#undef LLAMA_OPTION_
 #define LLAMA_CONFIG_N_FIELDS ((int)(sizeof(LLAMA_CONFIG_FIELDS) / sizeof(LLAMA_CONFIG_FIELDS[0])))
 
 /* A field's value: ints and flags as they are, floats widened. */
@@ -134,6 +152,8 @@ static inline void config_field_format(char *out, size_t size, const LlamaConfig
         snprintf(out, size, "%s", v != 0 ? "true" : "false");
     else if (json && f->kind == CONFIG_ROPE_KIND)
         snprintf(out, size, "\"%s\"", v != 0 ? "llama3" : "none");
+    else if (f->kind == CONFIG_FAMILY)
+        snprintf(out, size, json ? "\"%s\"" : "%s", FAMILY_MODEL_TYPE[(int)v]);
     else
         snprintf(out, size, "%d", (int)v);
 }
@@ -289,6 +309,19 @@ static inline int llama_config_check(const LlamaConfig *c, char *err, size_t err
                  c->rope_factor, c->rope_high_freq_factor, c->rope_low_freq_factor, c->rope_original_max_pos);
         return -1;
     }
+    if (c->family < 0 || c->family >= FAMILY_COUNT || (c->qkv_bias != 0 && c->qkv_bias != 1) ||
+        (c->qk_norm != 0 && c->qk_norm != 1)) {
+        snprintf(err, errlen, "family %d (0 to %d), qkv_bias %d and qk_norm %d (0 or 1) are out of range", c->family,
+                 FAMILY_COUNT - 1, c->qkv_bias, c->qk_norm);
+        return -1;
+    }
+    /* each family's HF architecture computes exactly its options: what its config.json says */
+    if (c->qkv_bias != (c->family == FAMILY_QWEN2) || c->qk_norm != (c->family == FAMILY_QWEN3)) {
+        snprintf(err, errlen, "a %s model has %sq/k/v biases and %sq/k norms, not qkv_bias %d, qk_norm %d",
+                 FAMILY_MODEL_TYPE[c->family], c->family == FAMILY_QWEN2 ? "" : "no ",
+                 c->family == FAMILY_QWEN3 ? "" : "no ", c->qkv_bias, c->qk_norm);
+        return -1;
+    }
     return 0;
 }
 
@@ -296,6 +329,9 @@ static inline void llama_config_print(const LlamaConfig *c, FILE *out)
 {
     fprintf(out, "model: vocab %d, d_model %d, layers %d, heads %d (kv %d, head_dim %d), ffn %d, max_seq_len %d\n",
             c->vocab_size, c->d_model, c->n_layer, c->n_head, c->n_kv_head, c->head_dim, c->ffn_dim, c->max_seq_len);
+    if (c->family != FAMILY_LLAMA || c->qkv_bias || c->qk_norm)
+        fprintf(out, "       %s%s%s\n", FAMILY_ARCHITECTURE[c->family], c->qkv_bias ? ", q/k/v biases" : "",
+                c->qk_norm ? ", q/k RMSNorm per head" : "");
     fprintf(out, "       rope theta %g%s, norm eps %g, %s embeddings\n", c->rope_theta,
             c->rope_scaling_llama3 ? " with Llama 3.1 scaling" : "", c->norm_eps,
             c->tie_embeddings ? "tied" : "untied");

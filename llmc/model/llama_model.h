@@ -206,6 +206,10 @@ static inline void llama_fp8_build(Llama *m, const LinearShape *shapes, int n_sl
  * where it still allows it. */
 static inline void llama_build(Llama *m, const LlamaConfig *config, const LlamaOptions *opt)
 {
+    if (config->qkv_bias || config->qk_norm)
+        FAIL("this %s needs %s, which the GPU model does not compute yet (the CPU reference train_llama_ref does)\n"
+             "  hint: train Llama or Mistral models on the GPU for now",
+             FAMILY_ARCHITECTURE[config->family], config->qkv_bias ? "q/k/v biases" : "an RMSNorm of q and k per head");
     memset(m, 0, sizeof(*m));
     m->config = *config;
     m->opt = *opt;

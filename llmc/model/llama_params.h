@@ -62,22 +62,22 @@ typedef struct {
 
 /* The views of one flat buffer (weights or gradients): tensor i of the layout
  * is at bucket_base(b) + its offset inside bucket b. */
-static inline void params_resolve_views_(ModelTensors *v, const LlamaConfig *c, bf16 *const *bucket_base,
+static inline void params_resolve_views_(ModelTensors *v, const ParamLayout *layout, bf16 *const *bucket_base,
                                          const int *bucket, const int64_t *in_bucket)
 {
 #define PARAM_AT(i) (bucket_base[bucket[i]] + in_bucket[i])
     v->embedding = PARAM_AT(0);
-    for (int l = 0; l < c->n_layer; l++) {
+    for (int l = 0; l < layout->n_layer; l++) {
         LayerTensors *t = &v->layers[l];
-        t->attn_norm = PARAM_AT(param_index_layer(l, LAYER_ATTN_NORM));
-        t->qkv = PARAM_AT(param_index_layer(l, LAYER_Q)); /* k_proj and v_proj follow q_proj */
-        t->o = PARAM_AT(param_index_layer(l, LAYER_O));
-        t->mlp_norm = PARAM_AT(param_index_layer(l, LAYER_MLP_NORM));
-        t->gate_up = PARAM_AT(param_index_layer(l, LAYER_GATE)); /* up_proj follows gate_proj */
-        t->down = PARAM_AT(param_index_layer(l, LAYER_DOWN));
+        t->attn_norm = PARAM_AT(param_index_layer(layout, l, LAYER_ATTN_NORM));
+        t->qkv = PARAM_AT(param_index_layer(layout, l, LAYER_Q)); /* k_proj and v_proj follow q_proj */
+        t->o = PARAM_AT(param_index_layer(layout, l, LAYER_O));
+        t->mlp_norm = PARAM_AT(param_index_layer(layout, l, LAYER_MLP_NORM));
+        t->gate_up = PARAM_AT(param_index_layer(layout, l, LAYER_GATE)); /* up_proj follows gate_proj */
+        t->down = PARAM_AT(param_index_layer(layout, l, LAYER_DOWN));
     }
-    v->final_norm = PARAM_AT(param_index_final_norm(c));
-    v->lm_head = PARAM_AT(param_index_lm_head(c));
+    v->final_norm = PARAM_AT(param_index_final_norm(layout));
+    v->lm_head = PARAM_AT(param_index_lm_head(layout));
 #undef PARAM_AT
 }
 
@@ -141,10 +141,9 @@ static inline void params_build(LlamaParams *p, const LlamaConfig *c, const Para
     int *bucket = (int *)malloc_check(sizeof(int) * n, "tensor places");
     int64_t *in_bucket = (int64_t *)malloc_check(sizeof(int64_t) * n, "tensor places");
     p->tensor_at = (int64_t *)malloc_check(sizeof(int64_t) * n, "tensor places");
-    for (int i = 0, b = 0; i < n; i++) {
+    for (int i = 0; i < n; i++) {
         const ParamTensor *t = &layout->tensors[i];
-        while (t->offset >= z->plan.buckets[b].offset + z->plan.buckets[b].numel)
-            b++;
+        int b = t->bucket;
         bucket[i] = b;
         in_bucket[i] = t->offset - z->plan.buckets[b].offset;
         p->tensor_at[i] = z->plan.buckets[b].padded_offset + in_bucket[i];
@@ -157,8 +156,8 @@ static inline void params_build(LlamaParams *p, const LlamaConfig *c, const Para
     }
     p->weights.layers = (LayerTensors *)malloc_check(sizeof(LayerTensors) * c->n_layer, "layer views");
     p->grads.layers = (LayerTensors *)malloc_check(sizeof(LayerTensors) * c->n_layer, "layer views");
-    params_resolve_views_(&p->weights, c, weights_base, bucket, in_bucket);
-    params_resolve_views_(&p->grads, c, grads_base, bucket, in_bucket);
+    params_resolve_views_(&p->weights, layout, weights_base, bucket, in_bucket);
+    params_resolve_views_(&p->grads, layout, grads_base, bucket, in_bucket);
     free(weights_base);
     free(grads_base);
     free(bucket);

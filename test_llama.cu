@@ -521,12 +521,7 @@ static void test_dump(const char *dump_path)
 
     /* N AdamW steps on the same batch, as the reference did */
     /* torch's values, doubles: AdamW's scalars are worked out from them as torch does (adamw_step.h) */
-    AdamWConfig opt = {.lr = dump_meta_double(&dump, "optim.lr"),
-                       .beta1 = dump_meta_double(&dump, "optim.beta1"),
-                       .beta2 = dump_meta_double(&dump, "optim.beta2"),
-                       .eps = dump_meta_double(&dump, "optim.eps"),
-                       .weight_decay = dump_meta_double(&dump, "optim.weight_decay"),
-                       .grad_clip = dump_meta_double(&dump, "optim.grad_clip")};
+    AdamWConfig opt = dump_adamw_config(&dump);
     float *losses = (float *)malloc_check(sizeof(float) * n_steps, "losses");
     float *norms = (float *)malloc_check(sizeof(float) * n_steps, "norms");
     for (int k = 0; k < n_steps; k++) {

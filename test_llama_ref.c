@@ -103,12 +103,7 @@ static void test_dump(const char *dump_path)
 
     /* N AdamW steps on the same batch, from the same initial weights */
     int n_steps = (int)dump_meta_double(&dump, "dump.n_steps");
-    AdamWConfig opt = {.lr = dump_meta_double(&dump, "optim.lr"),
-                       .beta1 = dump_meta_double(&dump, "optim.beta1"),
-                       .beta2 = dump_meta_double(&dump, "optim.beta2"),
-                       .eps = dump_meta_double(&dump, "optim.eps"),
-                       .weight_decay = dump_meta_double(&dump, "optim.weight_decay"),
-                       .grad_clip = dump_meta_double(&dump, "optim.grad_clip")};
+    AdamWConfig opt = dump_adamw_config(&dump);
     float grad_clip = (float)opt.grad_clip;
     float *losses = (float *)malloc_check((size_t)n_steps * sizeof(float), "losses");
     float *norms = (float *)malloc_check((size_t)n_steps * sizeof(float), "grad norms");

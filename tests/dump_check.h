@@ -15,6 +15,7 @@
 #include "llmc/model/llama_config.h"
 #include "llmc/formats/llmt_config.h"
 #include "llmc/formats/tensorfile.h"
+#include "llmc/run/schedule.h"
 #include "llmc/common/utils.h"
 #include "tests/check.h"
 
@@ -48,6 +49,18 @@ static inline double dump_meta_double(const TensorFile *tf, const char *key)
     if (v == NULL)
         FAIL("'%s' has no metadata key '%s'; regenerate it with reference/make_reference.py", tf->path, key);
     return strtod(v, NULL);
+}
+
+/* The AdamW settings torch stepped the dump with (its optim.* metadata), doubles as torch's. */
+static inline AdamWConfig dump_adamw_config(const TensorFile *dump)
+{
+    AdamWConfig opt = {.lr = dump_meta_double(dump, "optim.lr"),
+                       .beta1 = dump_meta_double(dump, "optim.beta1"),
+                       .beta2 = dump_meta_double(dump, "optim.beta2"),
+                       .eps = dump_meta_double(dump, "optim.eps"),
+                       .weight_decay = dump_meta_double(dump, "optim.weight_decay"),
+                       .grad_clip = dump_meta_double(dump, "optim.grad_clip")};
+    return opt;
 }
 
 /* 0 if every config.* key of a (weights file) is in b (a dump, or another

@@ -248,6 +248,36 @@ static const LlamaPreset LLAMA_PRESETS[] = {
       .norm_eps = 1e-5f,
       .tie_embeddings = 1,
       .init_std = 0.02f}},
+/* The other families' published shapes (their config.json): the Qwen2.5 ones with q, k, v biases, the Qwen3
+ * ones with q/k norms and head_dim 128 (more than d_model / n_head at 0.6B), Mistral 7B v0.3. */
+#define QWEN(family_, vocab_, d_, layers_, heads_, kv_, head_dim_, ffn_, max_seq_, tied_)                              \
+    {                                                                                                                  \
+        .vocab_size = (vocab_), .d_model = (d_), .n_layer = (layers_), .n_head = (heads_), .n_kv_head = (kv_),         \
+        .head_dim = (head_dim_), .ffn_dim = (ffn_), .max_seq_len = (max_seq_), .rope_theta = 1000000.0f,               \
+        .norm_eps = 1e-6f, .tie_embeddings = (tied_), .init_std = 0.02f, .family = (family_),                          \
+        .qkv_bias = (family_) == FAMILY_QWEN2, .qk_norm = (family_) == FAMILY_QWEN3                                    \
+    }
+    {"qwen2.5-0.5b", QWEN(FAMILY_QWEN2, 151936, 896, 24, 14, 2, 64, 4864, 32768, 1)},
+    {"qwen2.5-1.5b", QWEN(FAMILY_QWEN2, 151936, 1536, 28, 12, 2, 128, 8960, 131072, 1)},
+    {"qwen2.5-7b", QWEN(FAMILY_QWEN2, 152064, 3584, 28, 28, 4, 128, 18944, 131072, 0)},
+    {"qwen3-0.6b", QWEN(FAMILY_QWEN3, 151936, 1024, 28, 16, 8, 128, 3072, 40960, 1)},
+    {"qwen3-1.7b", QWEN(FAMILY_QWEN3, 151936, 2048, 28, 16, 8, 128, 6144, 40960, 1)},
+    {"qwen3-8b", QWEN(FAMILY_QWEN3, 151936, 4096, 36, 32, 8, 128, 12288, 40960, 0)},
+#undef QWEN
+    {"mistral-7b-v0.3",
+     {.vocab_size = 32768,
+      .d_model = 4096,
+      .n_layer = 32,
+      .n_head = 32,
+      .n_kv_head = 8,
+      .head_dim = 128,
+      .ffn_dim = 14336,
+      .max_seq_len = 32768,
+      .rope_theta = 1000000.0f,
+      .norm_eps = 1e-5f,
+      .tie_embeddings = 0,
+      .init_std = 0.02f,
+      .family = FAMILY_MISTRAL}},
 };
 #undef LLAMA3_ROPE_SCALING
 #define LLAMA_N_PRESETS ((int)(sizeof(LLAMA_PRESETS) / sizeof(LLAMA_PRESETS[0])))

@@ -284,9 +284,9 @@ static inline void train_print_presets(FILE *out)
     fprintf(out, "presets:\n");
     for (int i = 0; i < LLAMA_N_PRESETS; i++) {
         const LlamaConfig *c = &LLAMA_PRESETS[i].config;
-        fprintf(out, "  %-15s d_model %d, %d layers, %d heads (%d kv), ffn %d, vocab %d, max_seq_len %d\n",
-                LLAMA_PRESETS[i].name, c->d_model, c->n_layer, c->n_head, c->n_kv_head, c->ffn_dim, c->vocab_size,
-                c->max_seq_len);
+        fprintf(out, "  %-15s %s: d_model %d, %d layers, %d heads of %d (%d kv), ffn %d, vocab %d, max_seq_len %d\n",
+                LLAMA_PRESETS[i].name, FAMILY_MODEL_TYPE[c->family], c->d_model, c->n_layer, c->n_head, c->head_dim,
+                c->n_kv_head, c->ffn_dim, c->vocab_size, c->max_seq_len);
     }
 }
 

@@ -9,6 +9,7 @@
 #   Python: numpy, pytest, matplotlib (benchmark plots), tiktoken,
 #           zstandard and pyarrow (data/prepare.py's .zst and parquet inputs),
 #           isal (its .gz inputs read faster than through gzip),
+#           tokenizers (an HF model directory's tokenizer.json: --tokenizer hf),
 #           llama-models (only for its Llama 3 tokenizer file) and
 #           openai-whisper (only for its GPT-2 BPE file), both installed
 #           without their dependencies
@@ -33,6 +34,7 @@ if [ ! -x .venv/bin/python3 ]; then
     python3 -m venv .venv
 fi
 .venv/bin/python3 -m pip install -q --upgrade pip > /dev/null
-.venv/bin/python3 -m pip install -q numpy pytest matplotlib tiktoken safetensors ml_dtypes zstandard pyarrow isal
+.venv/bin/python3 -m pip install -q numpy pytest matplotlib tiktoken safetensors ml_dtypes zstandard pyarrow isal \
+    tokenizers
 .venv/bin/python3 -m pip install -q --no-deps llama-models openai-whisper
 echo "setup done: Debian packages and .venv ready"

@@ -1122,3 +1122,59 @@ def test_size_flags_refuse_values_that_make_no_sense(flag, value, corpus, tmp_pa
 def test_size_flags_take_their_least_values(corpus, tmp_path):
     run_ok(corpus, "--out-dir", tmp_path / "out", "--shard-tokens", 1000, "--buffer-mb", 0.01, "--workers", 1,
            "--val-tokens", 0)
+
+
+needs_hf_tokenizers = pytest.mark.skipif(importlib.util.find_spec("tokenizers") is None,
+                                         reason="needs pip install tokenizers")
+
+
+def make_hf_tokenizer_dir(d, bos=True):
+    """An HF model directory's tokenizer: a byte-level BPE trained here on the test corpus (tokenizer.json), its
+    special tokens named in tokenizer_config.json as Qwen names them (no BOS) or Llama does (bos=True)."""
+    import json
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>", "<|bos|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(list(DOCS.values()) * 20, trainer)
+    d.mkdir(parents=True, exist_ok=True)
+    tok.save(str(d / "tokenizer.json"))
+    config = {"eos_token": "<|endoftext|>", "bos_token": "<|bos|>" if bos else None}
+    (d / "tokenizer_config.json").write_text(json.dumps(config))
+    return tok
+
+
+@needs_hf_tokenizers
+@pytest.mark.parametrize("bos", [True, False])
+def test_an_hf_tokenizer_json(corpus, tmp_path, bos):
+    """--tokenizer hf --tokenizer-model DIR: the shards hold what the tokenizers package encodes of each document
+    (a special token's text in it stays text), each document after the BOS, or after the EOS where the tokenizer
+    has no BOS (Qwen's); the header names the vocabulary and both ids."""
+    tok = make_hf_tokenizer_dir(tmp_path / "hf", bos)
+    texts = list(DOCS.values()) + ["the specials' text <|endoftext|> and <|bos|> is text here\n"]
+    (corpus / "specials.txt").write_text(texts[-1])
+    out = tmp_path / "out"
+    run_ok(corpus, "--out-dir", out, "--val-tokens", 0, "--tokenizer", "hf", "--tokenizer-model", tmp_path / "hf")
+    tokens = all_tokens(shards(out, "train"))
+    eos, start = tok.token_to_id("<|endoftext|>"), tok.token_to_id("<|bos|>" if bos else "<|endoftext|>")
+    header = prepare.read_shard(shards(out, "train")[0])[0]
+    assert tokens.count(start) == len(texts)  # one per document: no special id comes from the text
+    docs = sorted(tok.decode(doc) for doc in split_at_bos(tokens, start))
+    assert docs == sorted(texts)
+    tok.encode_special_tokens = True
+    assert sorted(split_at_bos(tokens, start)) == sorted(tok.encode(t, add_special_tokens=False).ids for t in texts)
+    assert (header["vocab_size"], header["bos_id"], header["eos_id"]) == (tok.get_vocab_size(), start, eos)
+
+
+@needs_hf_tokenizers
+def test_an_hf_tokenizer_refused_with_a_message(corpus, tmp_path):
+    r = run(corpus, "--out-dir", tmp_path / "o", "--tokenizer", "hf")
+    assert r.returncode != 0 and "--tokenizer hf needs --tokenizer-model" in r.stderr
+    r = run(corpus, "--out-dir", tmp_path / "o", "--tokenizer", "hf", "--tokenizer-model", tmp_path / "nothing")
+    assert r.returncode != 0 and "no tokenizer.json at" in r.stderr
+    make_hf_tokenizer_dir(tmp_path / "hf")
+    (tmp_path / "hf" / "tokenizer_config.json").write_text("{}")
+    r = run(corpus, "--out-dir", tmp_path / "o", "--tokenizer", "hf", "--tokenizer-model", tmp_path / "hf")
+    assert r.returncode != 0 and "names an EOS token" in r.stderr

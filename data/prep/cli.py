@@ -61,10 +61,13 @@ def parse_args(argv):
                    help="whole documents, the first in the shuffled order, go to val until it holds this many "
                         "tokens; 0: no val split (default: %(default)s)")
     p.add_argument("--seed", type=int, default=1337, help="seed of the document shuffle (default: %(default)s)")
-    p.add_argument("--tokenizer", choices=sorted(TOKENIZERS), default="llama3",
-                   help="llama3 (needs llama-models) or gpt2 (needs openai-whisper) (default: %(default)s)")
+    p.add_argument("--tokenizer", choices=sorted(TOKENIZERS) + ["hf"], default="llama3",
+                   help="llama3 (needs llama-models), gpt2 (needs openai-whisper), or hf: an HF model directory's "
+                        "tokenizer.json (needs tokenizers; Qwen's, Mistral's, ...), given by --tokenizer-model "
+                        "(default: %(default)s)")
     p.add_argument("--tokenizer-model", metavar="PATH",
-                   help="the tokenizer file; default: the one in the --tokenizer's PyPI package")
+                   help="the tokenizer file; default: the one in the --tokenizer's PyPI package; with --tokenizer "
+                        "hf: the HF model directory (or its tokenizer.json)")
     p.add_argument("--doc-separator", default="file",
                    help="how text files split into documents: file (one per file), blank (blank lines), "
                         "line (one per line), or regex:PATTERN (re.split, multiline; reads each file whole) "

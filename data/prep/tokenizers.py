@@ -1,6 +1,7 @@
 """The tokenizers: their files, found in PyPI packages and pinned by sha256 (TOKENIZERS), loaded into tiktoken
-(load_tokenizer); and text cut into the pieces that tiktoken can encode (cut_pieces, encodable_pieces, encode_text).
-Reads the tokenizer file; writes nothing.
+(load_tokenizer), or an HF model directory's tokenizer.json through the tokenizers package (kind "hf": Qwen's,
+Mistral's, any); and text cut into the pieces that tiktoken can encode (cut_pieces, encodable_pieces,
+encode_text). Reads the tokenizer file; writes nothing.
 """
 
 import base64
@@ -100,7 +101,78 @@ def default_tokenizer_path(kind):
     return os.path.join(spec.submodule_search_locations[0], info["file"])
 
 
+class HfEncoding:
+    """An HF tokenizer.json (the tokenizers package) behind the calls the pipeline makes of a tiktoken Encoding.
+    Text is encoded as text: a special token's string in it is not that token (as tiktoken's encode_ordinary),
+    and no BOS or EOS is added (the pipeline adds the documents' own)."""
+
+    def __init__(self, tok):
+        self.tok = tok
+        self.tok.encode_special_tokens = True
+        self.n_vocab = tok.get_vocab_size(with_added_tokens=True)
+
+    def encode_ordinary(self, text):
+        return self.tok.encode(text, add_special_tokens=False).ids
+
+    def encode_to_numpy(self, text, disallowed_special=()):
+        import numpy as np
+        return np.asarray(self.encode_ordinary(text), dtype=np.uint32)
+
+
+def _special_token(value):
+    """A tokenizer_config.json token entry: a string, {"content": string}, or null."""
+    return value.get("content") if isinstance(value, dict) else value
+
+
+def load_hf_tokenizer(path):
+    """The tokenizer.json of an HF model directory (or that file), its BOS and EOS from tokenizer_config.json, else
+    from config.json's ids. A family without BOS (Qwen's) starts documents with its EOS, as GPT-2's <|endoftext|>."""
+    if path is None:
+        raise PrepareError("--tokenizer hf needs --tokenizer-model: an HF model directory or its tokenizer.json")
+    directory = path if os.path.isdir(path) else os.path.dirname(path)
+    file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
+    if not os.path.isfile(file):
+        raise PrepareError(f"no tokenizer.json at {file}\n  fix: pass the HF model directory that holds it")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the worker pool forks after the first encodes
+    try:
+        import tokenizers
+    except ImportError:
+        raise PrepareError("the Python package tokenizers is not installed\n  fix: pip install tokenizers") from None
+    try:
+        tok = tokenizers.Tokenizer.from_file(file)
+    except Exception as e:  # noqa: BLE001 - the package raises its own types
+        raise PrepareError(f"{file} is not a tokenizer the tokenizers package reads: {e}") from None
+    import json
+    names = {}
+    for meta, keys in (("tokenizer_config.json", ("bos_token", "eos_token")), ("config.json", ("bos_token_id",
+                                                                                              "eos_token_id"))):
+        meta_path = os.path.join(directory, meta)
+        if not os.path.isfile(meta_path):
+            continue
+        try:
+            values = json.load(open(meta_path, encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise PrepareError(f"{meta_path} is not valid JSON: {e}") from None
+        for role, key in zip(("bos", "eos"), keys):
+            value = values.get(key)
+            if isinstance(value, list):
+                value = value[0] if value else None
+            if value is not None and role not in names:
+                names[role] = value if isinstance(value, int) else tok.token_to_id(_special_token(value) or "")
+    if names.get("eos") is None:
+        raise PrepareError(f"neither tokenizer_config.json nor config.json beside {file} names an EOS token\n"
+                           "  fix: pass the whole HF model directory")
+    bos = names.get("bos") if names.get("bos") is not None else names["eos"]
+    encoding = HfEncoding(tok)
+    vocab = {token: i for token, i in tok.get_vocab(with_added_tokens=True).items()}
+    specials = {t.content: vocab[t.content] for t in tok.get_added_tokens_decoder().values() if t.special} \
+        if hasattr(tok, "get_added_tokens_decoder") else {}
+    return Tokenizer("hf", encoding, encoding.n_vocab, int(bos), int(names["eos"]), "", specials)
+
+
 def load_tokenizer(kind="llama3", path=None):
+    if kind == "hf":
+        return load_hf_tokenizer(path)
     info = TOKENIZERS[kind]
     path = path or default_tokenizer_path(kind)
     if not os.path.isfile(path):

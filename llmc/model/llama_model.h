@@ -204,12 +204,22 @@ static inline void llama_fp8_build(Llama *m, const LinearShape *shapes, int n_sl
  * parameters and optimizer state, whose gradients are accumulated locally where
  * the memory allows it (llama_params.h); then the FP8 codes, kept for a step
  * where it still allows it. */
+/* 0 if the GPU model computes every option of c, else -1 and which it lacks. */
+static inline int llama_gpu_computes(const LlamaConfig *c, char *err, size_t errlen)
+{
+    if (!c->qkv_bias && !c->qk_norm)
+        return 0;
+    return set_error(err, errlen,
+                     "this %s needs %s, which the GPU model does not compute yet (the CPU reference train_llama_ref "
+                     "does)\n  hint: train Llama or Mistral models on the GPU for now",
+                     FAMILY_ARCHITECTURE[c->family], c->qkv_bias ? "q/k/v biases" : "an RMSNorm of q and k per head");
+}
+
 static inline void llama_build(Llama *m, const LlamaConfig *config, const LlamaOptions *opt)
 {
-    if (config->qkv_bias || config->qk_norm)
-        FAIL("this %s needs %s, which the GPU model does not compute yet (the CPU reference train_llama_ref does)\n"
-             "  hint: train Llama or Mistral models on the GPU for now",
-             FAMILY_ARCHITECTURE[config->family], config->qkv_bias ? "q/k/v biases" : "an RMSNorm of q and k per head");
+    char why[512];
+    if (llama_gpu_computes(config, why, sizeof(why)) != 0)
+        FAIL("%s", why);
     memset(m, 0, sizeof(*m));
     m->config = *config;
     m->opt = *opt;

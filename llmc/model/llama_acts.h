@@ -35,6 +35,7 @@
 
 #include "llmc/common/cuda_common.h"
 #include "llmc/model/llama_config.h"
+#include "llmc/kernels/bias.h"
 #include "llmc/kernels/rmsnorm.h"
 #include "llmc/common/utils.h"
 
@@ -50,7 +51,7 @@ typedef struct {
     bf16 *res_final, *ln_final, *branch;
     float *rstd_final;
     bf16 *d_res, *d_ln, *d_att_out, *d_qkv, *d_swiglu;
-    float *norm_scratch;
+    float *norm_scratch;           /* the norms' dweight partials, and the q, k, v bias's */
     void *owned[ACTS_MAX_BUFFERS]; /* every device buffer above comes from one of these */
     int n_owned;
 } Activations;
@@ -110,8 +111,11 @@ static inline void acts_build(Activations *a, const LlamaConfig *c, int B, int T
     a->d_att_out = (bf16 *)acts_alloc_(a, (size_t)N * HD * sizeof(bf16), "attention output gradient");
     a->d_qkv = (bf16 *)acts_alloc_(a, (size_t)N * QKV * sizeof(bf16), "QKV gradient");
     a->d_swiglu = (bf16 *)acts_alloc_(a, (size_t)N * F * sizeof(bf16), "SwiGLU gradient");
-    a->norm_scratch = (float *)acts_alloc_(a, rmsnorm_backward_scratch_floats((int)N, (int)C) * sizeof(float),
-                                           "rmsnorm backward scratch");
+    /* the norms' dweight partials, and the q, k, v bias's (Qwen2) */
+    size_t norm_floats = rmsnorm_backward_scratch_floats((int)N, (int)C);
+    size_t bias_floats = c->qkv_bias ? bias_backward_scratch_floats((int)N, (int)QKV) : 0;
+    a->norm_scratch = (float *)acts_alloc_(a, (norm_floats > bias_floats ? norm_floats : bias_floats) * sizeof(float),
+                                           "norm and bias backward scratch");
 }
 
 static inline void acts_free(Activations *a)

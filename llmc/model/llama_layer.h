@@ -29,6 +29,7 @@
 #define LLMC_LLAMA_LAYER_H
 
 #include "llmc/kernels/attention.h"
+#include "llmc/kernels/bias.h"
 #include "llmc/common/cuda_common.h"
 #include "llmc/model/llama_acts.h"
 #include "llmc/kernels/linear.h"
@@ -91,6 +92,8 @@ static inline void layer_forward_inner_(const LayerSpec *sp, const LayerTensors 
     LayerActs *a = &acts->layers[l];
     int N = sp->N, C = sp->C, HD = sp->H * sp->D, fp8 = sp->fp8 != NULL;
     linear_forward(a->qkv, a->ln_attn, w->qkv, N, C, layer_qkv_dim(sp), sp->fp8, linear_slot(l, LINEAR_QKV), fp8, s);
+    if (w->qkv_bias)
+        bias_forward(a->qkv, w->qkv_bias, N, layer_qkv_dim(sp), s);
     rope_forward(a->qkv, sp->freqs_cis, sp->positions, sp->B, sp->T, sp->H, sp->KV, sp->D, s);
     attention_forward(a->att_out, a->att_stats, a->qkv, sp->B, sp->T, sp->H, sp->KV, sp->D, sp->docs, s);
     linear_forward(acts->branch, a->att_out, w->o, N, HD, C, sp->fp8, linear_slot(l, LINEAR_O), 0, s);
@@ -157,6 +160,8 @@ static inline void layer_attention_backward(const LayerSpec *sp, const LayerTens
     attention_backward(acts->d_qkv, acts->d_att_out, a->qkv, a->att_out, a->att_stats, sp->B, sp->T, sp->H, sp->KV,
                        sp->D, sp->docs, s);
     rope_backward(acts->d_qkv, sp->freqs_cis, sp->positions, sp->B, sp->T, sp->H, sp->KV, sp->D, s);
+    if (g->qkv_bias)
+        bias_backward(g->qkv_bias, acts->norm_scratch, acts->d_qkv, N, QKV, accumulate, s);
     if (sp->recompute == 1 || sp->recompute == 2) /* level 3's is still there */
         rmsnorm_forward_amax(a->ln_attn, a->rstd_attn, a->res_in, w->attn_norm, N, C, sp->eps,
                              fp8_input_amax(sp->fp8, linear_slot(l, LINEAR_QKV)), s);

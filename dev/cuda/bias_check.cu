@@ -121,11 +121,7 @@ int main(int argc, char **argv)
     bench_copy_bandwidth();
     int sizes[][3] = {
         /* N, OC, bench */
-        {1, 8, 0},
-        {37, 96, 0},
-        {65, 2056, 0},
-        {1000, 384, 0},
-        {16384, 2048, 1},
+        {1, 8, 0}, {37, 96, 0}, {65, 2056, 0}, {1000, 384, 0}, {16384, 2048, 1},
     };
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
         check_size(sizes[i][0], sizes[i][1], sizes[i][2]);

@@ -92,7 +92,7 @@ static inline void bias_backward(bf16 *dbias, float *scratch, const bf16 *dout, 
     CUDA_CHECK_LAST();
     dim3 block(WARP_SIZE, RMSNORM_REDUCE_Y);
     rmsnorm_dweight_reduce_kernel<<<ceil_div(OC, WARP_SIZE), block, 0, stream>>>(dbias, scratch, n_partials, OC,
-                                                                             accumulate);
+                                                                                 accumulate);
     CUDA_CHECK_LAST();
     profile_pop(stream);
 }

@@ -551,21 +551,24 @@ static void test_dump(const char *dump_path)
     tensorfile_close(&dump);
 }
 
-/* What the GPU model does not compute yet (Qwen3's q/k norms) llama_build refuses, by name. */
+/* Every family's dump builds on the GPU; what the GPU model does not compute (q/k norms over heads wider than
+ * QK_NORM_MAX_D) llama_build refuses, by name. */
 static void test_families_refused(void)
 {
-    const char *cases[3][2] = {{"testdata/qwen3_tiny_qknorm.weights.llmt", "an RMSNorm of q and k per head"},
-                               {"testdata/qwen2_tiny_bias.weights.llmt", NULL},
-                               {"testdata/mistral_tiny.weights.llmt", NULL}};
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < N_FAMILY_DUMPS; i++) {
+        char path[512];
+        dump_weights_path(FAMILY_DUMPS[i], path, sizeof(path));
         TensorFile tf;
-        tensorfile_open(&tf, cases[i][0]);
+        tensorfile_open(&tf, path);
         LlamaConfig c = llama_config_from_tensorfile(&tf);
         tensorfile_close(&tf);
         char why[512] = "";
-        int rc = llama_gpu_computes(&c, why, sizeof(why));
-        check(cases[i][1] ? rc != 0 && strstr(why, cases[i][1]) != NULL : rc == 0, "the GPU model %s %s%s%.160s",
-              cases[i][1] ? "refuses" : "builds", cases[i][0], cases[i][1] ? ": " : "", why);
+        check(llama_gpu_computes(&c, why, sizeof(why)) == 0, "the GPU model builds %s %s", path, why);
+        if (c.qk_norm) {
+            c.head_dim = QK_NORM_MAX_D + 8;
+            check(llama_gpu_computes(&c, why, sizeof(why)) != 0 && strstr(why, "at most") != NULL,
+                  "the GPU model refuses q/k norms over heads of %d: %.160s", c.head_dim, why);
+        }
     }
 }
 
@@ -584,7 +587,7 @@ int main(int argc, char **argv)
         test_dump(argc > 1 ? argv[i] : DEFAULT_DUMPS[i - 1]);
     if (argc == 1) {
         test_dump("testdata/packed_docs_gqa.dump.llmt"); /* --doc-mask */
-        for (int i = 0; i < N_FAMILY_DUMPS_GPU; i++)
+        for (int i = 0; i < N_FAMILY_DUMPS; i++)
             test_dump(FAMILY_DUMPS[i]);
     }
     cudaStream_t s;

@@ -24,12 +24,11 @@
 static const char *const DEFAULT_DUMPS[] = {"testdata/tiny_gqa_tied.dump.llmt",
                                             "testdata/small_mha_untied_rope31.dump.llmt"};
 #define N_DEFAULT_DUMPS 2
-/* The other model families (llmc/model/llama_config.h): the GPU model runs Mistral's (Llama's layer) and
- * Qwen2's (with q, k, v biases); Qwen3's q/k norms only the CPU reference computes so far. */
+/* The other model families (llmc/model/llama_config.h): Mistral (Llama's layer), Qwen2 (q, k, v biases) and
+ * Qwen3 (q/k norms, head_dim 24 != d_model / n_head). */
 static const char *const FAMILY_DUMPS[] = {"testdata/mistral_tiny.dump.llmt", "testdata/qwen2_tiny_bias.dump.llmt",
                                            "testdata/qwen3_tiny_qknorm.dump.llmt"};
 #define N_FAMILY_DUMPS 3
-#define N_FAMILY_DUMPS_GPU 2
 
 /* The weights file that a dump was made from: X.dump.llmt -> X.weights.llmt. */
 static inline void dump_weights_path(const char *dump_path, char *out, size_t outlen)

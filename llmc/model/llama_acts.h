@@ -7,6 +7,7 @@
  *                            layer's output (res_mid + its MLP branch)
  *   ln_attn  [N, C], rstd_attn [N] fp32    rmsnorm(res_in) * attn_norm
  *   qkv      [N, (H+2KV) D]  q and k after RoPE, v
+ *   qk_raw   [N, H+KV, D], qk_rstd [N, H+KV] fp32   (qk_norm, Qwen3) q and k before their norm
  *   att_out  [N, H D], att_stats [B, H, T] fp32 (log-sum-exp per row)
  *   res_mid  [N, C]          res_in + o_proj(att_out)
  *   ln_mlp   [N, C], rstd_mlp [N] fp32     rmsnorm(res_mid) * mlp_norm
@@ -36,12 +37,15 @@
 #include "llmc/common/cuda_common.h"
 #include "llmc/model/llama_config.h"
 #include "llmc/kernels/bias.h"
+#include "llmc/kernels/qk_norm.h"
 #include "llmc/kernels/rmsnorm.h"
 #include "llmc/common/utils.h"
 
 typedef struct {
     bf16 *res_in, *ln_attn, *qkv, *att_out, *res_mid, *ln_mlp, *gate_up, *swiglu_out;
     float *rstd_attn, *rstd_mlp, *att_stats;
+    bf16 *qk_raw;   /* with qk_norm (Qwen3): [N, H + KV, D] the q and k heads before their norm, else NULL */
+    float *qk_rstd; /* with qk_norm: [N, H + KV] */
 } LayerActs;
 
 #define ACTS_MAX_BUFFERS 32
@@ -51,7 +55,7 @@ typedef struct {
     bf16 *res_final, *ln_final, *branch;
     float *rstd_final;
     bf16 *d_res, *d_ln, *d_att_out, *d_qkv, *d_swiglu;
-    float *norm_scratch;           /* the norms' dweight partials, and the q, k, v bias's */
+    float *norm_scratch;           /* the norms' dweight partials, the q, k, v bias's, the q/k norms' */
     void *owned[ACTS_MAX_BUFFERS]; /* every device buffer above comes from one of these */
     int n_owned;
 } Activations;
@@ -100,6 +104,11 @@ static inline void acts_build(Activations *a, const LlamaConfig *c, int B, int T
     ACTS_PER_LAYER(a, L, ln_mlp, bf16, N * C, recompute >= 1, "MLP norm output");
     ACTS_PER_LAYER(a, L, qkv, bf16, N * QKV, whole, "QKV activations");
     ACTS_PER_LAYER(a, L, att_out, bf16, N * HD, whole, "attention output");
+    if (c->qk_norm) {
+        int64_t heads = c->n_head + c->n_kv_head;
+        ACTS_PER_LAYER(a, L, qk_raw, bf16, N * heads * c->head_dim, whole, "q and k heads before their norm");
+        ACTS_PER_LAYER(a, L, qk_rstd, float, N *heads, whole, "q and k norm statistics");
+    }
     ACTS_PER_LAYER(a, L, att_stats, float, N * c->n_head, whole, "attention statistics");
     ACTS_PER_LAYER(a, L, gate_up, bf16, N * 2 * F, recompute >= 2, "gate/up activations");
     ACTS_PER_LAYER(a, L, swiglu_out, bf16, N * F, recompute >= 1, "SwiGLU output");
@@ -114,8 +123,10 @@ static inline void acts_build(Activations *a, const LlamaConfig *c, int B, int T
     /* the norms' dweight partials, and the q, k, v bias's (Qwen2) */
     size_t norm_floats = rmsnorm_backward_scratch_floats((int)N, (int)C);
     size_t bias_floats = c->qkv_bias ? bias_backward_scratch_floats((int)N, (int)QKV) : 0;
-    a->norm_scratch = (float *)acts_alloc_(a, (norm_floats > bias_floats ? norm_floats : bias_floats) * sizeof(float),
-                                           "norm and bias backward scratch");
+    size_t qk_floats = c->qk_norm ? qk_norm_backward_scratch_floats((int)N, c->head_dim) : 0;
+    size_t scratch_floats = norm_floats > bias_floats ? norm_floats : bias_floats;
+    scratch_floats = scratch_floats > qk_floats ? scratch_floats : qk_floats;
+    a->norm_scratch = (float *)acts_alloc_(a, scratch_floats * sizeof(float), "norm and bias backward scratch");
 }
 
 static inline void acts_free(Activations *a)

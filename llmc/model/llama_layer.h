@@ -30,6 +30,7 @@
 
 #include "llmc/kernels/attention.h"
 #include "llmc/kernels/bias.h"
+#include "llmc/kernels/qk_norm.h"
 #include "llmc/common/cuda_common.h"
 #include "llmc/model/llama_acts.h"
 #include "llmc/kernels/linear.h"
@@ -94,6 +95,9 @@ static inline void layer_forward_inner_(const LayerSpec *sp, const LayerTensors 
     linear_forward(a->qkv, a->ln_attn, w->qkv, N, C, layer_qkv_dim(sp), sp->fp8, linear_slot(l, LINEAR_QKV), fp8, s);
     if (w->qkv_bias)
         bias_forward(a->qkv, w->qkv_bias, N, layer_qkv_dim(sp), s);
+    if (w->qk_norm)
+        qk_norm_forward(a->qkv, a->qk_raw, a->qk_rstd, w->qk_norm, w->qk_norm + sp->D, N, sp->H, sp->KV, sp->D, sp->eps,
+                        s);
     rope_forward(a->qkv, sp->freqs_cis, sp->positions, sp->B, sp->T, sp->H, sp->KV, sp->D, s);
     attention_forward(a->att_out, a->att_stats, a->qkv, sp->B, sp->T, sp->H, sp->KV, sp->D, sp->docs, s);
     linear_forward(acts->branch, a->att_out, w->o, N, HD, C, sp->fp8, linear_slot(l, LINEAR_O), 0, s);
@@ -160,6 +164,9 @@ static inline void layer_attention_backward(const LayerSpec *sp, const LayerTens
     attention_backward(acts->d_qkv, acts->d_att_out, a->qkv, a->att_out, a->att_stats, sp->B, sp->T, sp->H, sp->KV,
                        sp->D, sp->docs, s);
     rope_backward(acts->d_qkv, sp->freqs_cis, sp->positions, sp->B, sp->T, sp->H, sp->KV, sp->D, s);
+    if (g->qk_norm)
+        qk_norm_backward(acts->d_qkv, g->qk_norm, acts->norm_scratch, a->qk_raw, a->qk_rstd, w->qk_norm,
+                         w->qk_norm + sp->D, N, sp->H, sp->KV, sp->D, accumulate, s);
     if (g->qkv_bias)
         bias_backward(g->qkv_bias, acts->norm_scratch, acts->d_qkv, N, QKV, accumulate, s);
     if (sp->recompute == 1 || sp->recompute == 2) /* level 3's is still there */

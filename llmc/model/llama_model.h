@@ -207,12 +207,12 @@ static inline void llama_fp8_build(Llama *m, const LinearShape *shapes, int n_sl
 /* 0 if the GPU model computes every option of c, else -1 and which it lacks. */
 static inline int llama_gpu_computes(const LlamaConfig *c, char *err, size_t errlen)
 {
-    if (!c->qk_norm)
+    if (!c->qk_norm || c->head_dim <= QK_NORM_MAX_D)
         return 0;
     return set_error(err, errlen,
-                     "this %s needs an RMSNorm of q and k per head, which the GPU model does not compute yet (the CPU "
-                     "reference train_llama_ref does)\n  hint: train Llama, Qwen2 or Mistral models on the GPU for now",
-                     FAMILY_ARCHITECTURE[c->family]);
+                     "this %s's RMSNorm of q and k per head takes heads of at most %d channels on the GPU, not %d "
+                     "(the CPU reference train_llama_ref takes any)",
+                     FAMILY_ARCHITECTURE[c->family], QK_NORM_MAX_D, c->head_dim);
 }
 
 static inline void llama_build(Llama *m, const LlamaConfig *config, const LlamaOptions *opt)

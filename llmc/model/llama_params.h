@@ -39,6 +39,7 @@ typedef struct {
     bf16 *attn_norm; /* [C] input_layernorm */
     bf16 *qkv;       /* [(H + 2 KV) D, C]: q_proj, k_proj and v_proj stacked, one GEMM */
     bf16 *qkv_bias;  /* [(H + 2 KV) D]: their biases stacked (Qwen2), or NULL: none */
+    bf16 *qk_norm;   /* [2 D]: q_norm's weight then k_norm's (Qwen3), or NULL: none */
     bf16 *o;         /* [C, H D] o_proj */
     bf16 *mlp_norm;  /* [C] post_attention_layernorm */
     bf16 *gate_up;   /* [2 F, C]: gate_proj and up_proj stacked, one GEMM */
@@ -72,8 +73,11 @@ static inline void params_resolve_views_(ModelTensors *v, const ParamLayout *lay
         LayerTensors *t = &v->layers[l];
         t->attn_norm = PARAM_AT(param_index_layer(layout, l, LAYER_ATTN_NORM));
         t->qkv = PARAM_AT(param_index_layer(layout, l, LAYER_Q)); /* k_proj and v_proj follow q_proj */
-        t->qkv_bias = param_layer_has(layout, LAYER_Q_BIAS) ? PARAM_AT(param_index_layer(layout, l, LAYER_Q_BIAS))
-                                                            : NULL; /* k's and v's follow q's */
+        /* the stacked biases of q, k and v (Qwen2), the stacked norm weights of q and k (Qwen3), or NULL */
+        t->qkv_bias =
+            param_layer_has(layout, LAYER_Q_BIAS) ? PARAM_AT(param_index_layer(layout, l, LAYER_Q_BIAS)) : NULL;
+        t->qk_norm =
+            param_layer_has(layout, LAYER_Q_NORM) ? PARAM_AT(param_index_layer(layout, l, LAYER_Q_NORM)) : NULL;
         t->o = PARAM_AT(param_index_layer(layout, l, LAYER_O));
         t->mlp_norm = PARAM_AT(param_index_layer(layout, l, LAYER_MLP_NORM));
         t->gate_up = PARAM_AT(param_index_layer(layout, l, LAYER_GATE)); /* up_proj follows gate_proj */

@@ -106,9 +106,9 @@ test-checkpoint: train_llama_ref
 # 50 SIGKILLs of a checkpointed CPU training run, each resumed: nothing lost, bit-identical to an uninterrupted run
 test-kill: train_llama_ref
 	$(PYTHON) tests/kill_loop.py --kills 50
-# C, C++ and CUDA sources as .clang-format says, with Debian's clang-format 14 (whose output
+# C, C++ and CUDA sources (tracked, and new ones git does not ignore) as .clang-format says, with Debian's clang-format 14 (whose output
 # other versions do not reproduce exactly); `make format` rewrites them so
-FORMAT_FILES = $(shell git ls-files '*.c' '*.h' '*.cu' 2> /dev/null || find . \( -path ./third_party -o -path ./.venv \
+FORMAT_FILES = $(shell git ls-files --cached --others --exclude-standard '*.c' '*.h' '*.cu' 2> /dev/null || find . \( -path ./third_party -o -path ./.venv \
                  -o -path ./build -o -path ./.carry \) -prune -o \( -name '*.c' -o -name '*.h' -o -name '*.cu' \) -print)
 test-format:
 	@v=$$(clang-format --version | sed -n 's/.*version \([0-9]*\).*/\1/p'); \

@@ -164,9 +164,7 @@ def load_hf_tokenizer(path):
                            "  fix: pass the whole HF model directory")
     bos = names.get("bos") if names.get("bos") is not None else names["eos"]
     encoding = HfEncoding(tok)
-    vocab = {token: i for token, i in tok.get_vocab(with_added_tokens=True).items()}
-    specials = {t.content: vocab[t.content] for t in tok.get_added_tokens_decoder().values() if t.special} \
-        if hasattr(tok, "get_added_tokens_decoder") else {}
+    specials = {t.content: i for i, t in tok.get_added_tokens_decoder().items() if t.special}
     return Tokenizer("hf", encoding, encoding.n_vocab, int(bos), int(names["eos"]), "", specials)
 
 

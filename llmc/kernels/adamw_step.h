@@ -30,6 +30,7 @@
 
 #include <math.h>
 
+#include "llmc/common/utils.h"
 #include "llmc/run/schedule.h"
 
 typedef struct {
@@ -44,6 +45,8 @@ typedef struct {
 /* The scalars of AdamW step `step` (from 1) at learning rate lr. */
 static inline AdamWScalars adamw_scalars(const AdamWConfig *cfg, double lr, int step)
 {
+    if (step < 1) /* 1 - b1^0 = 0: an infinite step size */
+        FAIL("adamw_scalars: step %d must count from 1", step);
     AdamWScalars s;
     s.decay = (float)(1.0 - lr * cfg->weight_decay);
     s.beta2 = (float)cfg->beta2;

@@ -21,23 +21,21 @@
 
 typedef struct {
     int N, H, KV, D;
-    bf16 *qkv, *raw, *dqkv, *dw;
-    float *rstd, *scratch, *w;
+    bf16 *qkv, *raw, *dqkv, *dw, *w;
+    float *rstd, *scratch;
 } Bench;
 
 static void run_forward(void *ctx, int s)
 {
     Bench *b = (Bench *)ctx;
     (void)s;
-    const bf16 *w = (const bf16 *)b->w;
-    qk_norm_forward(b->qkv, b->raw, b->rstd, w, w + b->D, b->N, b->H, b->KV, b->D, EPS, 0);
+    qk_norm_forward(b->qkv, b->raw, b->rstd, b->w, b->w + b->D, b->N, b->H, b->KV, b->D, EPS, 0);
 }
 static void run_backward(void *ctx, int s)
 {
     Bench *b = (Bench *)ctx;
     (void)s;
-    const bf16 *w = (const bf16 *)b->w;
-    qk_norm_backward(b->dqkv, b->dw, b->scratch, b->raw, b->rstd, w, w + b->D, b->N, b->H, b->KV, b->D, 0, 0);
+    qk_norm_backward(b->dqkv, b->dw, b->scratch, b->raw, b->rstd, b->w, b->w + b->D, b->N, b->H, b->KV, b->D, 0, 0);
 }
 
 static void check_size(int N, int H, int KV, int D, int bench)
@@ -139,7 +137,7 @@ static void check_size(int N, int H, int KV, int D, int bench)
     check(ok, "%-46s = 2 x dw within a bf16 rounding", "  its dw accumulated");
 
     if (bench) {
-        Bench b = {N, H, KV, D, d_qkv, d_raw, d_dqkv, d_dw, d_rstd, d_scratch, (float *)d_w};
+        Bench b = {N, H, KV, D, d_qkv, d_raw, d_dqkv, d_dw, d_w, d_rstd, d_scratch};
         snprintf(what, sizeof(what), "qk_norm_forward N=%d H=%d KV=%d D=%d", N, H, KV, D);
         bench_report(what, run_forward, &b, 1, 3.0 * nh * D * 2);
         snprintf(what, sizeof(what), "qk_norm_backward N=%d H=%d KV=%d D=%d", N, H, KV, D);

@@ -553,7 +553,7 @@ static void test_dump(const char *dump_path)
 
 /* Every family's dump builds on the GPU; what the GPU model does not compute (q/k norms over heads wider than
  * QK_NORM_MAX_D) llama_build refuses, by name. */
-static void test_families_refused(void)
+static void test_families_build(void)
 {
     for (int i = 0; i < N_FAMILY_DUMPS; i++) {
         char path[512];
@@ -579,7 +579,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "error: test_llama needs a CUDA GPU; the CPU checks are `make test`\n");
         return 1;
     }
-    test_families_refused();
+    test_families_build();
     matmul_setup();
     attention_setup();
     dist_init_single(&single_process);

@@ -2,7 +2,7 @@
 # On the GPU machine: build the CUDA programs, run test_llama against the
 # reference dumps, run every dev/cuda kernel check, and time a few training
 # steps of the Llama 3.2 1B shape. Logs go to $OUT (or /tmp/gpu_check).
-# Usage: scripts/gpu_check.sh [build] [test] [train] [kernels] [bench] [attention] [memory] [settings] [longest] [level3] [bestb] [long8b] [profile] [robust]
+# Usage: scripts/gpu_check.sh [build] [test] [pytest] [train] [kernels] [bench] [attention] [memory] [settings] [longest] [level3] [bestb] [long8b] [profile] [robust]
 #   (default: build test train kernels bench; train needs data/shards carried along)
 set -u
 cd "$(dirname "$0")/.."
@@ -22,6 +22,12 @@ for s in $steps; do
         timeout 300 ./test_llama > "$out/test_llama.log" 2>&1; rc=$?
         grep -E "FAIL|max relative|passed|step [0-9]:|error" "$out/test_llama.log" | head -60
         [ $rc -ne 0 ] && status=1;;
+    pytest)
+        # the tests that need the GPU trainer: the same flags through both trainers, the --on-nan policies
+        # and the non-finite init refusal, windows without targets
+        timeout 400 python3 -m pytest -q tests/test_both_trainers.py tests/test_on_nan.py tests/test_no_targets.py \
+            > "$out/pytest_gpu.log" 2>&1 || status=1
+        grep -E "passed|failed|error" "$out/pytest_gpu.log" | tail -8;;
     kernels)
         CHECK_LOG_DIR="$out/cuda_checks" timeout 400 bash dev/cuda/run_checks.sh > "$out/kernels.log" 2>&1 || status=1
         sed -n '/=== summary/,$p' "$out/kernels.log" | head -60;;

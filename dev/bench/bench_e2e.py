@@ -66,7 +66,8 @@ GIB = 1024.0 ** 3
 MODELS = {
     "llama3.2-1b": dict(vocab=128256, hidden=2048, layers=16, heads=32, kv_heads=8, head_dim=64, ffn=8192,
                         tied=True, rope_theta=500000.0, rope_factor=32.0, rope_low=1.0, rope_high=4.0,
-                        rope_orig=8192, max_pos=131072, eps=1e-5, preset="llama3.2-1b", default_layers=16),
+                        rope_orig=8192, max_pos=131072, eps=1e-5, preset="llama3.2-1b", default_layers=16,
+                        llmq="llama3.2-1b"),
     # The 8B's layer shape cut to fewer layers. Static memory (fp32 weights, grads and two AdamW moments,
     # 16 bytes per parameter): 2 x 525M embedding/lm_head + 218M per layer, so 8 layers = 2.80B parameters
     # = 41.7 GiB, leaving ~35 GiB of an 80 GB H100 for activations: HF at T=2048 needs ~5 GiB, and the
@@ -74,11 +75,18 @@ MODELS = {
     "llama3.1-8b-cut": dict(vocab=128256, hidden=4096, layers=32, heads=32, kv_heads=8, head_dim=128, ffn=14336,
                             tied=False, rope_theta=500000.0, rope_factor=8.0, rope_low=1.0, rope_high=4.0,
                             rope_orig=8192, max_pos=131072, eps=1e-5, preset="llama3.1-8b", default_layers=8),
+    # Qwen2.5 1.5B (its HF config.json): biases on q, k and v, tied, plain RoPE; llmq's headline model
+    "qwen2.5-1.5b": dict(family="qwen2", vocab=151936, hidden=1536, layers=28, heads=12, kv_heads=2, head_dim=128,
+                         ffn=8960, tied=True, qkv_bias=True, rope_theta=1000000.0, rope_factor=None,
+                         max_pos=131072, eps=1e-6, preset="qwen2.5-1.5b", default_layers=28, llmq="qwen2.5-1.5b"),
 }
 HF_SYSTEMS = ["hf_eager", "hf_sdpa", "hf_sdpa_compile", "hf_liger"]
-ALL_SYSTEMS = HF_SYSTEMS + ["train_llama"]
+# train_llama_fp8: --fp8 (per-tensor E4M3/E5M2 Linear maps); llmq / llmq_fp8: IST-DASLab/llmq's train
+# (built by scripts/build_llmq.sh into .carry/llmq), --matmul-dtype bf16 / e4m3, its benchmark settings
+ALL_SYSTEMS = HF_SYSTEMS + ["train_llama", "train_llama_fp8", "llmq", "llmq_fp8"]
 # Run order: a time budget cuts the last ones first, so the slow-to-start compile runs go last.
-RUN_ORDER = ["train_llama", "hf_liger", "hf_sdpa", "hf_eager", "hf_sdpa_compile"]
+RUN_ORDER = ["train_llama", "train_llama_fp8", "llmq", "llmq_fp8", "hf_liger", "hf_sdpa", "hf_eager",
+             "hf_sdpa_compile"]
 DEFAULT_SEQ_LENS = [2048, 4096, 8192, 16384, 32768, 65536, 131072]
 DEFAULT_BATCH_SWEEP = [4, 8]
 OPTIM = dict(lr=1e-4, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, grad_clip=1.0)
@@ -97,7 +105,7 @@ def param_counts(s):
     """(all parameters, tied lm_head counted once; N of the FLOPs formula)."""
     C, V, F, L = s["hidden"], s["vocab"], s["ffn"], s["layers"]
     QD, KVD = s["heads"] * s["head_dim"], s["kv_heads"] * s["head_dim"]
-    per_layer = 2 * C + C * QD + 2 * C * KVD + QD * C + 3 * C * F
+    per_layer = 2 * C + C * QD + 2 * C * KVD + QD * C + 3 * C * F + ((QD + 2 * KVD) if s.get("qkv_bias") else 0)
     total = V * C + L * per_layer + C + (0 if s["tied"] else V * C)
     # llama_flops_per_token: total minus the embedding, plus lm_head when tied (the embedding is a lookup).
     n_flops = total - V * C + (V * C if s["tied"] else 0)
@@ -118,7 +126,7 @@ def estimate_mem_gib(system, s, B, T, recompute=1):
     per_tok_layer = {"hf_eager": 28 * C + 8 * F + 8 * KVD + 6 * H * T, "hf_sdpa": 28 * C + 8 * F + 8 * KVD,
                      "hf_sdpa_compile": 20 * C + 6 * F + 8 * KVD, "hf_liger": 18 * C + 4 * F + 8 * KVD}
     logits_per_tok = {"hf_eager": 12 * V, "hf_sdpa": 12 * V, "hf_sdpa_compile": 6 * V, "hf_liger": 0}
-    if system == "train_llama":
+    if system.startswith("train_llama") or system.startswith("llmq"):
         static = 18.0 * total
         act = {0: 16 * C + 8 * F + 4 * KVD, 1: 12 * C + 4 * F + 4 * KVD, 2: 10 * C + 2 * F + 4 * KVD,
                3: 2 * C}[recompute]
@@ -128,18 +136,19 @@ def estimate_mem_gib(system, s, B, T, recompute=1):
     return (static + B * T * (L * per_tok_layer[system] + logits_per_tok[system]) + fixed) / GIB
 
 
-def estimate_run_s(system, s, B, T, steps, oom=False):
+def estimate_run_s(system, s, B, T, steps, oom=False, accum=1):
     """Rough wall time of one run: process start, model build, compile, steps."""
     total, _ = param_counts(s)
     bparams = total / 1e9
-    if system == "train_llama":
-        overhead = 3.0 + 1.0 * bparams
+    if system.startswith("train_llama") or system.startswith("llmq"):
+        overhead = (3.0 if system.startswith("train_llama") else 15.0) + 1.0 * bparams
     else:
         overhead = 9.0 + 1.5 * bparams + (4.0 if system == "hf_liger" else 0.0)
         if system == "hf_sdpa_compile":
             overhead += 15.0 + 3.0 * s["layers"]  # ~1 min for the 16-layer 1B
-    mfu = {"train_llama": 0.45, "hf_liger": 0.38, "hf_sdpa": 0.35, "hf_sdpa_compile": 0.40, "hf_eager": 0.25}[system]
-    step = B * T * flops_per_token(s, T) / (mfu * PEAK_BF16_FLOPS)
+    mfu = {"train_llama": 0.45, "train_llama_fp8": 0.55, "llmq": 0.45, "llmq_fp8": 0.5, "hf_liger": 0.38,
+           "hf_sdpa": 0.35, "hf_sdpa_compile": 0.40, "hf_eager": 0.25}[system]
+    step = accum * B * T * flops_per_token(s, T) / (mfu * PEAK_BF16_FLOPS)
     return overhead + (1.5 * step if oom else (steps + 0.5) * step)
 
 
@@ -154,7 +163,7 @@ def build_plan(args):
         for system in RUN_ORDER:
             if system not in args.systems:
                 continue
-            levels = args.train_llama_recompute if system == "train_llama" else [None]
+            levels = args.train_llama_recompute if system.startswith("train_llama") else [None]
             for r in levels:
                 if system == "hf_sdpa_compile":
                     bs, ts = sorted(set(args.compile_batch_sweep)), sorted(set(args.compile_seq_lens))
@@ -166,7 +175,8 @@ def build_plan(args):
                 for B, T in settings:
                     warm = args.compile_warmup if system == "hf_sdpa_compile" else args.warmup
                     plan.append(dict(system=system, model=mname, shape=s, layers=s["layers"], B=B, T=T,
-                                     recompute=r, warmup=warm, steps=args.steps, batch_t=args.batch_t))
+                                     recompute=r, warmup=warm, steps=args.steps, batch_t=args.batch_t,
+                                     accum=args.grad_accum))
     return plan
 
 
@@ -209,6 +219,31 @@ def train_llama_cmd(args, run, log_path):
            "--grad-clip", repr(OPTIM["grad_clip"]), "--seed", str(args.seed), "--log", log_path]
     if run["layers"] != s["default_layers"] or s["preset"] != run["model"]:
         cmd += ["--n-layer", str(run["layers"])]
+    if run["accum"] > 1:
+        cmd += ["--total-batch", str(run["accum"] * run["B"] * run["T"])]
+    if run["system"] == "train_llama_fp8":
+        cmd += ["--fp8"]
+    return cmd
+
+
+def llmq_cmd(args, run, inputs, log_path):
+    """llmq's train at its H100 benchmark's settings (benchmarks/H100x1.md: bf16 weights and AdamW moments, CUDA
+    graphs, --lmhead-chunks 4 for bf16) on random tokens, with this bench's AdamW settings; fp8: e4m3 matmuls."""
+    s = run["shape"]
+    cmd = [os.path.join(args.llmq, "bin", "train"), "--model=" + os.path.join(inputs, "model"), "--from-scratch",
+           "--train-file=" + os.path.join(inputs, "train.bin"), "--eval-file=" + os.path.join(inputs, "eval.bin"),
+           "--seq-length=%d" % run["T"], "--batch-size=%d" % run["B"], "--grad-accumulation=%d" % run["accum"],
+           "--steps=%d" % (run["warmup"] + run["steps"]), "--gpus=1", "--use-cuda-graphs",
+           "--model-dtype=bf16", "--opt-m-dtype=bf16", "--opt-v-dtype=bf16",
+           "--matmul-dtype=" + ("e4m3" if run["system"] == "llmq_fp8" else "bf16"),
+           "--lr=%g" % OPTIM["lr"], "--beta-1=%g" % OPTIM["beta1"], "--beta-2=%g" % OPTIM["beta2"],
+           "--adam-epsilon=%g" % OPTIM["eps"], "--weight-decay=%g" % OPTIM["weight_decay"],
+           "--grad-clip=%g" % OPTIM["grad_clip"], "--warmup=1", "--eval-every-n-steps=1000000",
+           "--ckpt-interval=1000000", "--out-dir=" + os.path.join(inputs, "out"), "--log-file=" + log_path]
+    if run["system"] == "llmq":
+        cmd.append("--lmhead-chunks=4")
+    if run["layers"] != s["default_layers"]:
+        raise ValueError("llmq takes its shape from config.json: no cut models")
     return cmd
 
 
@@ -236,7 +271,8 @@ def print_plan(args, plan):
         reason = skip_reason(run, sim)
         mem = estimate_mem_gib(run["system"], run["shape"], run["B"], run["T"], level(run))
         oom = mem > args.gpu_mem_gib
-        est = 0.0 if reason else estimate_run_s(run["system"], run["shape"], run["B"], run["T"], run["steps"], oom)
+        est = 0.0 if reason else estimate_run_s(run["system"], run["shape"], run["B"], run["T"], run["steps"], oom,
+                                                run["accum"])
         spent = model_t.get(run["model"], 0.0)
         if not reason and args.budget_s and spent + est > args.budget_s:
             reason = "skipped (time budget)"
@@ -249,7 +285,7 @@ def print_plan(args, plan):
         line = "  %-15s %-16s L=%-2d B=%-2d T=%-6d mem~%6.1f GiB  time~%5.0fs  %s" % (
             run["model"], variant(run), run["layers"], run["B"], run["T"], mem, est, status)
         print(line)
-        if run["system"] == "train_llama" and not reason and args.verbose:
+        if run["system"].startswith("train_llama") and not reason and args.verbose:
             print("      " + " ".join(shlex.quote(c) for c in train_llama_cmd(args, run, "LOG.jsonl")))
     for m, t in model_t.items():
         print("estimated wall time %s: %.1f min" % (m, t / 60))
@@ -391,7 +427,7 @@ def run_train_llama(args, run, log_base):
         ms = [st["ms"] for st in timed]
         med = quantile(ms, 0.5)
         rec.update(status="ok", step_ms_median=med, step_ms_q20=quantile(ms, 0.2), step_ms_q80=quantile(ms, 0.8),
-                   tokens_per_s=run["B"] * run["T"] / (med / 1e3),
+                   tokens_per_s=run["accum"] * run["B"] * run["T"] / (med / 1e3),
                    mfu_reported=quantile([st["mfu"] for st in timed], 0.5),
                    peak_mem_gib=max(st["peak_mem_gib"] for st in steps),
                    device_mem_gib=max(st["device_mem_gib"] for st in steps),
@@ -400,9 +436,71 @@ def run_train_llama(args, run, log_base):
     return rec
 
 
+def llmq_inputs(args, run, logs):
+    """The model directory (config.json alone) and random token files llmq trains on, made once per model by
+    scripts/llmq_inputs.py in the logs folder."""
+    d = os.path.join(logs, "llmq_inputs_" + run["model"])
+    if not os.path.exists(os.path.join(d, "eval.bin")):
+        need = (run["warmup"] + run["steps"] + 2) * run["accum"] * run["B"] * run["T"]
+        subprocess.run([args.python, os.path.join(REPO, "scripts", "llmq_inputs.py"), d, "--model",
+                        run["shape"]["llmq"], "--random-tokens", str(max(need, 1 << 22))], check=True)
+    return d
+
+
+def run_llmq(args, run, log_base):
+    """llmq's own log: a JSON line per step with its duration_ms; the peak device memory is nvidia-smi's
+    memory.used of the GPU, sampled every 0.2 s (llmq allocates its buffers up front, so it is close to its
+    allocator's total; includes the CUDA context, unlike the torch and train_llama peaks)."""
+    if not run["shape"].get("llmq"):
+        return {"status": "skipped (llmq has no config for this model)"}
+    if not os.path.exists(os.path.join(args.llmq, "bin", "train")):
+        return {"status": "failed: %s/bin/train not found (scripts/build_llmq.sh)" % args.llmq}
+    try:
+        inputs = llmq_inputs(args, run, os.path.dirname(log_base))
+    except (OSError, subprocess.SubprocessError) as e:
+        return {"status": "failed: llmq inputs: %s" % e}
+    log_json = log_base + ".llmq.json"
+    cmd = llmq_cmd(args, run, inputs, log_json)
+    gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0] or "0"
+    smi = subprocess.Popen(["nvidia-smi", "-i", gpu, "--query-gpu=memory.used", "--format=csv,noheader,nounits",
+                            "-lms", "200"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        rc, out, err = run_subprocess(cmd, args.timeout, log_base)
+    finally:
+        smi.terminate()
+        used = [float(x) for x in smi.communicate()[0].split() if x.replace(".", "", 1).isdigit()]
+    rec = {"command": " ".join(shlex.quote(c) for c in cmd)}
+    steps = []
+    try:
+        with open(log_json) as f:
+            for line in f:
+                line = line.strip().rstrip(",")
+                if '"log": "step"' in line:
+                    steps.append(json.loads(line))
+    except (OSError, ValueError):
+        pass
+    text = out + "\n" + err
+    if rc == "timeout":
+        rec["status"] = "timeout (%ds)" % args.timeout
+    elif rc != 0 or len(steps) < run["warmup"] + run["steps"]:
+        rec["status"] = "OOM" if is_oom_text(text) else "failed: %s" % last_error_line(text)
+    else:
+        ms = [st["duration_ms"] for st in steps[run["warmup"]:]]
+        med = quantile(ms, 0.5)
+        rec.update(status="ok", step_ms_median=med, step_ms_q20=quantile(ms, 0.2), step_ms_q80=quantile(ms, 0.8),
+                   tokens_per_s=steps[-1]["step_tokens"] / (med / 1e3), peak_mem_gib=max(used) / 1024.0
+                   if used else None, device_mem_gib=max(used) / 1024.0 if used else None,
+                   peak_mem_source="nvidia-smi memory.used", n_timed_steps=len(ms),
+                   loss_first=steps[0]["loss"], loss_last=steps[-1]["loss"])
+        if steps[-1]["step_tokens"] != run["accum"] * run["B"] * run["T"]:
+            rec["status"] = "failed: llmq stepped %d tokens, not %d" % (steps[-1]["step_tokens"],
+                                                                        run["accum"] * run["B"] * run["T"])
+    return rec
+
+
 def run_hf(args, run, log_base):
     spec = dict(system=run["system"], shape=run["shape"], B=run["B"], T=run["T"], warmup=run["warmup"],
-                steps=run["steps"], seed=args.seed, optim=OPTIM)
+                steps=run["steps"], seed=args.seed, optim=OPTIM, accum=run["accum"])
     env = dict(os.environ)
     if args.expandable_segments:
         env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
@@ -430,7 +528,7 @@ def make_record(args, run, env, res, wall):
     rec.update({k: v for k, v in res.items() if k not in ("status",)})
     if rec["tokens_per_s"] is not None:
         rec["mfu"] = rec["tokens_per_s"] * fpt / PEAK_BF16_FLOPS
-    rec.update(recompute=run["recompute"], warmup_steps=run["warmup"], timed_steps=run["steps"],
+    rec.update(recompute=run["recompute"], warmup_steps=run["warmup"], timed_steps=run["steps"], grad_accum=run["accum"],
                params_total=total, params_flops=n, flops_per_token=fpt, peak_flops=PEAK_BF16_FLOPS,
                gpu=rec.get("gpu") or env.get("gpu"),
                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -440,7 +538,7 @@ def make_record(args, run, env, res, wall):
                optimizer="AdamW lr %g betas (%g, %g) eps %g wd %g (matrices) clip %g" % (
                    OPTIM["lr"], OPTIM["beta1"], OPTIM["beta2"], OPTIM["eps"], OPTIM["weight_decay"],
                    OPTIM["grad_clip"]))
-    if run["system"] != "train_llama" and args.expandable_segments:
+    if run["system"] in HF_SYSTEMS and args.expandable_segments:
         rec["alloc_conf"] = "expandable_segments:True"
     return rec
 
@@ -517,7 +615,7 @@ def main_parent(args):
         if not reason and args.budget_s:
             mem = estimate_mem_gib(run["system"], run["shape"], run["B"], run["T"], level(run))
             est = estimate_run_s(run["system"], run["shape"], run["B"], run["T"], run["steps"],
-                                 mem > args.gpu_mem_gib)
+                                 mem > args.gpu_mem_gib, run["accum"])
             if spent + min(est, args.timeout) > args.budget_s:
                 reason = "skipped (time budget)"
         t0 = time.perf_counter()
@@ -529,8 +627,8 @@ def main_parent(args):
             log_base = os.path.join(logs, tag)
             print("run %-16s %-15s L=%d B=%d T=%d ..." % (variant(run), run["model"], run["layers"], run["B"],
                                                           run["T"]), end=" ", flush=True)
-            res = run_train_llama(args, run, log_base) if run["system"] == "train_llama" else \
-                run_hf(args, run, log_base)
+            res = run_train_llama(args, run, log_base) if run["system"].startswith("train_llama") else \
+                run_llmq(args, run, log_base) if run["system"].startswith("llmq") else run_hf(args, run, log_base)
             res["log"] = os.path.relpath(log_base, REPO) if log_base.startswith(REPO + os.sep) else log_base
         wall = time.perf_counter() - t0
         model_t[run["model"]] = spent + wall
@@ -562,17 +660,34 @@ def child_main(spec):
     os._exit(0)  # skip teardown (compile workers, CUDA) that could hang or crash after the result
 
 
+def hf_classes(s):
+    """(config class, model class, modeling module, liger's patch function) of the shape's family."""
+    if s.get("family", "llama") == "qwen2":
+        from transformers import Qwen2Config, Qwen2ForCausalLM
+        from transformers.models.qwen2 import modeling_qwen2
+        return Qwen2Config, Qwen2ForCausalLM, modeling_qwen2, "apply_liger_kernel_to_qwen2"
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.models.llama import modeling_llama
+    return LlamaConfig, LlamaForCausalLM, modeling_llama, "apply_liger_kernel_to_llama"
+
+
 def hf_config(s, attn):
-    from transformers import LlamaConfig
-    rope = {"rope_type": "llama3", "rope_theta": s["rope_theta"], "factor": s["rope_factor"],
-            "low_freq_factor": s["rope_low"], "high_freq_factor": s["rope_high"],
-            "original_max_position_embeddings": s["rope_orig"]}
-    config = LlamaConfig(
-        vocab_size=s["vocab"], hidden_size=s["hidden"], intermediate_size=s["ffn"], num_hidden_layers=s["layers"],
-        num_attention_heads=s["heads"], num_key_value_heads=s["kv_heads"], head_dim=s["head_dim"],
-        max_position_embeddings=s["max_pos"], rms_norm_eps=s["eps"], initializer_range=0.02,
-        tie_word_embeddings=bool(s["tied"]), rope_parameters=rope, attention_bias=False, mlp_bias=False,
-        hidden_act="silu", use_cache=False, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    config_class = hf_classes(s)[0]
+    common = dict(vocab_size=s["vocab"], hidden_size=s["hidden"], intermediate_size=s["ffn"],
+                  num_hidden_layers=s["layers"], num_attention_heads=s["heads"], num_key_value_heads=s["kv_heads"],
+                  max_position_embeddings=s["max_pos"], rms_norm_eps=s["eps"], initializer_range=0.02,
+                  tie_word_embeddings=bool(s["tied"]), hidden_act="silu", use_cache=False, bos_token_id=None,
+                  eos_token_id=None, pad_token_id=None)
+    if s.get("family", "llama") == "qwen2":  # q, k, v biases are built in; head_dim is hidden / heads
+        assert s["head_dim"] * s["heads"] == s["hidden"]
+        config = config_class(**common, rope_parameters={"rope_type": "default", "rope_theta": s["rope_theta"]},
+                              use_sliding_window=False)
+    else:
+        rope = {"rope_type": "llama3", "rope_theta": s["rope_theta"], "factor": s["rope_factor"],
+                "low_freq_factor": s["rope_low"], "high_freq_factor": s["rope_high"],
+                "original_max_position_embeddings": s["rope_orig"]}
+        config = config_class(**common, head_dim=s["head_dim"], rope_parameters=rope, attention_bias=False,
+                              mlp_bias=False)
     config._attn_implementation = attn
     return config
 
@@ -585,26 +700,25 @@ def child_run(spec):
     torch.backends.cudnn.allow_tf32 = True
     info = {"gpu": torch.cuda.get_device_name(0)}
 
+    _, model_class, modeling, liger_patch = hf_classes(s)
     if system == "hf_liger":
-        # Before the model exists: it swaps modeling_llama's LlamaRMSNorm, LlamaMLP and
-        # apply_rotary_pos_emb, and LlamaForCausalLM.forward for its fused linear cross-entropy
-        # forward, which in training mode with labels never materialises the logits.
-        from liger_kernel.transformers import apply_liger_kernel_to_llama
-        apply_liger_kernel_to_llama(rope=True, rms_norm=True, swiglu=True, fused_linear_cross_entropy=True,
-                                    cross_entropy=False)
-    from transformers import LlamaForCausalLM
-    from transformers.models.llama import modeling_llama
+        # Before the model exists: it swaps the modeling module's RMSNorm, MLP and apply_rotary_pos_emb,
+        # and the CausalLM's forward for its fused linear cross-entropy forward, which in training mode
+        # with labels never materialises the logits.
+        import liger_kernel.transformers
+        getattr(liger_kernel.transformers, liger_patch)(rope=True, rms_norm=True, swiglu=True,
+                                                        fused_linear_cross_entropy=True, cross_entropy=False)
 
     attn = "eager" if system == "hf_eager" else "sdpa"
     config = hf_config(s, attn)
     try:
         with torch.device("cuda"):
-            model = LlamaForCausalLM(config)
+            model = model_class(config)
     except Exception as e:  # noqa: BLE001 -- fall back to building on the CPU, unless out of memory
         if is_oom_text(type(e).__name__ + " " + str(e)):
             raise
         print("building on cuda failed (%s); building on the CPU" % e, file=sys.stderr)
-        model = LlamaForCausalLM(config).to("cuda")
+        model = model_class(config).to("cuda")
     model = model.float().train()
     assert model.config._attn_implementation == attn, model.config._attn_implementation
     params = list(model.parameters())
@@ -616,7 +730,7 @@ def child_run(spec):
     if system == "hf_liger":
         layer = model.model.layers[0]
         patched = dict(mlp=type(layer.mlp).__name__, norm=type(layer.input_layernorm).__name__,
-                       rope=getattr(modeling_llama.apply_rotary_pos_emb, "__module__", "?"),
+                       rope=getattr(modeling.apply_rotary_pos_emb, "__module__", "?"),
                        forward=getattr(type(model).forward, "__module__", "?"))
         info["liger_patched"] = patched
         if "Liger" not in patched["mlp"] or "Liger" not in patched["norm"] or "liger" not in patched["rope"] \
@@ -641,20 +755,23 @@ def child_run(spec):
     gen = torch.Generator(device="cuda")
     gen.manual_seed(spec["seed"])
 
+    accum = spec.get("accum", 1)
+
     def step():
-        x = torch.randint(0, s["vocab"], (B, T), device="cuda", generator=gen)
+        xs = [torch.randint(0, s["vocab"], (B, T), device="cuda", generator=gen) for _ in range(accum)]
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            # only the loss is kept: the output's logits (when there are any) die before backward,
-            # as in a usual training loop
-            loss = fwd(input_ids=x, labels=x, use_cache=False).loss
-        loss.backward()
+        for x in xs:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                # only the loss is kept: the output's logits (when there are any) die before backward,
+                # as in a usual training loop
+                loss = fwd(input_ids=x, labels=x, use_cache=False).loss / accum
+            loss.backward()
         torch.nn.utils.clip_grad_norm_(params, o["grad_clip"])
         opt.step()
         opt.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
-        return time.perf_counter() - t0, loss.item()
+        return time.perf_counter() - t0, loss.item() * accum
 
     losses, warm_s = [], []
     for _ in range(spec["warmup"]):
@@ -674,7 +791,7 @@ def child_run(spec):
     ms = [t * 1e3 for t in times]
     med = quantile(ms, 0.5)
     info.update(status="ok", step_ms_median=med, step_ms_q20=quantile(ms, 0.2), step_ms_q80=quantile(ms, 0.8),
-                tokens_per_s=B * T / (med / 1e3), peak_mem_gib=torch.cuda.max_memory_allocated() / GIB,
+                tokens_per_s=accum * B * T / (med / 1e3), peak_mem_gib=torch.cuda.max_memory_allocated() / GIB,
                 reserved_gib=torch.cuda.max_memory_reserved() / GIB, device_mem_gib=(total_b - free_b) / GIB,
                 gpu_mem_total_gib=total_b / GIB, n_timed_steps=len(times), loss_first=losses[0],
                 loss_last=losses[-1], warmup_ms=[round(t * 1e3, 1) for t in warm_s],
@@ -715,6 +832,9 @@ def parse_args(argv):
     p.add_argument("--mirror", default=None, help="also append every record here (e.g. $OUT/results/e2e.jsonl)")
     p.add_argument("--logs-dir", default=None, help="per-run logs (default: logs/ next to --out)")
     p.add_argument("--train-llama", default="./train_llama")
+    p.add_argument("--llmq", default=os.path.join(REPO, ".carry", "llmq"), help="llmq's install (bin/train)")
+    p.add_argument("--grad-accum", type=int, default=1,
+                   help="micro-steps per optimizer step, for every system (tokens/s counts all of them)")
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--expandable-segments", action="store_true",
@@ -747,6 +867,8 @@ def parse_args(argv):
         p.error("--warmup and --compile-warmup must be >= 1")
     if any(t <= 0 for t in args.seq_lens + args.batch_sweep) or args.batch_t <= 0:
         p.error("sequence lengths and batch sizes must be positive")
+    if args.grad_accum < 1:
+        p.error("--grad-accum must be >= 1")
     if args.layers is not None and args.layers <= 0:
         p.error("--layers must be positive")
     if not args.seq_lens and not args.batch_sweep:

@@ -1,10 +1,13 @@
 """The Python side of scripts/hf_check.sh (a GPU machine with torch and transformers): HF model directories
 made by transformers' save_pretrained go into train_llama, and what train_llama writes comes back out.
 
-  make OUT     two models with shapes unlike the presets, saved by save_pretrained in bf16: OUT/hf_tied (one
-               file) and OUT/hf_untied (shards of at most 20 MB with an index); a shard of exactly one window
+  make OUT     models with shapes unlike the presets, saved by save_pretrained in bf16: OUT/hf_tied (one
+               file) and OUT/hf_untied (shards of at most 20 MB with an index), Llama's; OUT/hf_qwen2 (q, k, v
+               biases, tied), OUT/hf_qwen3 (q/k norms, head_dim free of the width, untied) and OUT/hf_mistral;
+               a shard of exactly one window
                (B=2 x T=256 + 1 tokens of real text, from the default corpus's val shard); transformers' loss of
                each model on that window (OUT/hf_losses.json)
+  names        the models' names (no OUT), for the shell's loop
   compare OUT  train_llama's first-step loss from each directory against transformers' (OUT/train_*.jsonl);
                the bf16 export and the fp32 checkpoint of the trained models load with from_pretrained and give
                the same logits within bf16 tolerance; AutoTokenizer reads the exported tokenizer
@@ -18,7 +21,8 @@ import sys
 import numpy as np
 import torch
 import torch.nn.functional as F
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, MistralConfig,
+                          Qwen2Config, Qwen3Config)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "data"))
@@ -38,14 +42,22 @@ def result(ok, what):
 
 
 def shapes():
-    """Unlike every preset: 192 wide, 6 heads of 32 with 2 KV heads, 3 layers, an FFN of 512."""
+    """name: (config class, its arguments). Unlike every preset: 192 wide, 6 heads of 32 with 2 KV heads, 3
+    layers, an FFN of 512; Qwen3's heads 48 wide (6 x 48 = 288, not 192), as its real ones are 128 at any width."""
     common = dict(vocab_size=128256, hidden_size=192, intermediate_size=512, num_hidden_layers=3,
-                  num_attention_heads=6, num_key_value_heads=2, head_dim=32, max_position_embeddings=2048,
-                  rms_norm_eps=1e-5, bos_token_id=128000, eos_token_id=128001,
-                  rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0,
-                                   "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                                   "original_max_position_embeddings": 256})
-    return {"tied": dict(common, tie_word_embeddings=True), "untied": dict(common, tie_word_embeddings=False)}
+                  num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=2048,
+                  rms_norm_eps=1e-5, bos_token_id=128000, eos_token_id=128001)
+    llama3 = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
+              "high_freq_factor": 4.0, "original_max_position_embeddings": 256}
+    plain = {"rope_type": "default", "rope_theta": 1000000.0}
+    return {"tied": (LlamaConfig, dict(common, head_dim=32, rope_parameters=llama3, tie_word_embeddings=True)),
+            "untied": (LlamaConfig, dict(common, head_dim=32, rope_parameters=llama3, tie_word_embeddings=False)),
+            "qwen2": (Qwen2Config, dict(common, rope_parameters=plain, tie_word_embeddings=True,
+                                        use_sliding_window=False)),
+            "qwen3": (Qwen3Config, dict(common, head_dim=48, rope_parameters=plain, tie_word_embeddings=False,
+                                        attention_bias=False, use_sliding_window=False)),
+            "mistral": (MistralConfig, dict(common, head_dim=32, rope_parameters=plain, tie_word_embeddings=False,
+                                            sliding_window=None))}
 
 
 def window():
@@ -71,12 +83,17 @@ def make(out):
     prepare.write_shard(os.path.join(out, "window_train_000000.bin"), array("I", tokens.tolist()),
                         types.SimpleNamespace(vocab_size=128256, bos_id=128000, eos_id=128001))
     losses = {}
-    for name, kw in shapes().items():
-        model = LlamaForCausalLM(LlamaConfig(**kw)).to(torch.bfloat16)
+    for name, (config_class, kw) in shapes().items():
+        model = AutoModelForCausalLM.from_config(config_class(**kw)).to(torch.bfloat16)
+        if name == "qwen2":  # HF initialises the biases to zero: random ones, so that a dropped bias shows
+            with torch.no_grad():
+                for layer in model.model.layers:
+                    for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                        proj.bias.normal_(0.0, 0.1)
         model.save_pretrained(os.path.join(out, f"hf_{name}"), max_shard_size="20MB" if name == "untied" else "10GB")
         files = sorted(os.listdir(os.path.join(out, f"hf_{name}")))
-        print(f"{name}: {files}")
-        loaded = LlamaForCausalLM.from_pretrained(os.path.join(out, f"hf_{name}"), dtype=torch.float32).cuda()
+        print(f"{name}: {type(model).__name__} {files}")
+        loaded = AutoModelForCausalLM.from_pretrained(os.path.join(out, f"hf_{name}"), dtype=torch.float32).cuda()
         losses[name] = hf_loss(loaded, tokens)[0]
     json.dump(losses, open(os.path.join(out, "hf_losses.json"), "w"))
     print("transformers' losses on the window:", losses)
@@ -89,22 +106,26 @@ def first_loss(path):
 def compare(out):
     tokens = window()
     ref = json.load(open(os.path.join(out, "hf_losses.json")))
-    for name in ("tied", "untied"):
+    for name, (_, kw) in shapes().items():
         got = first_loss(os.path.join(out, f"train_{name}.jsonl"))
         rel = abs(got - ref[name]) / abs(ref[name])
         result(rel <= LOSS_TOL, f"{name}: train_llama's first-step loss from the HF directory {got:.6f}, "
                f"transformers' {ref[name]:.6f}: relative difference {rel:.2e} (tol {LOSS_TOL:g})")
-        fp32 = LlamaForCausalLM.from_pretrained(os.path.join(out, f"ck_{name}", "step_00000020"),
-                                                dtype=torch.float32).cuda()
-        bf16 = LlamaForCausalLM.from_pretrained(os.path.join(out, f"exp_{name}"), dtype=torch.float32).cuda()
+        fp32 = AutoModelForCausalLM.from_pretrained(os.path.join(out, f"ck_{name}", "step_00000020"),
+                                                    dtype=torch.float32).cuda()
+        bf16 = AutoModelForCausalLM.from_pretrained(os.path.join(out, f"exp_{name}"), dtype=torch.float32).cuda()
+        head_dim = getattr(bf16.config, "head_dim", None) or bf16.config.hidden_size // bf16.config.num_attention_heads
+        result(type(bf16).__name__ == type(fp32).__name__ and kw.get("head_dim", 32) == head_dim,
+               f"{name}: the export and the checkpoint load as {type(bf16).__name__}, head_dim {head_dim}")
         _, a = hf_loss(fp32, tokens)
         _, b = hf_loss(bf16, tokens)
         err = ((b - a).abs().max() / a.abs().max()).item()
         result(err <= LOGITS_TOL, f"{name}: the bf16 export's logits against the fp32 checkpoint's (both through "
                f"from_pretrained): max rel error {err:.2e} (tol {LOGITS_TOL:g})")
         cfg = json.load(open(os.path.join(out, f"exp_{name}", "config.json")))
-        result(cfg["torch_dtype"] == "bfloat16" and cfg["tie_word_embeddings"] == (name == "tied"),
-               f"{name}: the export's config.json says bfloat16 and tie_word_embeddings {name == 'tied'}")
+        tied = kw["tie_word_embeddings"]
+        result(cfg["torch_dtype"] == "bfloat16" and cfg["tie_word_embeddings"] == tied,
+               f"{name}: the export's config.json says bfloat16 and tie_word_embeddings {tied}")
     tok = AutoTokenizer.from_pretrained(os.path.join(out, "exp_untied"))
     ids = tok.encode("In the beginning God created the heaven and the earth.")
     tiktoken_file = os.path.join(ROOT, "data", "shards", "corpus_tokenizer.model")  # the llama3 file, sha256-checked
@@ -130,6 +151,9 @@ def greedy(out):
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["names"]:
+        print(" ".join(shapes()))
+        sys.exit(0)
     cmd, out = sys.argv[1], sys.argv[2]
     os.makedirs(out, exist_ok=True)
     {"make": make, "compare": compare, "greedy": greedy}[cmd](out)

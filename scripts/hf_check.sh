@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine (torch and transformers installed; data/shards of the default corpus carried along): HF
 # model directories in and out of train_llama (issue #12). Logs under $OUT/hf (or /tmp/hf_check).
-#   1. two models by transformers' save_pretrained (bf16; tied in one file, untied in 20 MB shards; shapes unlike
-#      the presets) train 20 steps from --init-from on one window of real text; their first-step loss against
+#   1. models by transformers' save_pretrained (bf16; Llama tied in one file, untied in 20 MB shards; Qwen2 with
+#      q, k, v biases, Qwen3 with q/k norms, Mistral; shapes unlike the presets) train 20 steps from --init-from on one window of real text; their first-step loss against
 #      transformers'; a bf16 export and the fp32 checkpoint load with from_pretrained, logits within bf16
 #      tolerance; test_llama checks train_llama's forward, backward and steps against the trained checkpoint as
 #      transformers computes it (a dump made by reference/make_reference.py --from-hf)
@@ -23,7 +23,7 @@ for s in $steps; do
         make -j"$(nproc)" gpu > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; echo "FAIL build"; exit 1; };;
     models)
         python3 scripts/hf_check.py make "$out" || status=1
-        for m in tied untied; do
+        for m in $(python3 scripts/hf_check.py names); do
             rm -rf "$out/ck_$m" "$out/exp_$m"
             ./train_llama --init-from "$out/hf_$m" --train "$out/window_train_*.bin" --val '' --tokenizer "$tok" \
                 -B 2 -T 256 --steps 20 --warmup 0 --lr 1e-4 --schedule constant --checkpoint-dir "$out/ck_$m" \

@@ -33,6 +33,7 @@ B, T = 2, 256
 LOSS_TOL = 1e-2    # the mean of 512 token losses: bf16 rounding in every layer, mostly cancelling (test_llama: 5e-3)
 LOGITS_TOL = 2.5e-2  # max|a - b| / max|b| of the logits: bf16-rounded weights against fp32 ones (test_llama's forward)
 failed = 0
+ONLY = os.environ.get("HF_MODELS", "").split()  # a subset of shapes()' names, as scripts/hf_check.sh takes them
 
 
 def result(ok, what):
@@ -41,7 +42,7 @@ def result(ok, what):
     failed += not ok
 
 
-def shapes():
+def shapes(only=None):
     """name: (config class, its arguments). Unlike every preset: 192 wide, 6 heads of 32 with 2 KV heads, 3
     layers, an FFN of 512; Qwen3's heads 48 wide (6 x 48 = 288, not 192), as its real ones are 128 at any width."""
     common = dict(vocab_size=128256, hidden_size=192, intermediate_size=512, num_hidden_layers=3,
@@ -50,7 +51,7 @@ def shapes():
     llama3 = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
               "high_freq_factor": 4.0, "original_max_position_embeddings": 256}
     plain = {"rope_type": "default", "rope_theta": 1000000.0}
-    return {"tied": (LlamaConfig, dict(common, head_dim=32, rope_parameters=llama3, tie_word_embeddings=True)),
+    every = {"tied": (LlamaConfig, dict(common, head_dim=32, rope_parameters=llama3, tie_word_embeddings=True)),
             "untied": (LlamaConfig, dict(common, head_dim=32, rope_parameters=llama3, tie_word_embeddings=False)),
             "qwen2": (Qwen2Config, dict(common, rope_parameters=plain, tie_word_embeddings=True,
                                         use_sliding_window=False)),
@@ -58,6 +59,10 @@ def shapes():
                                         attention_bias=False, use_sliding_window=False)),
             "mistral": (MistralConfig, dict(common, head_dim=32, rope_parameters=plain, tie_word_embeddings=False,
                                             sliding_window=None))}
+    unknown = [n for n in (only or []) if n not in every]
+    if unknown:
+        raise SystemExit(f"error: no model named {unknown} (the names: {' '.join(every)})")
+    return {n: every[n] for n in only} if only else every
 
 
 def window():
@@ -83,7 +88,7 @@ def make(out):
     prepare.write_shard(os.path.join(out, "window_train_000000.bin"), array("I", tokens.tolist()),
                         types.SimpleNamespace(vocab_size=128256, bos_id=128000, eos_id=128001))
     losses = {}
-    for name, (config_class, kw) in shapes().items():
+    for name, (config_class, kw) in shapes(ONLY).items():
         model = AutoModelForCausalLM.from_config(config_class(**kw)).to(torch.bfloat16)
         if name == "qwen2":  # HF initialises the biases to zero: random ones, so that a dropped bias shows
             with torch.no_grad():
@@ -106,7 +111,7 @@ def first_loss(path):
 def compare(out):
     tokens = window()
     ref = json.load(open(os.path.join(out, "hf_losses.json")))
-    for name, (_, kw) in shapes().items():
+    for name, (_, kw) in shapes(ONLY).items():
         got = first_loss(os.path.join(out, f"train_{name}.jsonl"))
         rel = abs(got - ref[name]) / abs(ref[name])
         result(rel <= LOSS_TOL, f"{name}: train_llama's first-step loss from the HF directory {got:.6f}, "
@@ -126,6 +131,8 @@ def compare(out):
         tied = kw["tie_word_embeddings"]
         result(cfg["torch_dtype"] == "bfloat16" and cfg["tie_word_embeddings"] == tied,
                f"{name}: the export's config.json says bfloat16 and tie_word_embeddings {tied}")
+    if "untied" not in shapes(ONLY):
+        return
     tok = AutoTokenizer.from_pretrained(os.path.join(out, "exp_untied"))
     ids = tok.encode("In the beginning God created the heaven and the earth.")
     tiktoken_file = os.path.join(ROOT, "data", "shards", "corpus_tokenizer.model")  # the llama3 file, sha256-checked
@@ -152,7 +159,7 @@ def greedy(out):
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["names"]:
-        print(" ".join(shapes()))
+        print(" ".join(shapes(ONLY)))
         sys.exit(0)
     cmd, out = sys.argv[1], sys.argv[2]
     os.makedirs(out, exist_ok=True)

@@ -9,6 +9,7 @@
 #   2. a tiny model trained on the default corpus: its greedy sample against transformers' generate
 #   3. Llama 3.2 1B from an HF directory trains at the tokens/s it trains at from --preset
 # Usage: scripts/hf_check.sh [build] [models] [greedy] [speed]     (default: all)
+#   HF_MODELS="qwen3 mistral" limits the models step to those (hf_check.py names lists them)
 set -u
 cd "$(dirname "$0")/.."
 out="${OUT:-/tmp/hf_check}/hf"

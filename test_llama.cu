@@ -50,6 +50,8 @@ static int dump_doc_bos = -1, dump_doc_positions = 1;
 /* Where ZeRO 2 and 3 accumulate micro-steps (ZeroAccum) and whether gradients are summed in fp32, for the models
  * built next. */
 static int test_grad_accum = ZERO_ACCUM_AUTO, test_fp32_sums = 0;
+/* Where the master weights and AdamW live (OffloadMode), for the models built next. */
+static int test_offload = OFFLOAD_NONE;
 
 /* A small model per case: logits chunks of 64 MB exercise the chunking. */
 static void build_fp8(Llama *m, const LlamaConfig *c, int B, int T, int recompute, int micro_steps, int zero_stage,
@@ -67,7 +69,8 @@ static void build_fp8(Llama *m, const LlamaConfig *c, int B, int T, int recomput
                         .doc_bos = dump_doc_bos,
                         .doc_positions = dump_doc_positions,
                         .grad_accum = test_grad_accum,
-                        .grad_reduce_fp32 = test_fp32_sums};
+                        .grad_reduce_fp32 = test_fp32_sums,
+                        .offload = test_offload};
     llama_build(m, c, &opt);
 }
 
@@ -233,6 +236,23 @@ static void test_zero_stages(const LlamaConfig *c, const char *weights_path, con
                   micro_steps, how);
             test_grad_accum = ZERO_ACCUM_AUTO;
             test_fp32_sums = 0;
+        }
+        /* --offload optimizer: the host's AdamW (adamw_cpu.h) does the GPU kernel's arithmetic on the same bf16
+         * gradients, fp32 masters and clip coefficient, so the same bits; stage 3 moves its weights through the
+         * staging buffers the uploads write */
+        for (int stage = 1; stage <= 3; stage += 2) {
+            float *offloaded_master;
+            test_offload = OFFLOAD_OPTIMIZER;
+            float *offloaded = zero_stage_run(c, weights_path, tokens, targets, B, T, micro_steps, stage, n, opt,
+                                              &offloaded_master, 0, s);
+            test_offload = OFFLOAD_NONE;
+            check(memcmp(offloaded, ref_losses, sizeof(float) * n) == 0 &&
+                      memcmp(offloaded_master, ref_master, bytes) == 0,
+                  "--offload optimizer, ZeRO %d, %d micro-step(s): losses and master weights bit-identical to AdamW "
+                  "on the GPU",
+                  stage, micro_steps);
+            free(offloaded);
+            free(offloaded_master);
         }
         free(ref_losses);
         free(ref_master);

@@ -56,6 +56,8 @@ typedef struct {
     int zero_stage, shard_group;
     const char *shard_over, *grad_accum, *grad_reduce;
     int shard_over_hosts, grad_accum_mode, grad_reduce_fp32; /* the three above, parsed */
+    const char *offload;
+    int offload_mode; /* OffloadMode, parsed */
     LaunchFlags launch;
     const char *rendezvous;
     float rendezvous_timeout, comm_timeout;
@@ -75,6 +77,10 @@ static const Flag FLAGS[] = {
          "the FP8 scales (implies --fp8): tensor (the default: the fastest, see docs/benchmarks.md), row (one per row "
          "of each operand, all E4M3) or block (1x128 blocks of activations and gradients, 128x128 of weights, all "
          "E4M3; dimensions and B*T multiples of 128)"),
+    FLAG("--offload", FLAG_STRING, Args, offload,
+         "none (the default) or optimizer: the fp32 master weights and AdamW moments in host memory (12 bytes per "
+         "parameter, checked at start), AdamW on the CPU's cores after each step's backward; the GPU keeps 4 bytes "
+         "per parameter instead of 14 (bf16 weights and gradients). One GPU; the same bits as without"),
     FLAG_NUM("--logits-budget-mb", FLAG_FLOAT, Args, logits_budget_mb, 0, 1 << 20, FLAG_LO_OPEN,
              "memory for one chunk of logits"),
     FLAG_NUM("--profile-step", FLAG_INT, Args, profile_step, 0, INT_MAX, FLAG_CLOSED,
@@ -151,6 +157,7 @@ static LlamaConfig parse_args(Args *a, int argc, char **argv, HfTokenIds *init_i
     a->shard_over_hosts = flag_choice("--shard-over", a->shard_over, "world|host");
     a->grad_accum_mode = flag_choice("--grad-accum", a->grad_accum, "auto|local|sharded");
     a->grad_reduce_fp32 = flag_choice("--grad-reduce", a->grad_reduce, "bf16|fp32");
+    a->offload_mode = flag_choice("--offload", a->offload, "none|optimizer");
     if (a->shard_over_hosts && a->zero_stage == 0)
         FAIL("--shard-over host needs --zero-stage 1, 2 or 3 (stage 0 shards nothing)");
     if (a->shard_group > 0 && !a->shard_over_hosts)
@@ -411,13 +418,21 @@ int main(int argc, char **argv)
     cudaStream_t s = gpus.stream;
     llama_config_print(&config, stdout);
     int doc_bos = train_doc_bos(&t->data, src.random ? -1 : src.loader.bos_id);
-    LlamaOptions options = {
-        t->batch.B,           t->batch.T,   a.recompute, accum,        (size_t)(a.logits_budget_mb * 1048576.0),
-        &gpus.dist,           a.zero_stage, a.fp8,       doc_bos >= 0, doc_bos,
-        t->data.doc_positions};
-    options.shard_over_hosts = a.shard_over_hosts;
-    options.grad_accum = a.grad_accum_mode;
-    options.grad_reduce_fp32 = a.grad_reduce_fp32;
+    LlamaOptions options = {.B = t->batch.B,
+                            .T = t->batch.T,
+                            .recompute = a.recompute,
+                            .max_micro_steps = accum,
+                            .logits_budget_bytes = (size_t)(a.logits_budget_mb * 1048576.0),
+                            .dist = &gpus.dist,
+                            .zero_stage = a.zero_stage,
+                            .fp8 = a.fp8,
+                            .doc_mask = doc_bos >= 0,
+                            .doc_bos = doc_bos,
+                            .doc_positions = t->data.doc_positions,
+                            .shard_over_hosts = a.shard_over_hosts,
+                            .grad_accum = a.grad_accum_mode,
+                            .grad_reduce_fp32 = a.grad_reduce_fp32,
+                            .offload = a.offload_mode};
     Llama model;
     llama_build(&model, &config, &options);
     int *tokens; /* pinned, so the uploads are truly asynchronous: inputs, then targets */

@@ -25,7 +25,7 @@ for s in $steps; do
     pytest)
         # the tests that need the GPU trainer: the same flags through both trainers, the --on-nan policies
         # and the non-finite init refusal, windows without targets
-        timeout 400 python3 -m pytest -q tests/test_both_trainers.py tests/test_on_nan.py tests/test_no_targets.py \
+        timeout 400 python3 -m pytest -q tests/test_both_trainers.py tests/test_on_nan.py tests/test_no_targets.py tests/test_offload.py \
             > "$out/pytest_gpu.log" 2>&1 || status=1
         grep -E "passed|failed|error" "$out/pytest_gpu.log" | tail -8;;
     kernels)

@@ -107,6 +107,8 @@ if [ -x ./train_llama ]; then
         ./train_llama --preset nano --grad-accum global --train "$good"
     expect "train_llama unknown --grad-reduce" "--grad-reduce takes bf16 or fp32 (got 'fp16')" \
         ./train_llama --preset nano --grad-reduce fp16 --train "$good"
+    expect "train_llama unknown --offload" "--offload takes none or optimizer (got 'gradients')" \
+        ./train_llama --preset nano --offload gradients --train "$good"
     expect "train_llama bad rendezvous spec" "tcp://HOST:PORT" \
         ./train_llama --preset nano --rendezvous "udp://x:1" --train "$good"
     expect "train_llama rank outside the world" "rank" \

@@ -1,7 +1,8 @@
 """--on-nan: a step whose loss or gradient norm is not finite never reaches the weights. A NaN planted in one
 weight of an HF directory makes every step's loss NaN; then --on-nan stop ends the run at step 1, skip (the
 default) skips updates until --max-skips in a row, and no checkpoint or export is written with the NaN in it.
-Runs train_llama_ref, and train_llama where it was built and a GPU answers."""
+Runs train_llama_ref, and train_llama where it was built and a GPU answers, also with --offload optimizer (AdamW on
+the host: the skipped update must not be written there either)."""
 import json
 import os
 import subprocess
@@ -23,6 +24,8 @@ def have_gpu():
 
 BINS = [b for b in ("train_llama_ref", "train_llama") if os.path.exists(os.path.join(ROOT, b))
         and (b == "train_llama_ref" or have_gpu())]
+BINS += ["train_llama+offload"] if "train_llama" in BINS else []  # the binary, then its flags
+VARIANT_FLAGS = {"offload": ["--offload", "optimizer"]}
 
 
 @pytest.fixture
@@ -40,7 +43,9 @@ def run(bin, *args, allow_nonfinite=True):
     """The trainers refuse non-finite --init-from weights (test_nonfinite_init_weights_are_refused); the guard's
     tests let the planted NaN through with the loader's test switch."""
     env = dict(os.environ, LLMC_TEST_ALLOW_NONFINITE="1") if allow_nonfinite else None
-    return subprocess.run([os.path.join(ROOT, bin), *map(str, args)], capture_output=True, text=True, cwd=ROOT,
+    name, _, variant = bin.partition("+")
+    args = [*args, *VARIANT_FLAGS.get(variant, [])]
+    return subprocess.run([os.path.join(ROOT, name), *map(str, args)], capture_output=True, text=True, cwd=ROOT,
                           env=env)
 
 

@@ -109,11 +109,14 @@ __global__ void clip_coefficient_kernel(float *__restrict__ coef, const float *_
 }
 
 /* Which elements get weight decay: run r covers flat elements [start[r], start[r + 1]),
- * with decay[r] 0 or 1; device arrays of n_runs + 1 and n_runs entries. */
+ * with decay[r] 0 or 1; device arrays of n_runs entries, and the same on the host (for
+ * the host's AdamW under --offload, llmc/model/optimizer_offload.h). */
 typedef struct {
     int n_runs;
     int64_t *start;
     unsigned char *decay;
+    int64_t *host_start;
+    unsigned char *host_decay;
 } AdamWRuns;
 
 /* The run holding flat element i: the last r with start[r] <= i. */
@@ -208,8 +211,8 @@ static inline AdamWRuns adamw_runs_create(const int64_t *start, const unsigned c
     runs.decay = (unsigned char *)cuda_malloc_named((size_t)count, "AdamW runs");
     CUDA_CHECK(cudaMemcpy(runs.start, merged_start, sizeof(int64_t) * count, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(runs.decay, merged_decay, (size_t)count, cudaMemcpyHostToDevice));
-    free(merged_start);
-    free(merged_decay);
+    runs.host_start = merged_start;
+    runs.host_decay = merged_decay;
     return runs;
 }
 
@@ -217,7 +220,9 @@ static inline void adamw_runs_free(AdamWRuns *runs)
 {
     cuda_free(runs->start);
     cuda_free(runs->decay);
-    runs->n_runs = 0;
+    free(runs->host_start);
+    free(runs->host_decay);
+    memset(runs, 0, sizeof(*runs));
 }
 
 /* scratch: NORM_BLOCKS floats. out[0] = sum of grad[i]^2, the same bits every run. */

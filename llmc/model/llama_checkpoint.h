@@ -22,7 +22,9 @@
  *
  * Memory: on rank 0 the master weights on the host (4 bytes per parameter)
  * plus their bf16 and residual halves while they are joined or split; on every
- * rank its moments (8 bytes per updated parameter).
+ * rank its moments (8 bytes per updated parameter). Offloaded (--offload
+ * optimizer), the master weights and moments are read from and written to the
+ * host's copies.
  */
 #ifndef LLMC_LLAMA_CHECKPOINT_H
 #define LLMC_LLAMA_CHECKPOINT_H
@@ -61,18 +63,25 @@ static inline CkptRange *llama_state_ranges(const Llama *m, int64_t *count)
     return ranges;
 }
 
-/* Moves the AdamW moments between the device (zero.state_total each, padding
- * included) and host arrays holding only the model elements of ranges
- * (llama_state_ranges, total elements), back to back: m, then v. */
-static inline void llama_moments_transfer(Llama *m, const CkptRange *ranges, int64_t total, float *host, int to_device)
+/* Moves the AdamW moments between the optimizer (zero.state_total each, padding
+ * included, on the device or offloaded on the host) and host arrays holding only
+ * the model elements of ranges (llama_state_ranges, total elements), back to
+ * back: m, then v. */
+static inline void llama_moments_transfer(Llama *m, const CkptRange *ranges, int64_t total, float *host,
+                                          int to_optimizer)
 {
     const Zero *z = &m->params.zero;
     for (int which = 0; which < 2; which++) {
         float *device = which == 0 ? m->optimizer.m : m->optimizer.v;
+        float *offloaded = which == 0 ? m->optimizer.host.m : m->optimizer.host.v;
         float *at = host + which * total;
         for (int b = 0; b < z->plan.n_buckets; b++) {
             size_t bytes = (size_t)ranges[b].count * sizeof(float);
-            if (to_device)
+            if (offloaded && to_optimizer)
+                memcpy(offloaded + z->state_at[b], at, bytes);
+            else if (offloaded)
+                memcpy(at, offloaded + z->state_at[b], bytes);
+            else if (to_optimizer)
                 CUDA_CHECK(cudaMemcpy(device + z->state_at[b], at, bytes, cudaMemcpyHostToDevice));
             else
                 CUDA_CHECK(cudaMemcpy(at, device + z->state_at[b], bytes, cudaMemcpyDeviceToHost));

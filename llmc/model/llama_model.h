@@ -69,6 +69,7 @@ typedef struct {
     int shard_over_hosts;       /* ZeRO's weights and gradients sharded within each host (zero.h) */
     int grad_accum;             /* ZeroAccum: where stages 2 and 3 accumulate micro-steps */
     int grad_reduce_fp32;       /* gradients summed over the ranks in fp32 */
+    int offload;                /* OffloadMode: master weights and AdamW on the host (optimizer_offload.h) */
 } LlamaOptions;
 
 /* A micro-batch on the device, and its embedding backward plan (embedding.h),
@@ -249,7 +250,12 @@ static inline void llama_build(Llama *m, const LlamaConfig *config, const LlamaO
         shapes = llama_linear_shapes(c, &n_slots);
         fp8_bytes = fp8_scratch_bytes_about(N, shapes, n_slots);
     }
-    params_build(&m->params, c, &m->layout, opt->dist, &zopt, fp8_bytes);
+    if (opt->offload && opt->dist->world > 1)
+        FAIL("--offload optimizer runs on one GPU only for now (%d ranks here: each would offload its own ranges, "
+             "which checkpoints cannot gather yet)\n  hint: drop --offload and shard the optimizer over the GPUs "
+             "(--zero-stage 1 or more)",
+             opt->dist->world);
+    params_build(&m->params, c, &m->layout, opt->dist, &zopt, opt->offload, fp8_bytes);
     optimizer_build(&m->optimizer, &m->params, &m->layout);
     if (opt->fp8)
         llama_fp8_build(m, shapes, n_slots, fp8_bytes);

@@ -6,11 +6,13 @@
  *   rank updates, their sum in a fixed order, summed over the ranks, the clip
  *   coefficient, then AdamW (llmc/kernels/adamw.h: decay on the matrices only) on each
  *   bucket's range, and the new weights shared again (zero_params_changed),
- *   overlapped with the next step's forward pass.
+ *   overlapped with the next step's forward pass. With --offload optimizer the
+ *   AdamW runs on the host instead (optimizer_offload.h), the only step that
+ *   waits for the host.
  *
  * Memory: the AdamW moments m and v, fp32, for the ranges this rank updates
- * (zero.state_total each, 8 bytes per parameter over the ranks), the decay
- * runs, and a few scalars of scratch.
+ * (zero.state_total each, 8 bytes per parameter over the ranks; offloaded, in
+ * host memory), the decay runs, and a few scalars of scratch.
  */
 #ifndef LLMC_LLAMA_OPTIMIZER_H
 #define LLMC_LLAMA_OPTIMIZER_H
@@ -21,9 +23,11 @@
 #include "llmc/common/profile.h"
 #include "llmc/run/schedule.h"
 #include "llmc/model/param_layout.h"
+#include "llmc/model/optimizer_offload.h"
 
 typedef struct {
-    float *m, *v;          /* [zero.state_total] */
+    float *m, *v;          /* [zero.state_total], or NULL when offloaded: */
+    HostAdamW host;        /* offloaded (params.host_master): the moments on the host, and the copy slots */
     AdamWRuns decay_runs;  /* weight decay on the matrices, not on the norm weights */
     int step;              /* AdamW steps taken (bias correction) */
     float *bucket_norm_sq; /* [n_buckets] squared norms of this rank's gradient shares */
@@ -32,15 +36,20 @@ typedef struct {
     float *norm_scratch;   /* [NORM_BLOCKS] */
 } Optimizer;
 
-/* Zero moments for the ranges params' rank updates. */
+/* Zero moments for the ranges params' rank updates, on the device or, when params
+ * keeps its master weights on the host (offloaded), there too. */
 static inline void optimizer_build(Optimizer *o, const LlamaParams *p, const ParamLayout *layout)
 {
     memset(o, 0, sizeof(*o));
     int64_t n = p->zero.state_total;
-    o->m = (float *)cuda_malloc_named((size_t)n * sizeof(float), "AdamW first moments");
-    o->v = (float *)cuda_malloc_named((size_t)n * sizeof(float), "AdamW second moments");
-    CUDA_CHECK(cudaMemset(o->m, 0, (size_t)n * sizeof(float)));
-    CUDA_CHECK(cudaMemset(o->v, 0, (size_t)n * sizeof(float)));
+    if (p->host_master) {
+        host_adamw_build(&o->host, &p->zero);
+    } else {
+        o->m = (float *)cuda_malloc_named((size_t)n * sizeof(float), "AdamW first moments");
+        o->v = (float *)cuda_malloc_named((size_t)n * sizeof(float), "AdamW second moments");
+        CUDA_CHECK(cudaMemset(o->m, 0, (size_t)n * sizeof(float)));
+        CUDA_CHECK(cudaMemset(o->v, 0, (size_t)n * sizeof(float)));
+    }
     /* AdamW finds the decay flag by the element's place in the padded buffers */
     unsigned char *decay = (unsigned char *)malloc_check((size_t)layout->n_tensors, "AdamW runs");
     for (int i = 0; i < layout->n_tensors; i++)
@@ -57,6 +66,7 @@ static inline void optimizer_free(Optimizer *o)
 {
     cuda_free(o->m);
     cuda_free(o->v);
+    host_adamw_free(&o->host);
     adamw_runs_free(&o->decay_runs);
     cuda_free(o->grad_norm_sq);
     cuda_free(o->clip_coef);
@@ -79,10 +89,15 @@ static inline void optimizer_step(Optimizer *o, LlamaParams *p, const AdamWConfi
         dist_all_reduce_sum(&p->dist->control, o->grad_norm_sq, 1, 4, s);
     clip_coefficient(o->clip_coef, o->grad_norm_sq, (float)cfg->grad_clip, s);
     AdamWScalars scalars = adamw_scalars(cfg, lr, o->step);
-    for (int b = 0; b < n_buckets; b++) {
-        int64_t at = z->state_at[b];
-        adamw_update(zero_update_weights(z, b), p->master_lo + at, zero_update_grads(z, b), o->m + at, o->v + at,
-                     z->update_at[b], z->update_count[b], &o->decay_runs, scalars, o->clip_coef, s);
+    if (p->host_master) {
+        PROFILED(PROF_OPTIMIZER, s,
+                 host_adamw_step(&o->host, z, p->host_master, &o->decay_runs, o->clip_coef, scalars, s));
+    } else {
+        for (int b = 0; b < n_buckets; b++) {
+            int64_t at = z->state_at[b];
+            adamw_update(zero_update_weights(z, b), p->master_lo + at, zero_update_grads(z, b), o->m + at, o->v + at,
+                         z->update_at[b], z->update_count[b], &o->decay_runs, scalars, o->clip_coef, s);
+        }
     }
     PROFILED(PROF_COMM, s, zero_params_changed(z, s));
 }

@@ -8,7 +8,10 @@
  * on every rank or this rank's shares, depending on the stage. The fp32 master
  * weight of each parameter is its bf16 weight plus a 16-bit residual
  * (llmc/kernels/master_weights.h); master_lo holds the residuals of the ranges this
- * rank updates, in the order of its optimizer state (zero.state_at).
+ * rank updates, in the order of its optimizer state (zero.state_at). With
+ * --offload optimizer (llmc/model/optimizer_offload.h) the master weights of
+ * those ranges live whole in host memory instead (host_master, fp32), and
+ * master_lo is not allocated.
  *
  * The views (ModelTensors: embedding, layers[l].qkv, ..., lm_head) are
  * resolved once when built: they point where the kernels read each weight and
@@ -18,7 +21,8 @@
  * layer code never computes an offset.
  *
  * Memory: weights and gradients 2 bytes each per padded parameter (or per
- * share), residuals 2 bytes per updated parameter; the views are host arrays.
+ * share), residuals 2 bytes per updated parameter (offloaded: 4 bytes of host
+ * memory instead); the views are host arrays.
  */
 #ifndef LLMC_LLAMA_PARAMS_H
 #define LLMC_LLAMA_PARAMS_H
@@ -33,6 +37,7 @@
 #include "llmc/common/utils.h"
 #include "llmc/parallel/zero.h"
 #include "llmc/model/param_layout.h"
+#include "llmc/model/optimizer_offload.h"
 
 /* One decoder layer's weights (or their gradients). */
 typedef struct {
@@ -57,7 +62,8 @@ typedef struct {
     const Dist *dist;
     int zero_stage;
     Zero zero;                   /* the flat buffers zero.params and zero.grads, and their collectives */
-    int16_t *master_lo;          /* [zero.state_total] the fp32 master weights' residuals */
+    int16_t *master_lo;          /* [zero.state_total] the fp32 master weights' residuals, or NULL: */
+    float *host_master;          /* offloaded: [zero.state_total] the fp32 master weights, host memory */
     int64_t *tensor_at;          /* [n_tensors] each tensor's first element in the padded buffers */
     ModelTensors weights, grads; /* where the kernels read each weight and write its gradient */
 } LlamaParams;
@@ -100,9 +106,9 @@ static inline double gib(size_t bytes)
 
 /* Whether the gradients go into a full-size buffer (zero.h), given what the options
  * ask and, for ZERO_ACCUM_AUTO, whether the device has room for it: besides the
- * buffers of z, the residuals and AdamW moments (10 bytes per updated parameter)
- * and later_bytes (what the caller allocates after the parameters). */
-static inline int params_full_grads(const Zero *z, size_t later_bytes)
+ * buffers of z, the residuals and AdamW moments (10 bytes per updated parameter,
+ * none offloaded) and later_bytes (what the caller allocates after the parameters). */
+static inline int params_full_grads(const Zero *z, int offload, size_t later_bytes)
 {
     if (z->stage <= 1)
         return 1;
@@ -110,8 +116,9 @@ static inline int params_full_grads(const Zero *z, size_t later_bytes)
         return 0;
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    size_t need = zero_device_bytes(z, 1) + (size_t)z->state_total * (sizeof(int16_t) + 2 * sizeof(float)) +
-                  later_bytes + PARAMS_MEMORY_RESERVE;
+    size_t need = zero_device_bytes(z, 1) +
+                  (offload ? 0 : (size_t)z->state_total * (sizeof(int16_t) + 2 * sizeof(float))) + later_bytes +
+                  PARAMS_MEMORY_RESERVE;
     if (need <= free_b)
         return 1;
     if (z->opt.accum == ZERO_ACCUM_LOCAL)
@@ -128,20 +135,31 @@ static inline int params_full_grads(const Zero *z, size_t later_bytes)
 
 /* Plans the ZeRO buckets for the ranks of dist under zopt, allocates the weights,
  * gradients and residuals (zeros: the padding must stay zero, and no kernel writes
- * it), and resolves the views. later_bytes: what the caller allocates after these
- * (for params_full_grads). */
+ * it) or, offloaded (OffloadMode), the host's master weights after checking the
+ * host has memory for them and the moments, and resolves the views. later_bytes:
+ * what the caller allocates after these (for params_full_grads). */
 static inline void params_build(LlamaParams *p, const LlamaConfig *c, const ParamLayout *layout, const Dist *dist,
-                                const ZeroOptions *zopt, size_t later_bytes)
+                                const ZeroOptions *zopt, int offload, size_t later_bytes)
 {
     memset(p, 0, sizeof(*p));
     p->dist = dist;
     p->zero_stage = zopt->stage;
     Zero *z = &p->zero;
     zero_configure(z, dist, layout, zopt);
-    zero_allocate(z, params_full_grads(z, later_bytes));
+    if (offload)
+        offload_check_host_memory(z);
+    zero_allocate(z, params_full_grads(z, offload, later_bytes));
     int64_t n_state = z->state_total;
-    p->master_lo = (int16_t *)cuda_malloc_named((size_t)n_state * sizeof(int16_t), "fp32 master weights' low halves");
-    CUDA_CHECK(cudaMemset(p->master_lo, 0, (size_t)n_state * sizeof(int16_t)));
+    if (offload) {
+        p->host_master = (float *)calloc((size_t)(n_state ? n_state : 1), sizeof(float));
+        if (!p->host_master)
+            FAIL("--offload optimizer: could not allocate the master weights on the host (%.2f GiB)",
+                 gib((size_t)n_state * sizeof(float)));
+    } else {
+        p->master_lo =
+            (int16_t *)cuda_malloc_named((size_t)n_state * sizeof(int16_t), "fp32 master weights' low halves");
+        CUDA_CHECK(cudaMemset(p->master_lo, 0, (size_t)n_state * sizeof(int16_t)));
+    }
 
     /* a tensor's place: its bucket, and its offset there as in the unpadded layout */
     int n = layout->n_tensors, n_buckets = z->plan.n_buckets;
@@ -174,6 +192,7 @@ static inline void params_build(LlamaParams *p, const LlamaConfig *c, const Para
 static inline void params_free(LlamaParams *p)
 {
     cuda_free(p->master_lo);
+    free(p->host_master);
     zero_free(&p->zero);
     free(p->tensor_at);
     free(p->weights.layers);
@@ -204,20 +223,32 @@ static inline void params_upload_master(LlamaParams *p, const ParamLayout *layou
                                   cudaMemcpyHostToDevice));
         }
         zero_update_model_range(&z->plan, p->zero_stage, p->dist->rank, b, &begin, &end);
-        CUDA_CHECK(cudaMemcpy(p->master_lo + z->state_at[b], lo + begin, (size_t)(end - begin) * sizeof(int16_t),
-                              cudaMemcpyHostToDevice));
+        if (p->host_master)
+            memcpy(p->host_master + z->state_at[b], host_master + begin, (size_t)(end - begin) * sizeof(float));
+        else
+            CUDA_CHECK(cudaMemcpy(p->master_lo + z->state_at[b], lo + begin, (size_t)(end - begin) * sizeof(int16_t),
+                                  cudaMemcpyHostToDevice));
     }
     free(hi);
     free(lo);
 }
 
-/* The fp32 master weights joined from the ranks' bf16 weights and residuals:
- * [layout->total] floats on rank 0, which frees them; NULL on the others. Every
- * rank calls it, between steps. */
+/* The fp32 master weights joined from the ranks' bf16 weights and residuals (or,
+ * offloaded, copied from the host's): [layout->total] floats on rank 0, which
+ * frees them; NULL on the others. Every rank calls it, between steps. */
 static inline float *params_download_master(LlamaParams *p, const ParamLayout *layout, cudaStream_t s)
 {
     int64_t P = layout->total;
     Zero *z = &p->zero;
+    if (p->host_master) { /* one rank updates every range (llama_build refuses offload over several) */
+        float *master = (float *)malloc_check((size_t)P * sizeof(float), "master weights");
+        for (int b = 0; b < z->plan.n_buckets; b++) {
+            int64_t begin, end;
+            zero_update_model_range(&z->plan, p->zero_stage, p->dist->rank, b, &begin, &end);
+            memcpy(master + begin, p->host_master + z->state_at[b], (size_t)(end - begin) * sizeof(float));
+        }
+        return master;
+    }
     int keep = p->dist->rank == 0;
     uint16_t *hi = keep ? (uint16_t *)malloc_check((size_t)P * sizeof(uint16_t), "bf16 parameter staging") : NULL;
     int16_t *lo = keep ? (int16_t *)malloc_check((size_t)P * sizeof(int16_t), "master residual staging") : NULL;

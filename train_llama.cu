@@ -80,7 +80,8 @@ static const Flag FLAGS[] = {
     FLAG("--offload", FLAG_STRING, Args, offload,
          "none (the default) or optimizer: the fp32 master weights and AdamW moments in host memory (12 bytes per "
          "parameter, checked at start), AdamW on the CPU's cores after each step's backward; the GPU keeps 4 bytes "
-         "per parameter instead of 14 (bf16 weights and gradients). One GPU; the same bits as without"),
+         "per parameter instead of 14 (bf16 weights and gradients). With ZeRO each rank offloads the ranges it "
+         "updates; the same bits as without"),
     FLAG_NUM("--logits-budget-mb", FLAG_FLOAT, Args, logits_budget_mb, 0, 1 << 20, FLAG_LO_OPEN,
              "memory for one chunk of logits"),
     FLAG_NUM("--profile-step", FLAG_INT, Args, profile_step, 0, INT_MAX, FLAG_CLOSED,

@@ -23,7 +23,9 @@
 #                scripts/as_hosts.sh) under stages 1 to 3, with and without
 #                accumulation; losses against 1 GPU within TOL, and the bit
 #                identities the design promises (stages 2 and 3 accumulating
-#                locally = stage 1; the stages over hosts = each other)
+#                locally = stage 1; the stages over hosts = each other), and
+#                --offload optimizer at stages 1 and 3, flat and over hosts,
+#                bit-identical to the same runs without it
 #   netscale     Llama 3.2 1B, B=8, T=2048, a 0.5M-token global batch, on the
 #                network stand-in: 1 GPU; 2 hosts x 1 GPU (stages 1 to 3, and
 #                stage 3 reduce-scattering every micro-step as before issue 28);
@@ -187,6 +189,15 @@ EOF
             --grad-accum sharded --log "$out/md_hosts_sharded_z3.jsonl"
         run md_group_z3 "${mpi[@]}" "${small[@]}" -B $((4 / np)) --zero-stage 3 --shard-over host \
             --shard-group $((np / 2)) --log "$out/md_group_z3.jsonl"
+        # --offload optimizer: each rank's AdamW on the host, the GPU kernel's arithmetic: the same bits
+        [ -f "$out/eq_mpirun_z1.jsonl" ] || run eq_mpirun_z1 "${mpi[@]}" "${small[@]}" -B $((4 / np)) --zero-stage 1 \
+            --log "$out/eq_mpirun_z1.jsonl"
+        run md_offload_z1 "${mpi[@]}" "${small[@]}" -B $((4 / np)) --zero-stage 1 --offload optimizer \
+            --log "$out/md_offload_z1.jsonl"
+        run md_offload_accum_z3 "${mpi[@]}" "${small[@]}" "${accum[@]}" --zero-stage 3 --offload optimizer \
+            --log "$out/md_offload_accum_z3.jsonl"
+        run md_offload_hosts_z3 "${hosts2[@]}" "${small[@]}" -B $((4 / np)) --zero-stage 3 --shard-over host \
+            --offload optimizer --log "$out/md_offload_hosts_z3.jsonl"
         python3 - "$out" "$np" "$results" << 'EOF' || status=1
 import sys
 sys.path.insert(0, "scripts")
@@ -203,7 +214,11 @@ bad += identical(out, results, [
     (["md_sharded_z3", "md_sharded_z2"], "stage 3 reduce-scattering every micro-step = stage 2 doing so"),
     (["md_hosts_z2", "md_hosts_z1"], "over hosts: stage 2 = stage 1"),
     (["md_hosts_z3", "md_hosts_z1"], "over hosts: stage 3 = stage 1"),
-    (["md_group_z3", "md_hosts_z3"], "--shard-group N = N GPUs per NCCL_HOSTID host")], check="modes_identity")
+    (["md_group_z3", "md_hosts_z3"], "--shard-group N = N GPUs per NCCL_HOSTID host"),
+    (["md_offload_z1", "eq_mpirun_z1"], "--offload optimizer, stage 1 = AdamW on the GPUs"),
+    (["md_offload_accum_z3", "eq_accum_z3"], "--offload optimizer, stage 3 accumulating = AdamW on the GPUs"),
+    (["md_offload_hosts_z3", "md_hosts_z3"], "--offload optimizer over hosts, stage 3 = AdamW on the GPUs")],
+    check="modes_identity")
 sys.exit(1 if bad else 0)
 EOF
         ;;

@@ -250,11 +250,6 @@ static inline void llama_build(Llama *m, const LlamaConfig *config, const LlamaO
         shapes = llama_linear_shapes(c, &n_slots);
         fp8_bytes = fp8_scratch_bytes_about(N, shapes, n_slots);
     }
-    if (opt->offload && opt->dist->world > 1)
-        FAIL("--offload optimizer runs on one GPU only for now (%d ranks here: each would offload its own ranges, "
-             "which checkpoints cannot gather yet)\n  hint: drop --offload and shard the optimizer over the GPUs "
-             "(--zero-stage 1 or more)",
-             opt->dist->world);
     params_build(&m->params, c, &m->layout, opt->dist, &zopt, opt->offload, fp8_bytes);
     optimizer_build(&m->optimizer, &m->params, &m->layout);
     if (opt->fp8)

@@ -147,7 +147,7 @@ static inline void params_build(LlamaParams *p, const LlamaConfig *c, const Para
     Zero *z = &p->zero;
     zero_configure(z, dist, layout, zopt);
     if (offload)
-        offload_check_host_memory(z);
+        offload_check_host_memory(z, dist->machine_ranks);
     zero_allocate(z, params_full_grads(z, offload, later_bytes));
     int64_t n_state = z->state_total;
     if (offload) {
@@ -240,7 +240,7 @@ static inline float *params_download_master(LlamaParams *p, const ParamLayout *l
 {
     int64_t P = layout->total;
     Zero *z = &p->zero;
-    if (p->host_master) { /* one rank updates every range (llama_build refuses offload over several) */
+    if (p->host_master && p->dist->world == 1) { /* this rank updates every range */
         float *master = (float *)malloc_check((size_t)P * sizeof(float), "master weights");
         for (int b = 0; b < z->plan.n_buckets; b++) {
             int64_t begin, end;
@@ -252,16 +252,31 @@ static inline float *params_download_master(LlamaParams *p, const ParamLayout *l
     int keep = p->dist->rank == 0;
     uint16_t *hi = keep ? (uint16_t *)malloc_check((size_t)P * sizeof(uint16_t), "bf16 parameter staging") : NULL;
     int16_t *lo = keep ? (int16_t *)malloc_check((size_t)P * sizeof(int16_t), "master residual staging") : NULL;
+    /* offloaded: each bucket's residuals split from the host's master weights into a device slot, then gathered */
+    int64_t slot = p->host_master ? offload_slot_elements(z) : 0;
+    int16_t *share_host =
+        slot ? (int16_t *)malloc_check((size_t)slot * sizeof(int16_t), "master residual share") : NULL;
+    int16_t *share =
+        slot ? (int16_t *)cuda_malloc_named((size_t)slot * sizeof(int16_t), "master residual share") : NULL;
     for (int b = 0; b < z->plan.n_buckets; b++) {
         const ZeroBucket *bk = &z->plan.buckets[b];
         const bf16 *weights;
         const int16_t *residuals;
-        zero_full_bucket(z, b, p->master_lo, &weights, &residuals, s);
+        if (p->host_master) {
+            uint16_t unused;
+            for (int64_t i = 0; i < z->update_count[b]; i++)
+                master_split(p->host_master[z->state_at[b] + i], &unused, &share_host[i]);
+            CUDA_CHECK(
+                cudaMemcpy(share, share_host, (size_t)z->update_count[b] * sizeof(int16_t), cudaMemcpyHostToDevice));
+        }
+        zero_full_bucket(z, b, p->host_master ? share : p->master_lo + z->state_at[b], &weights, &residuals, s);
         if (!keep)
             continue;
         CUDA_CHECK(cudaMemcpy(hi + bk->offset, weights, (size_t)bk->numel * sizeof(uint16_t), cudaMemcpyDeviceToHost));
         CUDA_CHECK(cudaMemcpy(lo + bk->offset, residuals, (size_t)bk->numel * sizeof(int16_t), cudaMemcpyDeviceToHost));
     }
+    free(share_host);
+    cuda_free(share);
     if (!keep)
         return NULL;
     float *master = (float *)malloc_check((size_t)P * sizeof(float), "master weights");

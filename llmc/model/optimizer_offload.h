@@ -20,9 +20,11 @@
  * update, as on the GPU.
  *
  * Memory: host, pageable: master, m and v, 12 bytes per updated parameter
- * (offload_host_bytes, checked against MemAvailable before any is taken);
+ * (offload_host_bytes, times the ranks sharing the machine, checked against
+ * MemAvailable before any is taken);
  * pinned: two slots of gradients and weights for the largest bucket share (8
- * bytes per element of it). Device: nothing.
+ * bytes per element of it). Device: nothing, but while a checkpoint of several
+ * ranks is saved, one slot of residuals (llama_params.h, 2 bytes per element).
  */
 #ifndef LLMC_OPTIMIZER_OFFLOAD_H
 #define LLMC_OPTIMIZER_OFFLOAD_H
@@ -77,10 +79,12 @@ static inline size_t host_memory_available(void)
     return (size_t)kib * 1024;
 }
 
-/* Ends the run, before anything is allocated, when the host lacks the memory offload needs. */
-static inline void offload_check_host_memory(const Zero *z)
+/* Ends the run, before anything is allocated, when the host lacks the memory offload needs: this rank's share
+ * times the ranks on its machine (machine_ranks, 0 or 1 alone), whose shares are about the same size. */
+static inline void offload_check_host_memory(const Zero *z, int machine_ranks)
 {
-    size_t need = offload_host_bytes(z), have = host_memory_available();
+    int ranks = machine_ranks > 1 ? machine_ranks : 1;
+    size_t need = offload_host_bytes(z) * (size_t)ranks, have = host_memory_available();
     if (have == 0) {
         printf(
             "warning: --offload optimizer: MemAvailable unreadable in /proc/meminfo; needs %.2f GiB of host memory\n",
@@ -89,10 +93,10 @@ static inline void offload_check_host_memory(const Zero *z)
     }
     if (need > have)
         FAIL("--offload optimizer: the fp32 master weights and AdamW moments on the host (12 bytes per parameter, "
-             "%lld parameters) and the pinned copy slots need %.2f GiB of host memory, and %.2f GiB are available "
-             "(MemAvailable in /proc/meminfo)\n  hint: free host memory, or shard the optimizer over several GPUs "
-             "(--zero-stage 1 or more) without --offload",
-             (long long)z->state_total, need / 1073741824.0, have / 1073741824.0);
+             "%lld parameters per rank, %d rank(s) on this machine) and the pinned copy slots need %.2f GiB of host "
+             "memory, and %.2f GiB are available (MemAvailable in /proc/meminfo)\n  hint: free host memory, or shard "
+             "the optimizer over more GPUs (--zero-stage 1 or more; hosts)",
+             (long long)z->state_total, ranks, need / 1073741824.0, have / 1073741824.0);
 }
 
 static inline void host_adamw_build(HostAdamW *h, const Zero *z)

@@ -58,6 +58,8 @@ typedef struct {
                            never run beside ZeRO's collectives (on their own stream) on one communicator */
     ProcessGroups groups;
     const char *host_source; /* where host identities came from (process_groups.h) */
+    int machine_ranks;       /* ranks on this rank's machine (the same gethostname(), whatever NCCL_HOSTID says):
+                                they share its host memory; 0 or 1 alone */
     double *sum_scratch;     /* 8 device bytes for dist_sum_host, dist_broadcast_u64 and the host ids */
 } Dist;
 
@@ -149,6 +151,14 @@ static inline void dist_groups_init(Dist *d, int shard_group)
         d->host_source = "--shard-group";
     uint64_t *ids_d = (uint64_t *)cuda_malloc_named(sizeof(uint64_t) * (size_t)d->world, "host ids");
     uint64_t *ids = (uint64_t *)malloc_check(sizeof(uint64_t) * (size_t)d->world, "host ids");
+    /* first the machines' names, then the host identities (which NCCL_HOSTID may split a machine into) */
+    uint64_t machine = fnv1a64(hostname);
+    CUDA_CHECK(cudaMemcpy(d->sum_scratch, &machine, sizeof(machine), cudaMemcpyHostToDevice));
+    NCCL_CHECK(ncclAllGather(d->sum_scratch, ids_d, 1, ncclUint64, d->all.comm, 0));
+    CUDA_CHECK(cudaMemcpy(ids, ids_d, sizeof(uint64_t) * (size_t)d->world, cudaMemcpyDeviceToHost));
+    d->machine_ranks = 0;
+    for (int r = 0; r < d->world; r++)
+        d->machine_ranks += ids[r] == machine;
     CUDA_CHECK(cudaMemcpy(d->sum_scratch, &mine, sizeof(mine), cudaMemcpyHostToDevice));
     NCCL_CHECK(ncclAllGather(d->sum_scratch, ids_d, 1, ncclUint64, d->all.comm, 0));
     CUDA_CHECK(cudaMemcpy(ids, ids_d, sizeof(uint64_t) * (size_t)d->world, cudaMemcpyDeviceToHost));

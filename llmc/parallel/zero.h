@@ -522,10 +522,11 @@ static inline void zero_weights_done(Zero *z, int b, cudaStream_t compute)
 
 /* Outside a step (checkpoints, tests), every rank together: bucket b's full
  * weights and fp32 master residuals on the device, gathered from the ranks'
- * shares as the stage needs (lo_shares: the rank's residuals, in state order).
+ * shares as the stage needs (lo_share: the rank's residuals of bucket b, its
+ * update_count[b] elements, on the device).
  * The residuals land in the bucket's gradient buffer, free between steps. All of
  * it on the communication stream, after what s has issued; returns when done. */
-static inline void zero_full_bucket(Zero *z, int b, const int16_t *lo_shares, const bf16 **weights, const int16_t **lo,
+static inline void zero_full_bucket(Zero *z, int b, const int16_t *lo_share, const bf16 **weights, const int16_t **lo,
                                     cudaStream_t s)
 {
     CUDA_CHECK(cudaEventRecord(z->params_changed, s));
@@ -533,10 +534,10 @@ static inline void zero_full_bucket(Zero *z, int b, const int16_t *lo_shares, co
     zero_weights_fetch(z, b);
     *weights = zero_bucket_weights(z, b);
     if (z->stage == 0) {
-        *lo = lo_shares + z->state_at[b];
+        *lo = lo_share;
     } else {
         bf16 *full = zero_bucket_grads(z, b);
-        zero_gather_bucket(z, b, (const bf16 *)(lo_shares + z->state_at[b]), full, z->comm);
+        zero_gather_bucket(z, b, (const bf16 *)lo_share, full, z->comm);
         *lo = (const int16_t *)full;
     }
     CUDA_CHECK(cudaStreamSynchronize(z->comm));

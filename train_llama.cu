@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "llmc/kernels/attention.h"
 #include "llmc/run/batch_source.h"
@@ -368,6 +369,8 @@ static void step_log_gpu(StepLog *r, const Args *a, int total_batch, int world, 
     r->mfu = r->tokens_per_s / world * flops_per_token / PEAK_BF16_FLOPS;
     r->peak_mem_gib = cuda_bytes_allocated_peak / 1073741824.0;
     r->device_mem_gib = (total_b - free_b) / 1073741824.0;
+    struct rusage usage;
+    r->host_peak_gib = getrusage(RUSAGE_SELF, &usage) == 0 ? usage.ru_maxrss / 1048576.0 : 0.0; /* KiB on Linux */
 }
 
 static void gpu_annotate(void *ctx, StepLog *r)

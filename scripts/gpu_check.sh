@@ -2,7 +2,7 @@
 # On the GPU machine: build the CUDA programs, run test_llama against the
 # reference dumps, run every dev/cuda kernel check, and time a few training
 # steps of the Llama 3.2 1B shape. Logs go to $OUT (or /tmp/gpu_check).
-# Usage: scripts/gpu_check.sh [build] [test] [pytest] [train] [kernels] [bench] [attention] [memory] [settings] [longest] [level3] [bestb] [long8b] [profile] [robust]
+# Usage: scripts/gpu_check.sh [build] [test] [pytest] [train] [kernels] [bench] [attention] [memory] [settings] [longest] [level3] [bestb] [long8b] [offload8b] [profile] [robust]
 #   (default: build test train kernels bench; train needs data/shards carried along)
 set -u
 cd "$(dirname "$0")/.."
@@ -86,7 +86,7 @@ for s in $steps; do
         OUT="$out" bash dev/bench/train_llama_settings.sh throughput || status=1;;
     longest)
         OUT="$out" bash dev/bench/train_llama_settings.sh longest || status=1;;
-    level3|bestb|long8b)
+    level3|bestb|long8b|offload8b)
         OUT="$out" bash dev/bench/train_llama_settings.sh "$s" || status=1;;
     profile)
         for B in 4 8; do

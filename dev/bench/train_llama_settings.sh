@@ -17,11 +17,17 @@
 #   fp8recipes: issue 15's scaling recipes side by side (alternating, ROUNDS
 #   rounds): bf16 and --fp8-recipe tensor, row and block at the fp8 targets'
 #   shapes, the 1B at B=16 (recompute 0) and the 8B cut to 8 layers at B=8
-#   (recompute 1), T=2048.
+#   (recompute 1), T=2048;
+#   offload8b: issue 31, Llama 3.1 8B at T=8192 with --offload optimizer on one
+#   GPU: a 0.5M-token batch at B=1 and 2 (64 and 32 micro-steps a step), one
+#   micro-step a step with step 3 profiled (the optimizer's line is the time the
+#   step waits for the host), and the 0.5M batch without offload (OOM on an
+#   80 GB H100; the comparison on an H200).
 # Each setting runs a few steps; the summary line per setting is the median
 # tokens/s of the steps after the first, the MFU and the peak memory, or OOM.
 # Writes $OUT/settings.jsonl (or ./settings.jsonl) and prints a table.
 # Usage: dev/bench/train_llama_settings.sh [throughput] [longest] [level3] [bestb] [long8b] [fp8] [fp8recipes]
+#        [offload8b]
 # Extra train_llama flags for one run: FLAGS="..." (recorded as "flags").
 set -u
 cd "$(dirname "$0")/../.."
@@ -58,7 +64,8 @@ else:
     later = steps[1:]
     rec.update(status="ok", tokens_per_s=statistics.median(s["tokens_per_s"] for s in later),
                mfu=statistics.median(s["mfu"] for s in later), peak_mem_gib=max(s["peak_mem_gib"] for s in steps),
-               device_mem_gib=max(s["device_mem_gib"] for s in steps), loss_last=steps[-1]["loss"])
+               device_mem_gib=max(s["device_mem_gib"] for s in steps), loss_last=steps[-1]["loss"],
+               host_peak_gib=max(s.get("host_peak_gib", 0) for s in steps))
 print(json.dumps(rec))
 PY
     tail -1 "$results"
@@ -99,6 +106,11 @@ for p in $parts; do
     bestb)
         for B in 8 12 16; do for r in 0 1; do run $B 2048 $r 10; done; done
         for B in 20 24; do run $B 2048 0 10; done;;
+    offload8b)
+        for B in 1 2; do FLAGS="--offload optimizer --total-batch 524288" run $B 8192 1 3 llama3.1-8b; done
+        FLAGS="--offload optimizer --profile-step 3" run 1 8192 1 5 llama3.1-8b
+        grep -A14 "profile of step" "$out"/run_llama3.1-8b_B1_T8192_r1*profilestep3.log | head -16
+        FLAGS="--total-batch 524288" run 1 8192 1 3 llama3.1-8b;;
     long8b)
         for level in "1 4096 8192 16384" "2 8192 16384 32768" "3 16384 32768 65536"; do
             set -- $level

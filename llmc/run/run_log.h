@@ -5,7 +5,8 @@
  *   {"run": {"program": ..., "commit": ..., "command": [argv...], "resumed_from": path or null,
  *            "model": {the LlamaConfig}, "flags": {every flag's value}}}
  *   {"step": N, "loss": ..., "lr": ..., "grad_norm": ..., "ms": ..., "tokens_per_s": ...,
- *    and on the GPU "tokens_per_s_per_gpu", "gpus", "zero_stage", "mfu", "peak_mem_gib", "device_mem_gib"}
+ *    and on the GPU "tokens_per_s_per_gpu", "gpus", "zero_stage", "mfu", "peak_mem_gib", "device_mem_gib",
+ *    "host_peak_gib" (the process's peak resident host memory: --offload's state lives there)}
  *   {"step": N, "val_loss": ...}
  *   {"step": N, "sample": text, "prompt": text, "tokens": [ids of the prompt and the sample]}
  * with the same numbers on one console line per step. The loss is written
@@ -65,7 +66,7 @@ typedef struct {
     int no_targets; /* every target of the step's batch was masked: nothing to learn, the update skipped */
     int gpus;       /* 0 on the CPU; then the fields below are not reported */
     int zero_stage;
-    double mfu, peak_mem_gib, device_mem_gib;
+    double mfu, peak_mem_gib, device_mem_gib, host_peak_gib;
 } StepLog;
 
 /* {"vocab_size": ..., ...}: every field of llama_config.h's table, by its .llmt key without "config.". */
@@ -178,8 +179,9 @@ static inline void run_log_step(RunLog *log, const StepLog *r)
     if (r->gpus > 0)
         fprintf(log->json,
                 ", \"tokens_per_s_per_gpu\": %.1f, \"gpus\": %d, \"zero_stage\": %d, \"mfu\": %.5f, "
-                "\"peak_mem_gib\": %.4f, \"device_mem_gib\": %.4f",
-                r->tokens_per_s / r->gpus, r->gpus, r->zero_stage, r->mfu, r->peak_mem_gib, r->device_mem_gib);
+                "\"peak_mem_gib\": %.4f, \"device_mem_gib\": %.4f, \"host_peak_gib\": %.4f",
+                r->tokens_per_s / r->gpus, r->gpus, r->zero_stage, r->mfu, r->peak_mem_gib, r->device_mem_gib,
+                r->host_peak_gib);
     fprintf(log->json, "%s%s}\n", r->skipped ? ", \"skipped\": true" : "",
             r->no_targets ? ", \"no_targets\": true" : "");
     run_log_flush_(log);

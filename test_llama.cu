@@ -38,7 +38,7 @@
 #define TOL_FORWARD 2.5e-2 /* logits, block outputs: a few bf16 roundings per layer */
 #define TOL_LOSS 5e-3      /* the loss averages many rows, so their errors mostly cancel */
 #define TOL_GRAD 6e-2      /* gradients pass through every layer twice (forward and backward) */
-#define TOL_STEPS 2e-2     /* N-step losses and grad norms: bf16 forward, fp32 AdamW */
+#define TOL_STEPS 2e-2     /* N-step losses and grad norms: bf16 forward, fp32 AdamW (see steps_tolerance) */
 
 static Dist single_process; /* test_llama runs on one GPU */
 static double worst_forward = 0, worst_grad = 0, worst_steps = 0;
@@ -181,6 +181,22 @@ static float *zero_stage_run(const LlamaConfig *c, const char *weights_path, con
     *master = params_download_master(&m.params, &m.layout, s);
     llama_free(&m);
     return losses;
+}
+
+/* The N-step tolerance of dump tensor name (fp32 reference ref[n]): TOL_STEPS, or twice how far HF's own bf16
+ * autocast run moved it, where the dump holds that run (name + "_bf16") and it moved more. */
+static double steps_tolerance(TensorFile *dump, const char *name, const float *ref, int n)
+{
+    char bf16_name[96];
+    snprintf(bf16_name, sizeof(bf16_name), "%s_bf16", name);
+    if (!tensorfile_find(dump, bf16_name))
+        return TOL_STEPS;
+    float *bf16_run = tensorfile_load_f32(dump, bf16_name, n);
+    double noise = max_rel_error(bf16_run, ref, n, NULL);
+    free(bf16_run);
+    printf("     %s: HF's bf16 autocast run is %.3e from its fp32 one: tolerance %.1e\n", name, noise,
+           fmax(TOL_STEPS, 2.0 * noise));
+    return fmax(TOL_STEPS, 2.0 * noise);
 }
 
 /* ZeRO stages 2 and 3 move gradients and weights through staging buffers, events
@@ -556,8 +572,14 @@ static void test_dump(const char *dump_path)
     for (int k = 0; k < n_steps; k++)
         printf("     step %d: loss %.5f (ref %.5f), grad norm %.4f (ref %.4f)\n", k, losses[k], ref_losses[k], norms[k],
                ref_norms[k]);
-    check_rel("train.losses", losses, ref_losses, n_steps, TOL_STEPS, &worst_steps);
-    check_rel("train.grad_norms", norms, ref_norms, n_steps, TOL_STEPS, &worst_steps);
+    /* A dump of a trained model (make_reference.py --from-hf) also holds the N steps under bf16 autocast: how far bf16
+     * rounding alone moves this model's steps (AdamW's first steps normalise each gradient element, so elements near
+     * zero move by the learning rate whichever way rounding tips them: on trained models this moved HF's own grad
+     * norms by up to 3% of their scale). The tolerance is then twice that, where it exceeds TOL_STEPS. */
+    double tol_losses = steps_tolerance(&dump, "train.losses", ref_losses, n_steps);
+    double tol_norms = steps_tolerance(&dump, "train.grad_norms", ref_norms, n_steps);
+    check_rel("train.losses", losses, ref_losses, n_steps, tol_losses, &worst_steps);
+    check_rel("train.grad_norms", norms, ref_norms, n_steps, tol_norms, &worst_steps);
     check(losses[n_steps - 1] < losses[0], "loss falls over the AdamW steps");
     llama_free(&m);
     test_zero_stages(&c, weights_path, tokens, targets, B, T, n_steps, &opt, losses, s);

@@ -229,8 +229,33 @@ def shard_batch(path, B, T):
     return inputs, targets
 
 
-def generate(name, cfg, seed, n_steps, out_dir, model=None, batch=None):
-    """The weights and the dump of a model: the one given (an HF directory's), or a new one of cfg from seed."""
+def adamw_steps(model, params, inputs, targets, extra, n_steps, bf16=False):
+    """N AdamW steps on the same batch, weight decay on matrices only: (losses, grad norms). bf16: under CPU autocast
+    to bfloat16 (bf16 matmul inputs, fp32 sums), as a bf16 trainer computes."""
+    decay = [p for _, p in params if p.ndim == 2]
+    no_decay = [p for _, p in params if p.ndim != 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": OPTIM["weight_decay"]},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=OPTIM["lr"], betas=(OPTIM["beta1"], OPTIM["beta2"]), eps=OPTIM["eps"],
+                            foreach=False, fused=False)
+    losses, norms = [], []
+    for _ in range(n_steps):
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits = model(input_ids=inputs, **extra).logits
+        step_loss = loss_fn(logits.float(), targets)
+        step_loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_([p for _, p in params], OPTIM["grad_clip"])
+        opt.step()
+        losses.append(step_loss.item())
+        norms.append(norm.item())
+    return losses, norms
+
+
+def generate(name, cfg, seed, n_steps, out_dir, model=None, batch=None, bf16_noise=False):
+    """The weights and the dump of a model: the one given (an HF directory's), or a new one of cfg from seed.
+    bf16_noise: also the N steps under bf16 autocast (train.losses_bf16, train.grad_norms_bf16), how far bf16
+    rounding alone moves them for this model, which test_llama's N-step tolerance then allows for."""
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     if model is None:
@@ -285,23 +310,19 @@ def generate(name, cfg, seed, n_steps, out_dir, model=None, batch=None):
     dump += [(f"grad.{n}", p.grad.numpy().copy()) for n, p in params]
 
     # N AdamW steps on the same batch, weight decay on matrices only.
-    decay = [p for _, p in params if p.ndim == 2]
-    no_decay = [p for _, p in params if p.ndim != 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": OPTIM["weight_decay"]},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=OPTIM["lr"], betas=(OPTIM["beta1"], OPTIM["beta2"]), eps=OPTIM["eps"],
-                            foreach=False, fused=False)
-    losses, norms = [], []
-    for _ in range(n_steps):
-        opt.zero_grad(set_to_none=True)
-        step_loss = loss_fn(model(input_ids=inputs, **extra).logits, targets)
-        step_loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_([p for _, p in params], OPTIM["grad_clip"])
-        opt.step()
-        losses.append(step_loss.item())
-        norms.append(norm.item())
+    start = {n: p.detach().clone() for n, p in params}
+    losses, norms = adamw_steps(model, params, inputs, targets, extra, n_steps)
     dump += [("train.losses", np.array(losses, dtype=np.float32)),
              ("train.grad_norms", np.array(norms, dtype=np.float32))]
+    if bf16_noise:
+        with torch.no_grad():
+            for n, p in params:
+                p.copy_(start[n])
+        losses16, norms16 = adamw_steps(model, params, inputs, targets, extra, n_steps, bf16=True)
+        dump += [("train.losses_bf16", np.array(losses16, dtype=np.float32)),
+                 ("train.grad_norms_bf16", np.array(norms16, dtype=np.float32))]
+        print(f"{name}: under bf16 autocast, step losses {[round(x, 5) for x in losses16]}, grad norms "
+              f"{[round(x, 4) for x in norms16]}")
 
     meta = meta_common("reference_dump", cfg)
     meta.update({"dump.seed": repr(seed), "dump.B": repr(cfg["B"]), "dump.T": repr(cfg["T"]),
@@ -340,7 +361,8 @@ def main():
     if args.from_hf:
         model = AutoModelForCausalLM.from_pretrained(args.from_hf, dtype=torch.float32, attn_implementation="eager")
         cfg = cfg_from_hf(model.config, args.B, args.T)
-        generate(args.name, cfg, args.seed, args.steps, args.out_dir, model, shard_batch(args.shard, args.B, args.T))
+        generate(args.name, cfg, args.seed, args.steps, args.out_dir, model, shard_batch(args.shard, args.B, args.T),
+                 bf16_noise=True)
         return
     for name in args.config or sorted(CONFIGS):
         generate(name, CONFIGS[name], args.seed, args.steps, args.out_dir)

@@ -119,11 +119,16 @@ def main():
         # over the kills still to come (a kill never lets a run finish, and on average the kills end before the
         # last third of the steps); the time to start (the least a run left beside its logged steps' times) and
         # the time a step takes with its save are re-measured on the killed runs themselves, so that a machine that
-        # speeds up or slows down (other work on it) still spreads the kills over the run.
+        # speeds up or slows down (other work on it) still spreads the kills over the run; and once checkpoints
+        # advance, a step never counts for more than the wall time the killed runs have taken per step gained so
+        # far (starts and lost work included): an estimate from a busier moment of the machine (the uninterrupted
+        # run's, or a kill mid-step) then cannot stretch the delays until the run ends before its last kills.
         per_step = (ref_seconds - startup) / a.steps
+        elapsed, newest = 0.0, 0
 
         def next_delay(kills_left, steps_left):
-            return a.max_delay or startup + per_step * steps_left / (2 * max(kills_left, 1))
+            pace = min(per_step, elapsed / newest) if newest > 0 else per_step
+            return a.max_delay or startup + pace * steps_left / (2 * max(kills_left, 1))
 
         max_delay = longest_delay = next_delay(a.kills, a.steps)
 
@@ -154,6 +159,7 @@ def main():
                 print(f"FAIL the newest complete checkpoint went from step {newest} to {now}")
             newest = max(newest, now)
             ran = time.time() - began
+            elapsed += ran
             step_ms = [r["ms"] for r in list(log_records(log))[seen:] if "ms" in r] if os.path.exists(log) else []
             if step_ms:  # this run's own pace: its start (at most the time its steps leave), then its steps
                 startup = min(startup, max(0.0, ran - sum(step_ms) / 1e3))

@@ -6,12 +6,21 @@
   hf_sdpa_compile  sdpa + torch.compile(model)
   hf_liger         sdpa + liger-kernel (RoPE, RMSNorm, SwiGLU, fused linear cross-entropy)
   train_llama      ./train_llama --random-data, at each --train-llama-recompute level
+  titan_compile            torchtitan 0.2.2's Llama 3 model (its TransformerModelArgs / Transformer, built
+                           through its JobConfig, model converters and parallelize_llama): on one GPU no
+                           FSDP, fp32 parameters under torch.autocast bf16 (its maybe_enable_amp),
+                           torch.compile per TransformerBlock (fullgraph) + compiled loss, sdpa attention
+                           (its Llama 3 default; --titan-attn flex); Llama models only, only with --systems
+  titan_float8_tensorwise  the same with torchao float8 training (tensorwise recipe) through torchtitan's
+  titan_float8_rowwise     Float8LinearConverter (rowwise recipe); the lm_head ("output") stays bf16
+                           (--titan-float8-filter)
 
 Every system trains the same shape on fresh random tokens each step (labels =
-inputs; HF shifts them inside its loss), with AdamW (lr 1e-4, betas 0.9/0.95,
+inputs; HF shifts them inside its loss; torchtitan takes T+1 tokens as inputs and
+next-token labels, as its dataloader does), with AdamW (lr 1e-4, betas 0.9/0.95,
 eps 1e-8, weight decay 0.1 on matrices only, grad clip 1.0) on fp32 master
-weights: the HF models keep fp32 parameters and run under bf16 autocast, with
-torch.optim.AdamW(fused=True).
+weights: the HF and torchtitan models keep fp32 parameters and run under bf16
+autocast, with torch.optim.AdamW(fused=True).
 
 One step = forward + backward + clip + optimizer.step + zero_grad, timed with
 torch.cuda.synchronize() + perf_counter after warm-up steps (2; 3 for compile).
@@ -33,7 +42,10 @@ hf_sdpa_compile, ~1 min of compilation per run, so by default compile runs only
 at T=2048 with B=1 and the largest B of --batch-sweep (--compile-full for the
 whole sweep). --budget-s (default 540 per model) skips runs that would end past
 the budget by the estimate, recorded as "skipped (time budget)"; the run order
-(train_llama, hf_liger, hf_sdpa, hf_eager, hf_sdpa_compile) decides what is cut.
+(train_llama, train_llama_fp8, llmq, llmq_fp8, hf_liger, hf_sdpa, hf_eager,
+hf_sdpa_compile, titan_compile, titan_float8_rowwise, titan_float8_tensorwise)
+decides what is cut; the titan_* systems count as compile systems (--compile-seq-lens,
+--compile-batch-sweep, --compile-warmup).
 
   python3 dev/bench/bench_e2e.py --dry-run                 # the plan, no torch needed
   python3 dev/bench/bench_e2e.py --quick                   # smoke test: 2 layers, T=2048, ~3 min
@@ -44,7 +56,17 @@ the budget by the estimate, recorded as "skipped (time budget)"; the run order
 
 The HF systems need torch and transformers; hf_liger needs liger_kernel on the
 path (dev/bench/run_all.sh installs the wheel from .whl/); train_llama needs
-the built ./train_llama.
+the built ./train_llama. The titan_* systems need torchtitan 0.2.2 and torchao
+0.18.0 and the few dependencies the GPU machine lacks (scripts/get_peer_wheels.sh puts
+them in .whl/; run_all.sh installs them into /tmp/site); they are not in the default
+--systems and run the Llama models only (another model is recorded as skipped):
+  python3 dev/bench/bench_e2e.py --systems titan_compile titan_float8_tensorwise titan_float8_rowwise
+(torchtitan 0.3.0 does not import with torch 2.11: it needs torch.distributed.fsdp's
+DataParallelMeshDims, which is newer.) Each torchtitan run initialises torch.distributed
+with one rank itself, as torchtitan's Trainer does (no torchrun); --titan-attn, --titan-ac
+and --titan-float8-filter select its options (recorded in each record). torchtitan 0.2.2's
+Llama 3 has no weight tying, so its Llama 3.2 1B has an untied lm_head (262M more
+parameters, ~3.9 GiB more static memory than the tied HF and train_llama 1B; same FLOPs).
 """
 import argparse
 import datetime
@@ -83,10 +105,15 @@ MODELS = {
 HF_SYSTEMS = ["hf_eager", "hf_sdpa", "hf_sdpa_compile", "hf_liger"]
 # train_llama_fp8: --fp8 (per-tensor E4M3/E5M2 Linear maps); llmq / llmq_fp8: IST-DASLab/llmq's train
 # (built by scripts/build_llmq.sh into .carry/llmq), --matmul-dtype bf16 / e4m3, its benchmark settings
-ALL_SYSTEMS = HF_SYSTEMS + ["train_llama", "train_llama_fp8", "llmq", "llmq_fp8"]
+TITAN_SYSTEMS = ["titan_compile", "titan_float8_tensorwise", "titan_float8_rowwise"]
+DEFAULT_SYSTEMS = HF_SYSTEMS + ["train_llama", "train_llama_fp8", "llmq", "llmq_fp8"]
+ALL_SYSTEMS = DEFAULT_SYSTEMS + TITAN_SYSTEMS
+# systems that compile: fewer settings by default (--compile-seq-lens, --compile-batch-sweep), more warm-up
+COMPILE_SYSTEMS = ["hf_sdpa_compile"] + TITAN_SYSTEMS
 # Run order: a time budget cuts the last ones first, so the slow-to-start compile runs go last.
 RUN_ORDER = ["train_llama", "train_llama_fp8", "llmq", "llmq_fp8", "hf_liger", "hf_sdpa", "hf_eager",
-             "hf_sdpa_compile"]
+             "hf_sdpa_compile", "titan_compile", "titan_float8_rowwise", "titan_float8_tensorwise"]
+TITAN_VERSION = "0.2.2"  # the torchtitan release child_run_titan is written against (its API changes a lot)
 DEFAULT_SEQ_LENS = [2048, 4096, 8192, 16384, 32768, 65536, 131072]
 DEFAULT_BATCH_SWEEP = [4, 8]
 OPTIM = dict(lr=1e-4, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, grad_clip=1.0)
@@ -124,8 +151,14 @@ def estimate_mem_gib(system, s, B, T, recompute=1):
     total, _ = param_counts(s)
     static = 16.0 * total  # fp32 params, grads, AdamW m and v
     per_tok_layer = {"hf_eager": 28 * C + 8 * F + 8 * KVD + 6 * H * T, "hf_sdpa": 28 * C + 8 * F + 8 * KVD,
-                     "hf_sdpa_compile": 20 * C + 6 * F + 8 * KVD, "hf_liger": 18 * C + 4 * F + 8 * KVD}
-    logits_per_tok = {"hf_eager": 12 * V, "hf_sdpa": 12 * V, "hf_sdpa_compile": 6 * V, "hf_liger": 0}
+                     "hf_sdpa_compile": 20 * C + 6 * F + 8 * KVD, "hf_liger": 18 * C + 4 * F + 8 * KVD,
+                     "titan_compile": 20 * C + 6 * F + 8 * KVD, "titan_float8_tensorwise": 18 * C + 6 * F + 8 * KVD,
+                     "titan_float8_rowwise": 18 * C + 6 * F + 8 * KVD}
+    # torchtitan 0.2.2: full bf16 logits, loss (fp32 cast + cross-entropy) compiled
+    logits_per_tok = {"hf_eager": 12 * V, "hf_sdpa": 12 * V, "hf_sdpa_compile": 6 * V, "hf_liger": 0,
+                      "titan_compile": 6 * V, "titan_float8_tensorwise": 6 * V, "titan_float8_rowwise": 6 * V}
+    if system in TITAN_SYSTEMS and s["tied"]:
+        static += 16.0 * V * C  # its Llama 3 cannot tie: a separate lm_head
     if system.startswith("train_llama") or system.startswith("llmq"):
         static = 18.0 * total
         act = {0: 16 * C + 8 * F + 4 * KVD, 1: 12 * C + 4 * F + 4 * KVD, 2: 10 * C + 2 * F + 4 * KVD,
@@ -146,8 +179,12 @@ def estimate_run_s(system, s, B, T, steps, oom=False, accum=1):
         overhead = 9.0 + 1.5 * bparams + (4.0 if system == "hf_liger" else 0.0)
         if system == "hf_sdpa_compile":
             overhead += 15.0 + 3.0 * s["layers"]  # ~1 min for the 16-layer 1B
+        elif system in TITAN_SYSTEMS:
+            # per-block compile: one block is compiled, the others reuse it; float8 adds its casts
+            overhead += 30.0 + (15.0 if "float8" in system else 0.0)
     mfu = {"train_llama": 0.45, "train_llama_fp8": 0.55, "llmq": 0.45, "llmq_fp8": 0.5, "hf_liger": 0.38,
-           "hf_sdpa": 0.35, "hf_sdpa_compile": 0.40, "hf_eager": 0.25}[system]
+           "hf_sdpa": 0.35, "hf_sdpa_compile": 0.40, "hf_eager": 0.25, "titan_compile": 0.40,
+           "titan_float8_tensorwise": 0.48, "titan_float8_rowwise": 0.45}[system]
     step = accum * B * T * flops_per_token(s, T) / (mfu * PEAK_BF16_FLOPS)
     return overhead + (1.5 * step if oom else (steps + 0.5) * step)
 
@@ -165,7 +202,7 @@ def build_plan(args):
                 continue
             levels = args.train_llama_recompute if system.startswith("train_llama") else [None]
             for r in levels:
-                if system == "hf_sdpa_compile":
+                if system in COMPILE_SYSTEMS:
                     bs, ts = sorted(set(args.compile_batch_sweep)), sorted(set(args.compile_seq_lens))
                 else:
                     bs, ts = sorted(set(args.batch_sweep)), sorted(set(args.seq_lens))
@@ -173,7 +210,7 @@ def build_plan(args):
                 settings += [(b, args.batch_t) for b in bs if b != 1]
                 settings += [(1, t) for t in ts if t != args.batch_t]
                 for B, T in settings:
-                    warm = args.compile_warmup if system == "hf_sdpa_compile" else args.warmup
+                    warm = args.compile_warmup if system in COMPILE_SYSTEMS else args.warmup
                     plan.append(dict(system=system, model=mname, shape=s, layers=s["layers"], B=B, T=T,
                                      recompute=r, warmup=warm, steps=args.steps, batch_t=args.batch_t,
                                      accum=args.grad_accum))
@@ -314,7 +351,8 @@ def git_commit():
 def probe_env(args):
     """Versions and GPU name, from a child (the parent never creates a CUDA context)."""
     env = {"gpu": "unknown", "torch": None, "transformers": None, "liger_kernel": None, "triton": None,
-           "cuda": None, "cudnn": None, "python": sys.version.split()[0], "driver": None}
+           "torchtitan": None, "torchao": None, "cuda": None, "cudnn": None, "python": sys.version.split()[0],
+           "driver": None}
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=30)
@@ -348,7 +386,8 @@ def child_probe():
             info["cudnn"] = None
     except Exception:  # noqa: BLE001
         pass
-    for mod, key in (("transformers", "transformers"), ("triton", "triton"), ("liger_kernel", "liger_kernel")):
+    for mod, key in (("transformers", "transformers"), ("triton", "triton"), ("liger_kernel", "liger_kernel"),
+                     ("torchtitan", "torchtitan"), ("torchao", "torchao")):
         try:
             from importlib import metadata
             info[key] = metadata.version({"liger_kernel": "liger-kernel"}.get(mod, mod))
@@ -498,9 +537,9 @@ def run_llmq(args, run, log_base):
     return rec
 
 
-def run_hf(args, run, log_base):
+def run_hf(args, run, log_base, extra=None):
     spec = dict(system=run["system"], shape=run["shape"], B=run["B"], T=run["T"], warmup=run["warmup"],
-                steps=run["steps"], seed=args.seed, optim=OPTIM, accum=run["accum"])
+                steps=run["steps"], seed=args.seed, optim=OPTIM, accum=run["accum"], **(extra or {}))
     env = dict(os.environ)
     if args.expandable_segments:
         env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
@@ -518,6 +557,15 @@ def run_hf(args, run, log_base):
     return {"status": "OOM" if is_oom_text(text) else "failed: %s" % last_error_line(text)}
 
 
+def run_titan(args, run, log_base):
+    """A torchtitan run: a child like the HF runs (child_run_titan), for the Llama models only."""
+    s = run["shape"]
+    if s.get("family", "llama") != "llama" or not s["preset"].startswith("llama3"):
+        return {"status": "skipped (torchtitan's Llama 3 model only: no %s)" % run["model"]}
+    titan = dict(attn=args.titan_attn, ac=args.titan_ac, float8_filter=list(args.titan_float8_filter))
+    return run_hf(args, run, log_base, extra={"titan": titan})
+
+
 def make_record(args, run, env, res, wall):
     s = run["shape"]
     total, n = param_counts(s)
@@ -533,12 +581,13 @@ def make_record(args, run, env, res, wall):
                gpu=rec.get("gpu") or env.get("gpu"),
                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                torch=env.get("torch"), transformers=env.get("transformers"), liger_kernel=env.get("liger_kernel"),
+               torchtitan=env.get("torchtitan"), torchao=env.get("torchao"),
                triton=env.get("triton"), cuda=env.get("cuda"), cudnn=env.get("cudnn"), driver=env.get("driver"),
                python=env.get("python"), git_commit=env.get("git_commit"), wall_s=round(wall, 1),
                optimizer="AdamW lr %g betas (%g, %g) eps %g wd %g (matrices) clip %g" % (
                    OPTIM["lr"], OPTIM["beta1"], OPTIM["beta2"], OPTIM["eps"], OPTIM["weight_decay"],
                    OPTIM["grad_clip"]))
-    if run["system"] in HF_SYSTEMS and args.expandable_segments:
+    if (run["system"] in HF_SYSTEMS or run["system"] in TITAN_SYSTEMS) and args.expandable_segments:
         rec["alloc_conf"] = "expandable_segments:True"
     return rec
 
@@ -559,7 +608,9 @@ def cell(rec):
         return ""
     st = rec["status"]
     if st == "ok":
-        return "%6.1fk %4.1f%% %5.1fG" % (rec["tokens_per_s"] / 1e3, 100 * rec["mfu"], rec["peak_mem_gib"])
+        peak = rec.get("peak_mem_gib")  # None: not measured (llmq without nvidia-smi samples, a CPU smoke run)
+        return "%6.1fk %4.1f%% %s" % (rec["tokens_per_s"] / 1e3, 100 * rec["mfu"],
+                                      "%5.1fG" % peak if peak is not None else "    ?G")
     if st.startswith("OOM"):
         return "OOM" + ("*" if "skipped" in st else "")
     if st.startswith("skipped"):
@@ -577,7 +628,7 @@ def print_table(records):
         v = variant_of_record(r)
         if v not in cols:
             cols.append(v)
-    order = {v: i for i, v in enumerate(["hf_eager", "hf_sdpa", "hf_sdpa_compile", "hf_liger"])}
+    order = {v: i for i, v in enumerate(["hf_eager", "hf_sdpa", "hf_sdpa_compile", "hf_liger"] + TITAN_SYSTEMS)}
     cols.sort(key=lambda v: (order.get(v, 10), v))
     width = 21
     for model in sorted(set((r["model"], r["layers"]) for r in records)):
@@ -628,7 +679,8 @@ def main_parent(args):
             print("run %-16s %-15s L=%d B=%d T=%d ..." % (variant(run), run["model"], run["layers"], run["B"],
                                                           run["T"]), end=" ", flush=True)
             res = run_train_llama(args, run, log_base) if run["system"].startswith("train_llama") else \
-                run_llmq(args, run, log_base) if run["system"].startswith("llmq") else run_hf(args, run, log_base)
+                run_llmq(args, run, log_base) if run["system"].startswith("llmq") else \
+                run_titan(args, run, log_base) if run["system"] in TITAN_SYSTEMS else run_hf(args, run, log_base)
             res["log"] = os.path.relpath(log_base, REPO) if log_base.startswith(REPO + os.sep) else log_base
         wall = time.perf_counter() - t0
         model_t[run["model"]] = spent + wall
@@ -649,7 +701,7 @@ def main_parent(args):
 def child_main(spec):
     result = {"status": "failed: child did not finish"}
     try:
-        result = child_run(spec)
+        result = child_run_titan(spec) if spec["system"] in TITAN_SYSTEMS else child_run(spec)
     except Exception as e:  # noqa: BLE001
         import traceback
         traceback.print_exc()
@@ -800,6 +852,231 @@ def child_run(spec):
 
 
 # ---------------------------------------------------------------------------------------------
+# the child: one torchtitan run (imports torch and torchtitan 0.2.2; never imported by the parent)
+
+def titan_model_args(s, attn):
+    """torchtitan 0.2.2's own TransformerModelArgs for the shape: its "8B" flavor for the 8B, and for the
+    1B (torchtitan 0.2.2 has no 1B flavor) the same fields with Llama 3.2 1B's numbers; cut to s["layers"],
+    with the preset's RoPE scaling (its RoPEScalingArgs: factor 8 for 3.1, 32 for 3.2) and attention type.
+    Its FeedForward rounds int(ffn_dim_multiplier * int(8 dim / 3)) up to a multiple of multiple_of:
+    1.3 and 1024 give the 8B's 14336, 1.5 and 256 the 1B's 8192 (checked against the built model)."""
+    import dataclasses
+    from torchtitan.models.llama3 import TransformerModelArgs, llama3_args
+    from torchtitan.models.llama3.model.args import RoPEScalingArgs
+    if s["preset"] == "llama3.1-8b":
+        base = llama3_args["8B"]
+    elif s["preset"] == "llama3.2-1b":
+        base = TransformerModelArgs(dim=2048, n_layers=16, n_heads=32, n_kv_heads=8, ffn_dim_multiplier=1.5,
+                                    multiple_of=256, rope_theta=500000)
+    else:
+        raise ValueError("no torchtitan Llama 3 args for %s" % s["preset"])
+    rope = RoPEScalingArgs(scaling_factor=s["rope_factor"], low_freq_factor=s["rope_low"],
+                           high_freq_factor=s["rope_high"], original_max_position_embeddings=s["rope_orig"])
+    # attn_mask_type causal: one document per sequence (the flex flavors' block_causal splits at eos tokens)
+    margs = dataclasses.replace(base, n_layers=s["layers"], vocab_size=s["vocab"], norm_eps=s["eps"],
+                                rope_theta=s["rope_theta"], rope_scaling_args=rope, max_seq_len=s["max_pos"],
+                                attn_type=attn, attn_mask_type="causal")
+    assert (margs.dim, margs.n_heads, margs.n_kv_heads, margs.dim // margs.n_heads) == \
+        (s["hidden"], s["heads"], s["kv_heads"], s["head_dim"]), margs
+    return margs
+
+
+def titan_job_config(system, s, B, T, warmup, steps, accum, o, tt, cpu):
+    """torchtitan's JobConfig as its command line would set it (--model.converters quantize.linear.float8
+    --quantize.linear.float8.recipe_name ... --compile.enable ...); its defaults otherwise: training.dtype
+    float32 (fp32 parameters) and mixed_precision_param bfloat16, which on one device without FSDP means
+    torch.autocast(bf16) around forward + loss (distributed.utils.maybe_enable_amp)."""
+    from torchtitan.config import JobConfig
+    jc = JobConfig()
+    jc.job.dump_folder = tempfile.mkdtemp(prefix="titan_")
+    jc.model.name = "llama3"
+    jc.model.flavor = {"llama3.1-8b": "8B"}.get(s["preset"], "1B (bench_e2e.py)")
+    jc.training.local_batch_size = B
+    jc.training.global_batch_size = B * accum  # gradient accumulation, as its Trainer derives it
+    jc.training.seq_len = T
+    jc.training.steps = warmup + steps
+    jc.training.max_norm = o["grad_clip"]
+    jc.compile.enable = not cpu
+    jc.compile.components = ["model", "loss"]
+    jc.activation_checkpoint.mode = tt["ac"]
+    if system.startswith("titan_float8_"):
+        jc.model.converters = ["quantize.linear.float8"]
+        f8 = jc.quantize.linear.float8
+        f8.recipe_name = system[len("titan_float8_"):]
+        f8.filter_fqns = list(tt["float8_filter"])
+        f8.emulate = cpu  # the CPU smoke test only: torchao's emulation, no compile (its converter's rule)
+    return jc
+
+
+def child_run_titan(spec):
+    """torchtitan 0.2.2's Trainer.__init__ and train_step, in their order, with this bench's data and
+    optimizer: the model on the meta device, its model converters (float8), parallelize_llama (AC,
+    torch.compile per block; no TP/CP/FSDP/DDP on one rank), to_empty + init_weights on the GPU, its
+    cross-entropy loss (sum over tokens / the step's token count, compiled), forward + loss under its
+    maybe_enable_amp, its clip_grad_norm_. The optimizer is this bench's AdamW (weight decay on matrices
+    only, fused), not torchtitan's build_optimizers (which decays every parameter)."""
+    import torch
+    system, s, B, T, o, tt = spec["system"], spec["shape"], spec["B"], spec["T"], spec["optim"], spec["titan"]
+    accum = spec.get("accum", 1)
+    cpu = os.environ.get("BENCH_TITAN_CPU") == "1"  # smoke test of the calls on the CPU (fp32, no compile)
+    # one rank, no torchrun: torchtitan's init_distributed reads the usual env:// variables
+    for k, v in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_WORLD_SIZE", "1"),
+                 ("MASTER_ADDR", "127.0.0.1")):
+        os.environ.setdefault(k, v)
+    if "MASTER_PORT" not in os.environ:
+        import socket
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            os.environ["MASTER_PORT"] = str(sock.getsockname()[1])
+    torch.manual_seed(spec["seed"])
+    import torchtitan
+    from torchtitan.components.loss import IGNORE_INDEX, build_cross_entropy_loss
+    from torchtitan.config import TORCH_DTYPE_MAP
+    from torchtitan.distributed import ParallelDims
+    from torchtitan.distributed import utils as dist_utils
+    from torchtitan.models.llama3 import Transformer, parallelize_llama
+    from torchtitan.protocols.model_converter import build_model_converters
+    from torchtitan.tools import utils as tt_utils
+    from torchtitan.tools.logging import init_logger
+    init_logger()
+    version = getattr(torchtitan, "__version__", "?")
+    if not version.startswith(TITAN_VERSION):
+        print("warning: torchtitan %s, written against %s" % (version, TITAN_VERSION), file=sys.stderr)
+
+    jc = titan_job_config(system, s, B, T, spec["warmup"], spec["steps"], accum, o, tt, cpu)
+    # Trainer.__init__
+    if cpu:
+        device, device_type = torch.device("cpu"), "cpu"
+        import torch.distributed as dist
+        dist.init_process_group("gloo")  # init_distributed would pick nccl (its device_type is cuda)
+    else:
+        device_type = tt_utils.device_type
+        device = torch.device("%s:%d" % (device_type, int(os.environ["LOCAL_RANK"])))
+        tt_utils.device_module.set_device(device)
+    world = dist_utils.init_distributed(jc.comm, enable_cpu_backend=jc.training.enable_cpu_offload,
+                                        base_folder=jc.job.dump_folder)
+    par = jc.parallelism
+    parallel_dims = ParallelDims(dp_shard=par.data_parallel_shard_degree,
+                                 dp_replicate=par.data_parallel_replicate_degree, cp=par.context_parallel_degree,
+                                 tp=par.tensor_parallel_degree, pp=par.pipeline_parallel_degree,
+                                 ep=par.expert_parallel_degree, etp=par.expert_tensor_parallel_degree,
+                                 world_size=world)
+    gc_handler = tt_utils.GarbageCollection(gc_freq=jc.training.gc_freq, debug=jc.training.gc_debug)
+    dist_utils.set_determinism(parallel_dims, device, jc.debug, distinct_seed_mesh_dims=["pp"])
+    model_args = titan_model_args(s, tt["attn"])
+    model_args.update_from_config(jc)  # max_seq_len = T: the RoPE table
+    with torch.device("meta"), tt_utils.set_default_dtype(TORCH_DTYPE_MAP[jc.training.dtype]):
+        model = Transformer(model_args)
+    converters = build_model_converters(jc, parallel_dims)
+    converters.convert(model)
+    loss_fn = build_cross_entropy_loss(jc)
+    grad_accum = jc.training.global_batch_size // jc.training.local_batch_size
+    assert grad_accum == accum
+    model = parallelize_llama(model, parallel_dims, jc)
+    model.to_empty(device=device)
+    with torch.no_grad():
+        model.init_weights(buffer_device=None)
+    model.train()
+    train_context = dist_utils.get_train_context(False)
+    amp = dist_utils.maybe_enable_amp(parallel_dims, jc.training.mixed_precision_param, device_type)
+
+    layer0 = model.layers["0"]
+    layer0 = getattr(layer0, "_orig_mod", layer0)  # torch.compile's OptimizedModule
+    ffn = layer0.feed_forward.w1.weight.shape[0]
+    if ffn != s["ffn"] or model.output.weight.shape != (s["vocab"], s["hidden"]):
+        raise RuntimeError("torchtitan's model has ffn %d, output %s; expected %d, (%d, %d)" % (
+            ffn, tuple(model.output.weight.shape), s["ffn"], s["vocab"], s["hidden"]))
+    params = [p for p in model.parameters()]
+    tied = model.output.weight is model.tok_embeddings.weight
+    info = {"gpu": "cpu" if cpu else torch.cuda.get_device_name(0)}
+    info.update(params_counted=sum(p.numel() for p in params), titan_version=version, titan_attn=tt["attn"],
+                titan_ac=tt["ac"], titan_compile=jc.compile.enable, titan_compiled_blocks=sum(
+                    type(b).__name__ == "OptimizedModule" for b in model.layers.values()),
+                titan_world_size=world, titan_fsdp=parallel_dims.fsdp_enabled,
+                titan_mixed_precision="%s params, %s" % (jc.training.dtype, (
+                    "torch.autocast(%s, %s)" % (amp.device, amp.fast_dtype)) if isinstance(amp, torch.autocast)
+                    else type(amp).__name__),
+                titan_tied_embeddings=tied, linear_types=sorted({type(m).__name__ for m in model.modules()
+                                                                 if "Linear" in type(m).__name__}))
+    if s["tied"] and not tied:
+        info["titan_note"] = "torchtitan 0.2.2's Llama 3 has no weight tying: lm_head (output) is untied"
+    if jc.model.converters:
+        f8 = jc.quantize.linear.float8
+        info.update(float8_recipe=f8.recipe_name, float8_filter_fqns=list(tt["float8_filter"]),
+                    float8_emulate=f8.emulate, float8_linears=sum(type(m).__name__ == "Float8Linear"
+                                                                  for m in model.modules()))
+        if not info["float8_linears"]:
+            raise RuntimeError("float8 conversion did not happen: %s" % info["linear_types"])
+
+    decay = [p for p in params if p.ndim >= 2]
+    no_decay = [p for p in params if p.ndim < 2]
+    groups = [{"params": decay, "weight_decay": o["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}]
+    impl = "foreach" if cpu else jc.optimizer.implementation  # torchtitan's default: fused
+    opt = torch.optim.AdamW(groups, lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"], **{impl: True})
+    info["optimizer_impl"] = impl
+    gen = torch.Generator(device=device)
+    gen.manual_seed(spec["seed"])
+    sync = (lambda: None) if cpu else torch.cuda.synchronize
+
+    def train_step(step_no):
+        gc_handler.run(step_no)
+        # torchtitan's dataloader gives T+1 tokens per sequence as inputs and next-token labels; here
+        # random tokens, one document per sequence (no eos), for each micro-batch
+        seqs = [torch.randint(0, s["vocab"], (B, T + 1), device=device, generator=gen) for _ in range(accum)]
+        micro = [(x[:, :-1].contiguous(), x[:, 1:].contiguous()) for x in seqs]
+        sync()
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)  # Trainer.train_step: optimizers.zero_grad() first
+        global_valid_tokens = sum((labels != IGNORE_INDEX).sum() for _, labels in micro).float()
+        losses = []
+        for inputs, labels in micro:  # Trainer.forward_backward_step, non-PP
+            extra = {}
+            if model_args.attn_type in ("flex", "varlen"):  # post_dataloading_process
+                extra["attention_masks"] = model.get_attention_masks(input_batch=inputs, tokenizer=None)
+            with train_context():
+                with amp:
+                    pred = model(inputs, **extra)
+                    loss = loss_fn(pred, labels) / global_valid_tokens
+                del pred
+                loss.backward()
+            losses.append(loss.detach())
+        dist_utils.clip_grad_norm_(params, jc.training.max_norm, foreach=True, pp_mesh=None, ep_enabled=False)
+        opt.step()
+        converters.post_optimizer_hook([model])  # float8: precomputes FSDP scales when enabled (not here)
+        loss = torch.sum(torch.stack(losses))
+        sync()
+        return time.perf_counter() - t0, loss.item()
+
+    losses, warm_s = [], []
+    for i in range(spec["warmup"]):
+        dt, l = train_step(i + 1)
+        warm_s.append(dt)
+        losses.append(l)
+    if not cpu:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    times = []
+    for i in range(spec["steps"]):
+        dt, l = train_step(spec["warmup"] + i + 1)
+        times.append(dt)
+        losses.append(l)
+    if not all(math.isfinite(l) for l in losses):
+        raise RuntimeError("non-finite loss: %s" % losses)
+    ms = [t * 1e3 for t in times]
+    med = quantile(ms, 0.5)
+    info.update(status="ok", step_ms_median=med, step_ms_q20=quantile(ms, 0.2), step_ms_q80=quantile(ms, 0.8),
+                tokens_per_s=accum * B * T / (med / 1e3), n_timed_steps=len(times), loss_first=losses[0],
+                loss_last=losses[-1], warmup_ms=[round(t * 1e3, 1) for t in warm_s],
+                step_ms_all=[round(t, 2) for t in ms])
+    if not cpu:
+        free_b, total_b = torch.cuda.mem_get_info()
+        info.update(peak_mem_gib=torch.cuda.max_memory_allocated() / GIB,
+                    reserved_gib=torch.cuda.max_memory_reserved() / GIB, device_mem_gib=(total_b - free_b) / GIB,
+                    gpu_mem_total_gib=total_b / GIB)
+    return info
+
+
+# ---------------------------------------------------------------------------------------------
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
@@ -808,18 +1085,20 @@ def parse_args(argv):
     p.add_argument("--layers", type=int, default=None,
                    help="cut the model to this many layers (default: 16 for llama3.2-1b, 8 for llama3.1-8b-cut, "
                         "the most that leaves HF room to train at T=2048 and beyond; train_llama gets --n-layer)")
-    p.add_argument("--systems", nargs="+", default=list(ALL_SYSTEMS), choices=ALL_SYSTEMS)
+    p.add_argument("--systems", nargs="+", default=list(DEFAULT_SYSTEMS), choices=ALL_SYSTEMS,
+                   help="default: %s (the titan_* systems only when named)" % " ".join(DEFAULT_SYSTEMS))
     p.add_argument("--seq-lens", nargs="*", type=int, default=list(DEFAULT_SEQ_LENS), help="T at B=1")
     p.add_argument("--batch-sweep", nargs="*", type=int, default=list(DEFAULT_BATCH_SWEEP),
                    help="B at T=--batch-t (e.g. 1 2 4 8 16 for the largest B that fits)")
     p.add_argument("--batch-t", type=int, default=2048)
     p.add_argument("--compile-seq-lens", nargs="*", type=int, default=None,
-                   help="T at B=1 for hf_sdpa_compile (default: only --batch-t: each compile run costs ~1 min "
-                        "of compilation on the 1B, so the default sweep is trimmed to keep the run short)")
+                   help="T at B=1 for hf_sdpa_compile and titan_* (default: only --batch-t: each compile run "
+                        "costs ~1 min of compilation on the 1B, so the default sweep is trimmed to keep the run "
+                        "short)")
     p.add_argument("--compile-batch-sweep", nargs="*", type=int, default=None,
-                   help="B at --batch-t for hf_sdpa_compile (default: the largest of --batch-sweep)")
+                   help="B at --batch-t for hf_sdpa_compile and titan_* (default: the largest of --batch-sweep)")
     p.add_argument("--compile-full", action="store_true",
-                   help="hf_sdpa_compile gets the same --seq-lens and --batch-sweep as the others")
+                   help="hf_sdpa_compile and titan_* get the same --seq-lens and --batch-sweep as the others")
     p.add_argument("--train-llama-recompute", nargs="+", type=int, default=[1], choices=[0, 1, 2, 3])
     p.add_argument("--steps", type=int, default=5, help="timed steps (>= 5; the median is reported)")
     p.add_argument("--warmup", type=int, default=2)
@@ -835,10 +1114,21 @@ def parse_args(argv):
     p.add_argument("--llmq", default=os.path.join(REPO, ".carry", "llmq"), help="llmq's install (bin/train)")
     p.add_argument("--grad-accum", type=int, default=1,
                    help="micro-steps per optimizer step, for every system (tokens/s counts all of them)")
+    p.add_argument("--titan-attn", default="sdpa", choices=["sdpa", "flex"],
+                   help="torchtitan's attn_type (default sdpa, its Llama 3 flavors' default; flex: its "
+                        "FlexAttentionWrapper with a causal mask, compiled with max-autotune)")
+    p.add_argument("--titan-ac", default="none", choices=["none", "selective", "full"],
+                   help="torchtitan activation_checkpoint.mode (default none, as the HF systems; torchtitan's own "
+                        "default is selective)")
+    p.add_argument("--titan-float8-filter", nargs="*", default=["output"],
+                   help="quantize.linear.float8.filter_fqns: modules kept in bf16 (default output, the lm_head, as "
+                        "torchtitan's Llama 3 8B config; 'auto_filter_small_kn' is torchao's size filter; "
+                        "empty: convert all)")
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--expandable-segments", action="store_true",
-                   help="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True for the HF runs (recorded)")
+                   help="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True for the HF and torchtitan runs "
+                        "(recorded)")
     p.add_argument("--quick", action="store_true",
                    help="smoke test: llama3.2-1b cut to 2 layers, T=2048 at B=1 and 2, no budget, "
                         "--out dev/bench/results/e2e_quick.jsonl unless given")

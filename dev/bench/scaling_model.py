@@ -20,6 +20,13 @@ Step time = one-GPU compute time + the communication that compute does not hide:
   stage 3's per-micro-step gathers (forward + backward): each micro-step takes the longer of its
     compute and its gathers.
 Hierarchical (--shard-over host) collectives are the sum of their in-host and across-host parts.
+Compressed communication (issue 29: weights all-gathered as FP8 or int8 codes with a scale per
+block, gradients reduced quantized): --weight-bytes and --grad-bytes give the bytes per parameter
+on the wire (bf16: 2; codes of one byte with an fp32 scale per 128: 1.03125) and the predictions
+are made with and without them, the gain beside each; a trainer record may carry its own
+weight_bytes_per_param / grad_bytes_per_param. A quantized reduction (ZeRO++'s all-to-all with
+fp32 sums) is modelled as a reduce-scatter of the compressed bytes; the quantisation kernels'
+time is not modelled.
 """
 import argparse
 import json
@@ -151,13 +158,16 @@ def coll_time(params, nbytes, n):
     return params["alpha"] + params["beta"] * nbytes * (n - 1) / n
 
 
-def step_time(stage, mode, hosts, gpn, micro, t_micro, nparams, links, lookup, tail, shape=None):
+def step_time(stage, mode, hosts, gpn, micro, t_micro, nparams, links, lookup, tail, shape=None, wbytes=2.0,
+              gbytes=2.0):
     """Modelled step time (s) and its parts. links maps the groups "flat" (all ranks),
     "host" (the G GPUs of a host) and "across" (one GPU per host) to a link kind;
     lookup(collective, link) gives {"alpha", "beta"}; it is called only for groups of 2 or more,
-    so a configuration never asks for a link it does not use."""
+    so a configuration never asks for a link it does not use. wbytes, gbytes: bytes per parameter
+    of the weights' gathers and the gradients' reductions (bf16: 2)."""
     n = hosts * gpn
-    w = 2.0 * nparams  # bf16 bytes of all parameters (or gradients)
+    w = wbytes * nparams  # bytes of all weights on the wire
+    g = gbytes * nparams  # and of all gradients
 
     def t(coll, group, nranks, nbytes):
         return coll_time(lookup(coll, links[group]), nbytes, nranks) if nranks > 1 else 0.0
@@ -178,14 +188,14 @@ def step_time(stage, mode, hosts, gpn, micro, t_micro, nparams, links, lookup, t
         if not shape:
             return 2 * t("all_gather", group, nranks, w)
         layers, per_layer = shape
-        return 2 * (layers - 2) * t("all_gather", group, nranks, 2.0 * per_layer)
+        return 2 * (layers - 2) * t("all_gather", group, nranks, wbytes * per_layer)
 
     parts = {"t_compute": micro * t_micro, "t_grad": 0.0, "t_gather_after": 0.0, "t_gather_micro": 0.0}
     if stage == 0:  # a flat all-reduce whatever the mode
-        parts["t_grad"] = t("all_reduce", "flat", n, w)
+        parts["t_grad"] = t("all_reduce", "flat", n, g)
         exposed = grad_exposed(parts["t_grad"])
     elif mode == "flat":
-        parts["t_grad"] = t("reduce_scatter", "flat", n, w)
+        parts["t_grad"] = t("reduce_scatter", "flat", n, g)
         exposed = grad_exposed(parts["t_grad"])
         if stage == 3:
             parts["t_gather_micro"] = stage3_gathers("flat", n)
@@ -193,7 +203,7 @@ def step_time(stage, mode, hosts, gpn, micro, t_micro, nparams, links, lookup, t
             parts["t_gather_after"] = t("all_gather", "flat", n, w)
             exposed += gather_exposed(parts["t_gather_after"])
     else:  # hierarchical: in-host over G ranks, then across hosts over H ranks with 1/G of the bytes
-        parts["t_grad"] = t("reduce_scatter", "host", gpn, w) + t("reduce_scatter", "across", hosts, w / gpn)
+        parts["t_grad"] = t("reduce_scatter", "host", gpn, g) + t("reduce_scatter", "across", hosts, g / gpn)
         exposed = grad_exposed(parts["t_grad"])
         parts["t_gather_after"] = t("all_gather", "across", hosts, w / gpn)
         if stage == 3:
@@ -232,6 +242,8 @@ def trainer_points(recs):
                     "hosts": int(r["hosts"]), "gpus_per_host": int(r["gpus_per_host"]),
                     "micro_steps": int(r["micro_steps"]), "B": int(r["B"]), "T": int(r["T"]),
                     "link": r.get("link"), "measured": float(r["tokens_per_s_per_gpu"]),
+                    "wbytes": float(r.get("weight_bytes_per_param", 2.0)),
+                    "gbytes": float(r.get("grad_bytes_per_param", 2.0)),
                     "t_micro": float(one["ms"]) / 1000.0 / float(one_micro)})
     return pts, skipped
 
@@ -312,13 +324,15 @@ def predict(args, fits, pts):
                              f"{micro * per_micro} tokens")
             for stage, mode in MODES:
                 links = {"flat": "net" if hosts > 1 else "nvlink", "host": "nvlink", "across": "net"}
-                parts = step_time(stage, mode, hosts, GPUS_PER_HOST, micro, t_micro, m["params"], links,
-                                  lookup, args.tail_fraction, (m["layers"], m["layer_params"]))
-                tps = m["B"] * m["T"] * micro / parts["t_step"]
-                preds.append({"kind": "prediction", "model": m["name"], "hosts": hosts,
-                              "gpus_per_host": GPUS_PER_HOST, "stage": stage, "mode": mode, "micro_steps": micro,
-                              "tokens_per_s_per_gpu": tps, "fraction_of_one_gpu": parts["t_compute"] / parts["t_step"],
-                              **parts})
+                for wbytes, gbytes in sorted({(2.0, 2.0), (args.weight_bytes, args.grad_bytes)}, reverse=True):
+                    parts = step_time(stage, mode, hosts, GPUS_PER_HOST, micro, t_micro, m["params"], links,
+                                      lookup, args.tail_fraction, (m["layers"], m["layer_params"]), wbytes, gbytes)
+                    tps = m["B"] * m["T"] * micro / parts["t_step"]
+                    preds.append({"kind": "prediction", "model": m["name"], "hosts": hosts,
+                                  "gpus_per_host": GPUS_PER_HOST, "stage": stage, "mode": mode,
+                                  "micro_steps": micro, "weight_bytes_per_param": wbytes,
+                                  "grad_bytes_per_param": gbytes, "tokens_per_s_per_gpu": tps,
+                                  "fraction_of_one_gpu": parts["t_compute"] / parts["t_step"], **parts})
     for coll, s in sorted(nv_src.items()):
         notes.append(f"nvlink {coll}: " + ("fitted parameters" if s == "fit" else
                      f"{args.nvlink_gbs:g} GB/s, {args.nvlink_latency_us:g} us (options/defaults)"))
@@ -397,12 +411,19 @@ def main():
                          "records of llama3.1-8b, e.g. scaling8b4, else 0.62)")
     ap.add_argument("--batch-1b", type=int, default=524288, metavar="TOKENS", help="1B global batch, tokens (524288)")
     ap.add_argument("--batch-8b", type=int, default=1048576, metavar="TOKENS", help="8B global batch, tokens (1048576)")
+    ap.add_argument("--weight-bytes", type=float, default=2.0, metavar="B",
+                    help="bytes per parameter of the weights' all-gathers, for a second prediction table with its "
+                         "gain (2 = bf16, the default: none; 1.03125 = one-byte codes with an fp32 scale per 128)")
+    ap.add_argument("--grad-bytes", type=float, default=2.0, metavar="B",
+                    help="bytes per parameter of the gradients' reductions, likewise (2 = bf16)")
     args = ap.parse_args()
     args.nvlink_given = args.nvlink_gbs is not None or args.nvlink_latency_us is not None
     args.nvlink_gbs = 370.0 if args.nvlink_gbs is None else args.nvlink_gbs
     args.nvlink_latency_us = 15.0 if args.nvlink_latency_us is None else args.nvlink_latency_us
     if not 0 <= args.tail_fraction <= 1:
         die("--tail-fraction must lie in [0, 1]")
+    if not (0 < args.weight_bytes <= 4 and 0 < args.grad_bytes <= 4):
+        die("--weight-bytes and --grad-bytes must lie in (0, 4]")
 
     recs = read_records(args.results)
     fits = fit_all(nccl_points(recs))
@@ -430,7 +451,8 @@ def main():
     for p in points:
         ctx["run"] = p["run"]
         parts = step_time(p["stage"], p["mode"], p["hosts"], p["gpus_per_host"], p["micro_steps"], p["t_micro"],
-                          p["params"], point_links(p), lookup, args.tail_fraction, model_shape(p["model"]))
+                          p["params"], point_links(p), lookup, args.tail_fraction, model_shape(p["model"]),
+                          p["wbytes"], p["gbytes"])
         pred = p["B"] * p["T"] * p["micro_steps"] / parts["t_step"]
         err = (pred - p["measured"]) / p["measured"]
         worst = max(worst, abs(err))
@@ -457,15 +479,31 @@ def main():
           f"{args.nic_gbit:g} Gb/s per GPU x {args.net_efficiency:g}, {args.net_latency_us:g} us")
     for n in pnotes:
         print("note:", n)
+    compressed = (args.weight_bytes, args.grad_bytes) != (2.0, 2.0)
     pheads = ["model", "hosts", "micro"] + [f"Z{s} {m}" for s, m in MODES]
-    prows = []
-    for name in [m["name"] for m in MODELS.values()]:
-        for hosts in HOSTS:
-            ps = {(p["stage"], p["mode"]): p for p in preds if p["model"] == name and p["hosts"] == hosts}
-            prows.append([name, hosts, ps[MODES[0]]["micro_steps"]] +
-                         [f"{ps[k]['tokens_per_s_per_gpu']:.0f} ({100 * ps[k]['fraction_of_one_gpu']:.0f}%)"
-                          for k in MODES])
+
+    def prediction_rows(wbytes, gbytes, gain):
+        rows = []
+        for name in [m["name"] for m in MODELS.values()]:
+            for hosts in HOSTS:
+                ps = {(p["stage"], p["mode"]): p for p in preds if p["model"] == name and p["hosts"] == hosts
+                      and (p["weight_bytes_per_param"], p["grad_bytes_per_param"]) == (wbytes, gbytes)}
+                base = {(p["stage"], p["mode"]): p for p in preds if p["model"] == name and p["hosts"] == hosts
+                        and (p["weight_bytes_per_param"], p["grad_bytes_per_param"]) == (2.0, 2.0)}
+                rows.append([name, hosts, ps[MODES[0]]["micro_steps"]] + [
+                    f"{ps[k]['tokens_per_s_per_gpu']:.0f} (" + (
+                        f"{ps[k]['tokens_per_s_per_gpu'] / base[k]['tokens_per_s_per_gpu']:.2f}x" if gain else
+                        f"{100 * ps[k]['fraction_of_one_gpu']:.0f}%") + ")" for k in MODES])
+        return rows
+
+    prows = prediction_rows(2.0, 2.0, False)
     print("\n".join(text_table(pheads, prows)))
+    crows = []
+    if compressed:
+        print(f"\nThe same with compressed communication: weights {args.weight_bytes:g} and gradients "
+              f"{args.grad_bytes:g} bytes per parameter on the wire; tokens/s per GPU (gain over bf16)")
+        crows = prediction_rows(args.weight_bytes, args.grad_bytes, True)
+        print("\n".join(text_table(pheads, crows)))
 
     if args.json:
         with open(args.json, "w") as f:
@@ -480,6 +518,10 @@ def main():
                "", f"Network {args.nic_gbit:g} Gb/s per GPU at {args.net_efficiency:g} efficiency, "
                f"{args.net_latency_us:g} us; Z = ZeRO stage, flat = one ring over all GPUs, "
                "host = --shard-over host.", ""] + md_table(pheads, prows)
+        if compressed:
+            md += ["", f"### The same with compressed communication (gain over bf16)", "",
+                   f"Weights {args.weight_bytes:g} and gradients {args.grad_bytes:g} bytes per parameter on the "
+                   "wire.", ""] + md_table(pheads, crows)
         with open(args.markdown, "w") as f:
             f.write("\n".join(md) + "\n")
         print(f"Markdown written to {args.markdown}")

@@ -1,0 +1,178 @@
+/*
+ * block_codec_check: llmc/kernels/block_codec.h's kernels against its host
+ * functions, on the same bf16 inputs, for both codecs:
+ *   encode: codes and scales bit-identical (IEEE division and rounding on both
+ *     sides; the GPU's e4m3 conversion instruction against fp8.h's exact one);
+ *   decode: bit-identical to the host's decoded floats rounded to bf16; decode_add
+ *     bit-identical to the host's fp32 sums (one IEEE add each);
+ *   the error of a value through the codec within the header's bound: int8 half
+ *     a step (scale / 2), e4m3 2^-4 of |x| where x / scale is normal, else
+ *     scale x 2^-10; each plus 2^-22 of |x| for the fp32 roundings of the scale,
+ *     the quotient and the product (2^-24 each);
+ *   a block of zeros decodes to zeros, a block holding a NaN or an infinity to
+ *     NaNs (its scale NaN), and its neighbours are untouched.
+ * Inputs: normal values whose blocks span 2^-40 to 2^40 in scale (a weight's or a
+ * gradient's range), at sizes with and without a short last block. Timed at 64M
+ * values: encode moves 2 + 1 + 4/128 bytes per value, decode 1 + 4/128 + 2.
+ *
+ * Usage: block_codec_check [--seed N]
+ */
+#include "check_common.h"
+#include "llmc/kernels/block_codec.h"
+
+static const char *const CODEC_NAMES[] = {"int8", "e4m3"};
+
+typedef struct {
+    int64_t n;
+    BlockCodec codec;
+    bf16 *x, *out;
+    uint8_t *codes;
+    float *scales;
+} Bench;
+
+static void run_encode(void *ctx, int s)
+{
+    Bench *b = (Bench *)ctx;
+    (void)s;
+    block_encode(b->codes, b->scales, b->x, b->n, b->codec, 0);
+}
+static void run_decode(void *ctx, int s)
+{
+    Bench *b = (Bench *)ctx;
+    (void)s;
+    block_decode(b->out, b->codes, b->scales, b->n, b->codec, 0);
+}
+
+/* Scales compared by value, a NaN equal to any NaN (the host's NAN and the device's may differ in payload). */
+static int same_scales(const float *a, const float *b, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (!(a[i] == b[i] || (isnan(a[i]) && isnan(b[i]))) || signbit(a[i]) != signbit(b[i]))
+            return 0;
+    return 1;
+}
+
+static void check_size(int64_t n, BlockCodec codec, int specials, int bench)
+{
+    int64_t nb = block_codec_blocks(n);
+    char what[128];
+    const char *name = CODEC_NAMES[codec];
+    printf("-- n = %lld, %s%s\n", (long long)n, name, specials ? ", with a zero block and non-finite values" : "");
+    uint16_t *x = (uint16_t *)malloc_check(n * 2, "x");
+    float *xf = (float *)malloc_check(n * 4, "x f");
+    fill_bf16(x, xf, n, 1.0f);
+    for (int64_t b = 0; b < nb; b++) { /* each block its own scale, 2^-40 .. 2^40 */
+        float k = ldexpf(1.0f, rng_int(81) - 40);
+        for (int64_t i = b * BLOCK_CODEC_SIZE; i < n && i < (b + 1) * BLOCK_CODEC_SIZE; i++)
+            xf[i] = bf16_float(x[i] = bf16_bits(xf[i] * k));
+    }
+    int64_t zero_block = -1, nan_block = -1, inf_block = -1;
+    if (specials && nb >= 4) {
+        zero_block = 1, nan_block = 2, inf_block = nb - 1;
+        for (int64_t i = zero_block * BLOCK_CODEC_SIZE; i < (zero_block + 1) * BLOCK_CODEC_SIZE; i++)
+            xf[i] = bf16_float(x[i] = 0);
+        x[nan_block * BLOCK_CODEC_SIZE + 5] = 0x7fc0; /* NaN */
+        x[inf_block * BLOCK_CODEC_SIZE] = 0xff80;     /* -inf */
+        xf[nan_block * BLOCK_CODEC_SIZE + 5] = NAN;
+        xf[inf_block * BLOCK_CODEC_SIZE] = -INFINITY;
+    }
+    uint8_t *codes = (uint8_t *)malloc_check(n, "codes"), *got_codes = (uint8_t *)malloc_check(n, "got codes");
+    float *scales = (float *)malloc_check(nb * 4, "scales"), *got_scales = (float *)malloc_check(nb * 4, "got");
+    float *dec = (float *)malloc_check(n * 4, "decoded"), *bound = (float *)malloc_check(n * 4, "bound");
+    uint16_t *want_b = (uint16_t *)malloc_check(n * 2, "want"), *got_b = (uint16_t *)malloc_check(n * 2, "got");
+    float *sums = (float *)malloc_check(n * 4, "sums"), *got_sums = (float *)malloc_check(n * 4, "got sums");
+    fill_float(sums, n, 3.0f);
+
+    block_encode_host(codes, scales, x, n, codec);
+    block_decode_host(dec, codes, scales, n, codec);
+    bf16 *d_x = (bf16 *)dev_upload(x, n * 2), *d_out = (bf16 *)dev_alloc(n * 2);
+    uint8_t *d_codes = (uint8_t *)dev_alloc(n);
+    float *d_scales = (float *)dev_alloc(nb * 4), *d_sums = (float *)dev_upload(sums, n * 4);
+    poison(d_codes, n);
+    poison(d_scales, nb * 4);
+    block_encode(d_codes, d_scales, d_x, n, codec, 0);
+    download(got_codes, d_codes, n);
+    download(got_scales, d_scales, nb * 4);
+    snprintf(what, sizeof(what), "block_encode %s n=%lld codes", name, (long long)n);
+    check_identical(what, got_codes, codes, n);
+    check(same_scales(got_scales, scales, nb), "block_encode %-4s n=%-10lld scales the host's", name, (long long)n);
+
+    poison(d_out, n * 2);
+    block_decode(d_out, d_codes, d_scales, n, codec, 0);
+    download(got_b, d_out, n * 2);
+    for (int64_t i = 0; i < n; i++)
+        want_b[i] = bf16_bits(dec[i]);
+    snprintf(what, sizeof(what), "block_decode %s n=%lld", name, (long long)n);
+    check_identical(what, got_b, want_b, n * 2);
+    block_decode_add(d_sums, d_codes, d_scales, n, codec, 0);
+    download(got_sums, d_sums, n * 4);
+    for (int64_t i = 0; i < n; i++)
+        sums[i] += dec[i];
+    snprintf(what, sizeof(what), "block_decode_add %s n=%lld", name, (long long)n);
+    check_identical(what, got_sums, sums, n * 4);
+
+    /* the codec's error, on the finite blocks (the header's bounds) */
+    float *ref = (float *)malloc_check(n * 4, "ref");
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t b = i / BLOCK_CODEC_SIZE;
+        if (b == nan_block || b == inf_block)
+            continue;
+        float scale = scales[b], q = scale > 0.0f ? fabsf(xf[i]) / scale : 0.0f;
+        float bnd = codec == BLOCK_CODEC_INT8 ? 0.5f * scale : q >= 0x1p-6f ? 0x1p-4f * fabsf(xf[i]) : 0x1p-10f * scale;
+        ref[m] = xf[i];
+        dec[m] = dec[i];
+        bound[m] = bnd + 0x1p-22f * fabsf(xf[i]) + 1e-45f;
+        m++;
+    }
+    snprintf(what, sizeof(what), "block codec %s n=%lld error", name, (long long)n);
+    check_within(what, dec, ref, bound, m);
+    if (specials && nb >= 4) {
+        int zeros = 1, nans = 1;
+        for (int64_t i = zero_block * BLOCK_CODEC_SIZE; i < (zero_block + 1) * BLOCK_CODEC_SIZE; i++)
+            zeros &= got_b[i] == 0;
+        for (int64_t b2 = 0; b2 < 2; b2++) {
+            int64_t b = b2 ? inf_block : nan_block;
+            for (int64_t i = b * BLOCK_CODEC_SIZE; i < n && i < (b + 1) * BLOCK_CODEC_SIZE; i++)
+                nans &= isnan(bf16_float(got_b[i]));
+        }
+        check(zeros && nans && isnan(got_scales[nan_block]) && isnan(got_scales[inf_block]) &&
+                  got_scales[zero_block] == 0.0f,
+              "block codec %-4s: a zero block decodes to zeros, a NaN's and an infinity's blocks to NaNs", name);
+    }
+
+    if (bench) {
+        Bench b = {n, codec, d_x, d_out, d_codes, d_scales};
+        snprintf(what, sizeof(what), "block_encode %s n=%lld", name, (long long)n);
+        bench_report(what, run_encode, &b, 1, 3.0 * n + 4.0 * nb);
+        snprintf(what, sizeof(what), "block_decode %s n=%lld", name, (long long)n);
+        bench_report(what, run_decode, &b, 1, 3.0 * n + 4.0 * nb);
+    }
+
+    void *dev[] = {d_x, d_out, d_codes, d_scales, d_sums};
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
+        cuda_free(dev[i]);
+    void *host[] = {x, xf, codes, got_codes, scales, got_scales, dec, bound, want_b, got_b, sums, got_sums, ref};
+    for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++)
+        free(host[i]);
+}
+
+int main(int argc, char **argv)
+{
+    check_init(argc, argv, "block_codec_check");
+    bench_copy_bandwidth();
+    int64_t sizes[][3] = {
+        /* n, specials, bench */
+        {1, 0, 0},
+        {127, 0, 0},
+        {128, 0, 0},
+        {129, 0, 0},
+        {1000, 1, 0},
+        {128 * 1000 + 5, 1, 0},
+        {(int64_t)64 << 20, 0, 1},
+    };
+    for (int codec = 0; codec < 2; codec++)
+        for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+            check_size(sizes[i][0], (BlockCodec)codec, (int)sizes[i][1], (int)sizes[i][2]);
+    return check_summary();
+}

@@ -1,0 +1,216 @@
+/*
+ * block_codec.h: a flat bf16 buffer as one-byte codes and an fp32 scale per
+ * block of BLOCK_CODEC_SIZE (128) values, for moving weights and gradients
+ * between GPUs in about half the bytes (issue 29: ZeRO++'s quantized weight
+ * gather qwZ and quantized gradient reduction qgZ). For block b with amax_b,
+ * its values' largest magnitude:
+ *
+ *   int8  scale_b = amax_b / 127   code_i = rint(x_i / scale_b)   x'_i = code_i * scale_b
+ *   e4m3  scale_b = amax_b / 448   code_i = e4m3(x_i / scale_b)   x'_i = float(code_i) * scale_b
+ *
+ * (rint and e4m3 round to nearest, ties to even; e4m3 saturates: the GPU's
+ * conversion instruction, and fp8.h's exact one on the host.) A
+ * block of zeros has scale 0 and decodes to zeros; a block holding a value
+ * that is not finite gets a NaN scale and decodes to NaNs, so the trainer's
+ * non-finite guard still sees it. Error per value: int8 at most half a step,
+ * scale_b / 2 = amax_b / 254; e4m3 at most 2^-4 of |x_i| (3 mantissa bits)
+ * where x_i / scale_b is normal, else half its smallest step, scale_b x 2^-10;
+ * each plus the fp32 roundings of the scale, quotient and product (2^-22 |x_i|).
+ * The last block of a buffer may be short. Every operation is IEEE (division,
+ * product, round to nearest), so the host functions here give the bits the
+ * kernels give (dev/cuda/block_codec_check compares them).
+ *
+ * Memory: encode reads 2 bytes per value and writes 1, plus 4 per block;
+ * decode reads those and writes 2 (bf16) or adds into 4 (fp32 sums, for a
+ * reduction of several ranks' codes). Codes and scales are separate arrays of
+ * n and ceil(n / 128) entries.
+ */
+#ifndef LLMC_BLOCK_CODEC_H
+#define LLMC_BLOCK_CODEC_H
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "llmc/common/cuda_common.h"
+#include "llmc/kernels/fp8.h"
+
+#define BLOCK_CODEC_SIZE 128
+#define BLOCK_CODEC_WARPS 8 /* blocks per CUDA block: a warp per codec block, 4 values per lane */
+
+typedef enum { BLOCK_CODEC_INT8 = 0, BLOCK_CODEC_E4M3 = 1 } BlockCodec;
+
+__host__ __device__ static inline int64_t block_codec_blocks(int64_t n)
+{
+    return (n + BLOCK_CODEC_SIZE - 1) / BLOCK_CODEC_SIZE;
+}
+
+/* The largest code's magnitude of a codec. */
+__host__ __device__ static inline float block_codec_max(int codec)
+{
+    return codec == BLOCK_CODEC_E4M3 ? 448.0f : 127.0f;
+}
+
+/* The scale of a block from its amax (NaN when a value was not finite). */
+__host__ __device__ static inline float block_codec_scale(float amax, int bad, int codec)
+{
+#ifdef __CUDA_ARCH__
+    return bad ? __int_as_float(0x7fc00000) : __fdiv_rn(amax, block_codec_max(codec));
+#else
+    return bad ? NAN : amax / block_codec_max(codec);
+#endif
+}
+
+/* One value's code, given its block's scale (finite and not 0). */
+__host__ __device__ static inline uint8_t block_codec_encode1(float x, float scale, int codec)
+{
+#ifdef __CUDA_ARCH__
+    float q = __fdiv_rn(x, scale);
+    if (codec == BLOCK_CODEC_E4M3)
+        return (uint8_t)__nv_cvt_float_to_fp8(q, __NV_SATFINITE, __NV_E4M3);
+    int c = __float2int_rn(q);
+#else
+    float q = x / scale;
+    if (codec == BLOCK_CODEC_E4M3)
+        return fp8_from_float(q, FP8_E4M3);
+    int c = (int)rintf(q);
+#endif
+    c = c > 127 ? 127 : c < -127 ? -127 : c;
+    return (uint8_t)(int8_t)c;
+}
+
+/* One value back from its code and its block's scale. */
+__host__ __device__ static inline float block_codec_decode1(uint8_t code, float scale, int codec)
+{
+#ifdef __CUDA_ARCH__
+    float v = codec == BLOCK_CODEC_E4M3 ? __half2float(__half(__nv_cvt_fp8_to_halfraw(code, __NV_E4M3)))
+                                        : (float)(int8_t)code;
+    return __fmul_rn(v, scale);
+#else
+    float v = codec == BLOCK_CODEC_E4M3 ? fp8_to_float(code, FP8_E4M3) : (float)(int8_t)code;
+    return v * scale;
+#endif
+}
+
+/* ---- the host's codec, the kernels' reference ---- */
+
+static inline float block_codec_bf16_float_(uint16_t bits)
+{
+    uint32_t u = (uint32_t)bits << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline void block_encode_host(uint8_t *codes, float *scales, const uint16_t *x, int64_t n, int codec)
+{
+    for (int64_t b = 0; b < block_codec_blocks(n); b++) {
+        int64_t lo = b * BLOCK_CODEC_SIZE, hi = lo + BLOCK_CODEC_SIZE < n ? lo + BLOCK_CODEC_SIZE : n;
+        float amax = 0.0f;
+        int bad = 0;
+        for (int64_t i = lo; i < hi; i++) {
+            float v = block_codec_bf16_float_(x[i]);
+            bad |= !isfinite(v);
+            amax = fmaxf(amax, fabsf(v));
+        }
+        float scale = block_codec_scale(amax, bad, codec);
+        scales[b] = scale;
+        for (int64_t i = lo; i < hi; i++)
+            codes[i] = (bad || scale == 0.0f) ? 0 : block_codec_encode1(block_codec_bf16_float_(x[i]), scale, codec);
+    }
+}
+
+/* Decoded values as floats (the kernel's bf16 output is their rounding). */
+static inline void block_decode_host(float *out, const uint8_t *codes, const float *scales, int64_t n, int codec)
+{
+    for (int64_t i = 0; i < n; i++)
+        out[i] = block_codec_decode1(codes[i], scales[i / BLOCK_CODEC_SIZE], codec);
+}
+
+/* ---- kernels ---- */
+
+/* A warp per codec block: lane l holds values 4 l .. 4 l + 3 of it (zeros past n). */
+__global__ void block_encode_kernel(uint8_t *__restrict__ codes, float *__restrict__ scales, const bf16 *__restrict__ x,
+                                    int64_t n, int codec)
+{
+    int lane = threadIdx.x % 32;
+    int64_t b = (int64_t)blockIdx.x * BLOCK_CODEC_WARPS + threadIdx.x / 32;
+    if (b >= block_codec_blocks(n))
+        return;
+    int64_t at = b * BLOCK_CODEC_SIZE + 4 * lane;
+    float v[4];
+    float amax = 0.0f;
+    int bad = 0;
+    for (int k = 0; k < 4; k++) {
+        v[k] = at + k < n ? __bfloat162float(x[at + k]) : 0.0f;
+        bad |= !isfinite(v[k]);
+        amax = fmaxf(amax, fabsf(v[k]));
+    }
+    for (int off = 16; off > 0; off /= 2) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+        bad |= __shfl_xor_sync(0xffffffffu, bad, off);
+    }
+    float scale = block_codec_scale(amax, bad, codec);
+    if (lane == 0)
+        scales[b] = scale;
+    for (int k = 0; k < 4; k++)
+        if (at + k < n)
+            codes[at + k] = (bad || scale == 0.0f) ? 0 : block_codec_encode1(v[k], scale, codec);
+}
+
+__global__ void block_decode_kernel(bf16 *__restrict__ out, float *__restrict__ sums, const uint8_t *__restrict__ codes,
+                                    const float *__restrict__ scales, int64_t n, int codec)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float v = block_codec_decode1(codes[i], scales[i / BLOCK_CODEC_SIZE], codec);
+        if (sums)
+            sums[i] += v;
+        else
+            out[i] = __float2bfloat16_rn(v);
+    }
+}
+
+/* ---- launchers ---- */
+
+/* codes[n] and scales[block_codec_blocks(n)] of x[n]. */
+static inline void block_encode(uint8_t *codes, float *scales, const bf16 *x, int64_t n, BlockCodec codec,
+                                cudaStream_t stream)
+{
+    int64_t blocks = (block_codec_blocks(n) + BLOCK_CODEC_WARPS - 1) / BLOCK_CODEC_WARPS;
+    if (n <= 0)
+        return;
+    if (blocks > INT32_MAX)
+        FAIL("block_encode: %lld values are too many for one launch", (long long)n);
+    block_encode_kernel<<<(unsigned)blocks, 32 * BLOCK_CODEC_WARPS, 0, stream>>>(codes, scales, x, n, (int)codec);
+    CUDA_CHECK_LAST();
+}
+
+static inline int block_decode_grid_(int64_t n)
+{
+    int64_t grid = (n + 255) / 256;
+    return (int)(grid > 4096 ? 4096 : grid < 1 ? 1 : grid);
+}
+
+/* out[n] (bf16, rounded to nearest even) from codes[n] and their scales. */
+static inline void block_decode(bf16 *out, const uint8_t *codes, const float *scales, int64_t n, BlockCodec codec,
+                                cudaStream_t stream)
+{
+    if (n <= 0)
+        return;
+    block_decode_kernel<<<block_decode_grid_(n), 256, 0, stream>>>(out, NULL, codes, scales, n, (int)codec);
+    CUDA_CHECK_LAST();
+}
+
+/* sums[i] += the decoded value i (fp32): one rank's codes into a reduction's sums. */
+static inline void block_decode_add(float *sums, const uint8_t *codes, const float *scales, int64_t n, BlockCodec codec,
+                                    cudaStream_t stream)
+{
+    if (n <= 0)
+        return;
+    block_decode_kernel<<<block_decode_grid_(n), 256, 0, stream>>>(NULL, sums, codes, scales, n, (int)codec);
+    CUDA_CHECK_LAST();
+}
+
+#endif /* LLMC_BLOCK_CODEC_H */

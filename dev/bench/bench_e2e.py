@@ -440,6 +440,21 @@ def run_subprocess(cmd, timeout, log_base, env=None):
         return rc, fo.read(), fe.read()
 
 
+def failed_status(args, run, rc, text, steps):
+    """A run's status when it did not end with all its steps logged ('timeout ...', 'OOM', 'failed: ...'), else
+    None. steps: the step records its log holds."""
+    if rc == "timeout":
+        return "timeout (%ds)" % args.timeout
+    if rc != 0 or len(steps) < run["warmup"] + run["steps"]:
+        return "OOM" if is_oom_text(text) else "failed: %s" % last_error_line(text)
+    return None
+
+
+def step_times(ms):
+    """The median and 20/80% quantiles of the timed steps' ms."""
+    return dict(step_ms_median=quantile(ms, 0.5), step_ms_q20=quantile(ms, 0.2), step_ms_q80=quantile(ms, 0.8))
+
+
 def run_train_llama(args, run, log_base):
     jsonl = log_base + ".jsonl"
     if os.path.exists(jsonl):
@@ -456,17 +471,12 @@ def run_train_llama(args, run, log_base):
             steps = [json.loads(l) for l in f if '"loss"' in l]
     except (OSError, ValueError):
         pass
-    text = out + "\n" + err
-    if rc == "timeout":
-        rec["status"] = "timeout (%ds)" % args.timeout
-    elif rc != 0 or len(steps) < run["warmup"] + run["steps"]:
-        rec["status"] = "OOM" if is_oom_text(text) else "failed: %s" % last_error_line(text)
-    else:
+    rec["status"] = failed_status(args, run, rc, out + "\n" + err, steps)
+    if rec["status"] is None:
         timed = steps[run["warmup"]:]
-        ms = [st["ms"] for st in timed]
-        med = quantile(ms, 0.5)
-        rec.update(status="ok", step_ms_median=med, step_ms_q20=quantile(ms, 0.2), step_ms_q80=quantile(ms, 0.8),
-                   tokens_per_s=run["accum"] * run["B"] * run["T"] / (med / 1e3),
+        times = step_times([st["ms"] for st in timed])
+        rec.update(status="ok", **times,
+                   tokens_per_s=run["accum"] * run["B"] * run["T"] / (times["step_ms_median"] / 1e3),
                    mfu_reported=quantile([st["mfu"] for st in timed], 0.5),
                    peak_mem_gib=max(st["peak_mem_gib"] for st in steps),
                    device_mem_gib=max(st["device_mem_gib"] for st in steps),
@@ -518,16 +528,12 @@ def run_llmq(args, run, log_base):
                     steps.append(json.loads(line))
     except (OSError, ValueError):
         pass
-    text = out + "\n" + err
-    if rc == "timeout":
-        rec["status"] = "timeout (%ds)" % args.timeout
-    elif rc != 0 or len(steps) < run["warmup"] + run["steps"]:
-        rec["status"] = "OOM" if is_oom_text(text) else "failed: %s" % last_error_line(text)
-    else:
+    rec["status"] = failed_status(args, run, rc, out + "\n" + err, steps)
+    if rec["status"] is None:
         ms = [st["duration_ms"] for st in steps[run["warmup"]:]]
-        med = quantile(ms, 0.5)
-        rec.update(status="ok", step_ms_median=med, step_ms_q20=quantile(ms, 0.2), step_ms_q80=quantile(ms, 0.8),
-                   tokens_per_s=steps[-1]["step_tokens"] / (med / 1e3), peak_mem_gib=max(used) / 1024.0
+        times = step_times(ms)
+        rec.update(status="ok", **times, tokens_per_s=steps[-1]["step_tokens"] / (times["step_ms_median"] / 1e3),
+                   peak_mem_gib=max(used) / 1024.0
                    if used else None, device_mem_gib=max(used) / 1024.0 if used else None,
                    peak_mem_source="nvidia-smi memory.used", n_timed_steps=len(ms),
                    loss_first=steps[0]["loss"], loss_last=steps[-1]["loss"])
@@ -576,8 +582,8 @@ def make_record(args, run, env, res, wall):
     rec.update({k: v for k, v in res.items() if k not in ("status",)})
     if rec["tokens_per_s"] is not None:
         rec["mfu"] = rec["tokens_per_s"] * fpt / PEAK_BF16_FLOPS
-    rec.update(recompute=run["recompute"], warmup_steps=run["warmup"], timed_steps=run["steps"], grad_accum=run["accum"],
-               params_total=total, params_flops=n, flops_per_token=fpt, peak_flops=PEAK_BF16_FLOPS,
+    rec.update(recompute=run["recompute"], warmup_steps=run["warmup"], timed_steps=run["steps"],
+               grad_accum=run["accum"], params_total=total, params_flops=n, flops_per_token=fpt, peak_flops=PEAK_BF16_FLOPS,
                gpu=rec.get("gpu") or env.get("gpu"),
                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                torch=env.get("torch"), transformers=env.get("transformers"), liger_kernel=env.get("liger_kernel"),
@@ -842,7 +848,7 @@ def child_run(spec):
     free_b, total_b = torch.cuda.mem_get_info()
     ms = [t * 1e3 for t in times]
     med = quantile(ms, 0.5)
-    info.update(status="ok", step_ms_median=med, step_ms_q20=quantile(ms, 0.2), step_ms_q80=quantile(ms, 0.8),
+    info.update(status="ok", **step_times(ms),
                 tokens_per_s=accum * B * T / (med / 1e3), peak_mem_gib=torch.cuda.max_memory_allocated() / GIB,
                 reserved_gib=torch.cuda.max_memory_reserved() / GIB, device_mem_gib=(total_b - free_b) / GIB,
                 gpu_mem_total_gib=total_b / GIB, n_timed_steps=len(times), loss_first=losses[0],
@@ -1064,7 +1070,7 @@ def child_run_titan(spec):
         raise RuntimeError("non-finite loss: %s" % losses)
     ms = [t * 1e3 for t in times]
     med = quantile(ms, 0.5)
-    info.update(status="ok", step_ms_median=med, step_ms_q20=quantile(ms, 0.2), step_ms_q80=quantile(ms, 0.8),
+    info.update(status="ok", **step_times(ms),
                 tokens_per_s=accum * B * T / (med / 1e3), n_timed_steps=len(times), loss_first=losses[0],
                 loss_last=losses[-1], warmup_ms=[round(t * 1e3, 1) for t in warm_s],
                 step_ms_all=[round(t, 2) for t in ms])

@@ -138,6 +138,14 @@ static inline LaunchInfo dist_launch_info(const LaunchFlags *flags)
     return info;
 }
 
+/* Every rank's x into ids[world] (host), through ids_d[world] (device), over d->all. */
+static inline void dist_all_gather_u64_(Dist *d, uint64_t x, uint64_t *ids_d, uint64_t *ids)
+{
+    CUDA_CHECK(cudaMemcpy(d->sum_scratch, &x, sizeof(x), cudaMemcpyHostToDevice));
+    NCCL_CHECK(ncclAllGather(d->sum_scratch, ids_d, 1, ncclUint64, d->all.comm, 0));
+    CUDA_CHECK(cudaMemcpy(ids, ids_d, sizeof(uint64_t) * (size_t)d->world, cudaMemcpyDeviceToHost));
+}
+
 /* The host ids of every rank, gathered over d->all, grouped (process_groups.h), and
  * the host and across communicators split from the world's. shard_group > 0: groups
  * of that many consecutive ranks instead of hosts. */
@@ -153,15 +161,11 @@ static inline void dist_groups_init(Dist *d, int shard_group)
     uint64_t *ids = (uint64_t *)malloc_check(sizeof(uint64_t) * (size_t)d->world, "host ids");
     /* first the machines' names, then the host identities (which NCCL_HOSTID may split a machine into) */
     uint64_t machine = fnv1a64(hostname);
-    CUDA_CHECK(cudaMemcpy(d->sum_scratch, &machine, sizeof(machine), cudaMemcpyHostToDevice));
-    NCCL_CHECK(ncclAllGather(d->sum_scratch, ids_d, 1, ncclUint64, d->all.comm, 0));
-    CUDA_CHECK(cudaMemcpy(ids, ids_d, sizeof(uint64_t) * (size_t)d->world, cudaMemcpyDeviceToHost));
+    dist_all_gather_u64_(d, machine, ids_d, ids);
     d->machine_ranks = 0;
     for (int r = 0; r < d->world; r++)
         d->machine_ranks += ids[r] == machine;
-    CUDA_CHECK(cudaMemcpy(d->sum_scratch, &mine, sizeof(mine), cudaMemcpyHostToDevice));
-    NCCL_CHECK(ncclAllGather(d->sum_scratch, ids_d, 1, ncclUint64, d->all.comm, 0));
-    CUDA_CHECK(cudaMemcpy(ids, ids_d, sizeof(uint64_t) * (size_t)d->world, cudaMemcpyDeviceToHost));
+    dist_all_gather_u64_(d, mine, ids_d, ids);
     cuda_free(ids_d);
     if (process_groups_make(&d->groups, ids, d->world, shard_group, err, sizeof(err)) != 0)
         FAIL("rank %d: %s", d->rank, err);

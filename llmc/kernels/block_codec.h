@@ -32,10 +32,10 @@
 #include <cuda_fp8.h>
 #include <math.h>
 #include <stdint.h>
-#include <string.h>
 
 #include "llmc/common/cuda_common.h"
 #include "llmc/kernels/fp8.h"
+#include "llmc/kernels/master_weights.h"
 
 #define BLOCK_CODEC_SIZE 128
 #define BLOCK_CODEC_WARPS 8 /* blocks per CUDA block: a warp per codec block, 4 values per lane */
@@ -96,14 +96,6 @@ __host__ __device__ static inline float block_codec_decode1(uint8_t code, float 
 
 /* ---- the host's codec, the kernels' reference ---- */
 
-static inline float block_codec_bf16_float_(uint16_t bits)
-{
-    uint32_t u = (uint32_t)bits << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 static inline void block_encode_host(uint8_t *codes, float *scales, const uint16_t *x, int64_t n, int codec)
 {
     for (int64_t b = 0; b < block_codec_blocks(n); b++) {
@@ -111,14 +103,15 @@ static inline void block_encode_host(uint8_t *codes, float *scales, const uint16
         float amax = 0.0f;
         int bad = 0;
         for (int64_t i = lo; i < hi; i++) {
-            float v = block_codec_bf16_float_(x[i]);
+            float v = master_bits_float((uint32_t)x[i] << 16);
             bad |= !isfinite(v);
             amax = fmaxf(amax, fabsf(v));
         }
         float scale = block_codec_scale(amax, bad, codec);
         scales[b] = scale;
         for (int64_t i = lo; i < hi; i++)
-            codes[i] = (bad || scale == 0.0f) ? 0 : block_codec_encode1(block_codec_bf16_float_(x[i]), scale, codec);
+            codes[i] =
+                (bad || scale == 0.0f) ? 0 : block_codec_encode1(master_bits_float((uint32_t)x[i] << 16), scale, codec);
     }
 }
 

@@ -6,19 +6,14 @@ otherwise)."""
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_on_nan import ROOT, have_gpu  # noqa: E402
+
 BIN = os.path.join(ROOT, "train_llama")
-
-
-def have_gpu():
-    try:
-        return subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
-    except OSError:
-        return False
-
 
 pytestmark = pytest.mark.skipif(not (os.path.exists(BIN) and have_gpu()), reason="needs train_llama and a GPU")
 

@@ -32,6 +32,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 out="${OUT:-.}"
+mkdir -p "$out"
 results="$out/settings.jsonl"
 parts="${*:-throughput longest}"
 

@@ -61,7 +61,8 @@ static inline int64_t offload_slot_elements(const Zero *z)
 /* Host memory --offload optimizer takes: master, m, v and the pinned slots. */
 static inline size_t offload_host_bytes(const Zero *z)
 {
-    return (size_t)z->state_total * 3 * sizeof(float) + (size_t)offload_slot_elements(z) * 4 * 2 * sizeof(uint16_t);
+    /* master, m, v; two slots each of gradients and weights (grads[2], weights[2]) */
+    return (size_t)z->state_total * 3 * sizeof(float) + (size_t)offload_slot_elements(z) * 4 * sizeof(uint16_t);
 }
 
 /* MemAvailable of /proc/meminfo in bytes, or 0 where it cannot be read. */

@@ -27,7 +27,7 @@ def train(log, *args):
     return [json.loads(line)["loss"] for line in open(log) if '"loss"' in line and '"step"' in line]
 
 
-@pytest.mark.parametrize("extra", [[], ["--total-batch", 512], ["--zero-stage", 3]])
+@pytest.mark.parametrize("extra", [[], ["--total-batch", 512], ["--zero-stage", 3], ["--fp8"], ["--recompute", 3]])
 def test_offloaded_losses_are_the_bits_of_adamw_on_the_gpu(tmp_path, extra):
     gpu = train(tmp_path / "gpu.jsonl", "--steps", 6, *extra)
     host = train(tmp_path / "host.jsonl", "--steps", 6, "--offload", "optimizer", *extra)

@@ -1,0 +1,55 @@
+"""dev/bench/report.py's README headline: the setting most systems trained, each system's best tokens/s and device
+memory there, OOM where it ran out; written only between the README's markers."""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "dev", "bench"))
+import report  # noqa: E402
+
+
+def rec(system, B, T, tps=None, mem=None, status="ok", recompute=None, **kw):
+    r = dict(system=system, model="llama3.2-1b", layers=16, gpu="NVIDIA H100 80GB HBM3", B=B, T=T, status=status,
+             tokens_per_s=tps, device_mem_gib=mem, date="2026-11-27T06:00:00+00:00", recompute=recompute, **kw)
+    if system.startswith("train_llama"):
+        r["git_commit"] = "5447475abc"
+    return r
+
+
+RECORDS = [rec("train_llama", 4, 2048, 60000, 24.0, recompute=1),
+           rec("train_llama", 8, 2048, 66000, 32.0, recompute=1),
+           rec("train_llama", 8, 2048, 67000, 40.0, recompute=0),  # the faster recompute level is the one shown
+           rec("hf_liger", 4, 2048, 40000, 30.0),
+           rec("hf_liger", 8, 2048, 51000, 42.0),
+           rec("titan_compile", 8, 2048, status="OOM"),
+           rec("llmq", 4, 2048, 58000, 45.0)]
+
+
+def test_the_row_is_the_setting_most_systems_trained_with_each_best():
+    lines = report.headline_lines(RECORDS)
+    header, _, row = lines[0].splitlines()
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    names = [c.strip() for c in header.strip("|").split("|")]
+    assert names[:2] == ["model", "B × T"] and "llmq (bf16)" in names and "torchtitan + compile" not in names
+    # 4 x 2048: train_llama, HF + Liger and llmq trained (3); 8 x 2048: two trained, titan ran out (2)
+    assert cells[1] == "4 × 2048", cells
+    at = dict(zip(names, cells))
+    assert at["train_llama"] == "60.0k, 24.0 GiB" and at["llmq (bf16)"] == "58.0k, 45.0 GiB", at
+    assert at["GPU; measured; train_llama commit"] == "H100 80GB HBM3; 2026-11-27; 5447475"
+
+
+def test_out_of_memory_and_the_best_recompute_level():
+    recs = [r for r in RECORDS if r["system"] != "llmq"] + [rec("llmq", 8, 2048, 1000, 1.0)]
+    header, _, row = report.headline_lines(recs)[0].splitlines()
+    at = dict(zip([c.strip() for c in header.strip("|").split("|")], [c.strip() for c in row.strip("|").split("|")]))
+    assert at["B × T"] == "8 × 2048" and at["train_llama"] == "67.0k, 40.0 GiB" and at["torchtitan + compile"] == "OOM"
+
+
+def test_the_readme_changes_only_between_its_markers(tmp_path):
+    readme = tmp_path / "README.md"
+    text = "# x\n\nbefore\n%s\nold table\n%s\nafter\n" % (report.README_BEGIN, report.README_END)
+    readme.write_text(text)
+    assert report.update_readme(str(readme), ["| new |"])
+    assert readme.read_text() == text.replace("old table", "| new |")
+    plain = tmp_path / "PLAIN.md"
+    plain.write_text("no markers\n")
+    assert not report.update_readme(str(plain), ["| new |"]) and plain.read_text() == "no markers\n"

@@ -5,11 +5,15 @@
  * profile_push and profile_pop, which record two CUDA events on the step's
  * stream; afterwards the elapsed times are summed per class, and the step's
  * wall time minus their sum is the time the GPU sat idle (launch gaps, host
- * work, synchronisation). Because the launchers mark themselves, no kernel of
- * the step can be left out. A region inside another (the lm_head GEMMs inside
- * the classifier) counts as the outer one's class; work on other streams (ZeRO's
- * communication stream) overlaps the step and is not counted. The events cost
- * a few microseconds each, so only the profiled step pays for them.
+ * work, synchronisation), split into the time outside the first and last
+ * region (the host before the first launch and after the last) and the gaps
+ * between regions, summed per transition of classes so that a slow hand-over
+ * (a library's host work before its kernel) shows by name. Because the
+ * launchers mark themselves, no kernel of the step can be left out. A region
+ * inside another (the lm_head GEMMs inside the classifier) counts as the outer
+ * one's class; work on other streams (ZeRO's communication stream) overlaps
+ * the step and is not counted. The events cost a few microseconds each, so
+ * only the profiled step pays for them.
  *
  * One profiler for the whole program (a C++17 inline variable: attention's
  * translation unit shares it). Reads and writes only its own event pool.
@@ -18,6 +22,7 @@
 #define LLMC_PROFILE_H
 
 #include <stdio.h>
+#include <string.h>
 
 #include "llmc/common/cuda_common.h"
 
@@ -57,6 +62,10 @@ typedef struct {
     cudaStream_t stream;
     cudaEvent_t start[PROFILE_MAX_REGIONS], stop[PROFILE_MAX_REGIONS];
     int region_class[PROFILE_MAX_REGIONS];
+    /* after profile_end_step: the first region's start to the last one's stop, and the idle time between
+     * regions summed per transition (the class that ended, the class that began) */
+    float span_ms, gap_ms[PROF_CLASSES][PROF_CLASSES];
+    int gap_count[PROF_CLASSES][PROF_CLASSES];
 } Profiler;
 
 inline Profiler profiler;
@@ -109,14 +118,47 @@ static inline float profile_end_step(float *ms)
     float total = 0.0f;
     for (int c = 0; c < PROF_CLASSES; c++)
         ms[c] = 0.0f;
+    memset(profiler.gap_ms, 0, sizeof(profiler.gap_ms));
+    memset(profiler.gap_count, 0, sizeof(profiler.gap_count));
+    profiler.span_ms = 0.0f;
     for (int i = 0; i < profiler.n; i++) {
         float t;
         CUDA_CHECK(cudaEventElapsedTime(&t, profiler.start[i], profiler.stop[i]));
         ms[profiler.region_class[i]] += t;
         total += t;
+        if (i > 0) {
+            float gap;
+            CUDA_CHECK(cudaEventElapsedTime(&gap, profiler.stop[i - 1], profiler.start[i]));
+            profiler.gap_ms[profiler.region_class[i - 1]][profiler.region_class[i]] += gap;
+            profiler.gap_count[profiler.region_class[i - 1]][profiler.region_class[i]]++;
+        }
     }
+    if (profiler.n > 0)
+        CUDA_CHECK(cudaEventElapsedTime(&profiler.span_ms, profiler.start[0], profiler.stop[profiler.n - 1]));
     profiler.enabled = 0;
     return total;
+}
+
+/* Where the idle time lies: outside the regions (host work before the step's first launch and after its last:
+ * the batch, the loss's copy, synchronisation) and between them, by the transitions that hold the most. */
+static inline void profile_report_gaps(double wall_ms, float busy)
+{
+    int shown[PROF_CLASSES][PROF_CLASSES] = {{0}};
+    printf("  idle outside the first and last region %.2f ms, between regions %.2f ms; the most between:\n",
+           wall_ms - profiler.span_ms, profiler.span_ms - busy);
+    for (int k = 0; k < 4; k++) {
+        int bi = -1, bj = -1;
+        for (int i = 0; i < PROF_CLASSES; i++)
+            for (int j = 0; j < PROF_CLASSES; j++)
+                if (!shown[i][j] && profiler.gap_count[i][j] &&
+                    (bi < 0 || profiler.gap_ms[i][j] > profiler.gap_ms[bi][bj]))
+                    bi = i, bj = j;
+        if (bi < 0)
+            break;
+        shown[bi][bj] = 1;
+        printf("    %-28s -> %-28s %8.2f ms over %d gaps\n", PROFILE_CLASS_NAMES[bi], PROFILE_CLASS_NAMES[bj],
+               profiler.gap_ms[bi][bj], profiler.gap_count[bi][bj]);
+    }
 }
 
 /* The profiled step's time per class (ms, busy: what profile_end_step gave)
@@ -127,12 +169,14 @@ static inline void profile_report(FILE *json, int step, double wall_ms, const fl
     for (int c = 0; c < PROF_CLASSES; c++)
         printf("  %-28s %8.2f ms %5.1f%%\n", PROFILE_CLASS_NAMES[c], ms[c], 100.0 * ms[c] / wall_ms);
     printf("  %-28s %8.2f ms %5.1f%%\n", "idle (gaps, host, sync)", wall_ms - busy, 100.0 * (wall_ms - busy) / wall_ms);
+    profile_report_gaps(wall_ms, busy);
     if (!json)
         return;
     fprintf(json, "{\"step\": %d, \"profile_ms\": {", step);
     for (int c = 0; c < PROF_CLASSES; c++)
         fprintf(json, "\"%s\": %.4f, ", PROFILE_CLASS_NAMES[c], ms[c]);
-    fprintf(json, "\"idle\": %.4f, \"wall\": %.4f}}\n", wall_ms - busy, wall_ms);
+    fprintf(json, "\"idle\": %.4f, \"idle_outside\": %.4f, \"wall\": %.4f}}\n", wall_ms - busy,
+            wall_ms - profiler.span_ms, wall_ms);
     fflush(json);
 }
 

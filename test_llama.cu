@@ -69,7 +69,7 @@ static void build_fp8(Llama *m, const LlamaConfig *c, int B, int T, int recomput
                         .doc_bos = dump_doc_bos,
                         .doc_positions = dump_doc_positions,
                         .grad_accum = test_grad_accum,
-                        .grad_reduce_fp32 = test_fp32_sums,
+                        .grad_reduce = test_fp32_sums ? ZERO_SUM_FP32 : ZERO_SUM_BF16,
                         .offload = test_offload};
     llama_build(m, c, &opt);
 }

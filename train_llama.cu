@@ -55,8 +55,8 @@ typedef struct {
     const char *fp8_recipe;
     float logits_budget_mb;
     int zero_stage, shard_group;
-    const char *shard_over, *grad_accum, *grad_reduce;
-    int shard_over_hosts, grad_accum_mode, grad_reduce_fp32; /* the three above, parsed */
+    const char *shard_over, *grad_accum, *grad_reduce, *weight_gather;
+    int shard_over_hosts, grad_accum_mode, grad_reduce_mode, weight_gather_mode; /* the four above, parsed */
     const char *offload;
     int offload_mode; /* OffloadMode, parsed */
     LaunchFlags launch;
@@ -104,8 +104,14 @@ static const Flag FLAGS[] = {
          "full-size gradient buffer, 2 bytes per parameter, summed over the GPUs once per step) or sharded (each "
          "micro-step reduce-scattered into the GPU's share: less memory, a reduction per micro-step)"),
     FLAG("--grad-reduce", FLAG_STRING, Args, grad_reduce,
-         "bf16 (the default: NCCL sums bf16, one rounding per GPU added) or fp32 (summed in fp32 and rounded once per "
-         "level, through 128 MiB chunks: twice the bytes on the wire)"),
+         "bf16 (the default: NCCL sums bf16, one rounding per GPU added), fp32 (summed in fp32 and rounded once per "
+         "level, through 128 MiB chunks: twice the bytes on the wire), or int8 / e4m3 (stages 1-3; ZeRO++'s qgZ: "
+         "one-byte codes and an fp32 scale per 128 values, exchanged all-to-all, summed in fp32: half the bytes of "
+         "bf16, each value within 1/254 of its block's largest (int8) or 1/16 of itself (e4m3) per level)"),
+    FLAG("--weight-gather", FLAG_STRING, Args, weight_gather,
+         "stage 3: bf16 (the default, exact) or int8 / e4m3 (ZeRO++'s qwZ: each layer's per-use gather moves codes "
+         "and scales, about half the bytes; the forward and backward compute with the decoded weights, within the "
+         "codec's error, while AdamW updates the exact ones)"),
     FLAG_NUM(
         "--rank", FLAG_INT, Args, launch.rank, 0, INT_MAX - 1, FLAG_CLOSED,
         "this process's rank, when no launcher variable says it (mpirun, RANK/WORLD_SIZE, Slurm and PMI are read)"),
@@ -158,10 +164,18 @@ static LlamaConfig parse_args(Args *a, int argc, char **argv, HfTokenIds *init_i
         FAIL("--rendezvous: %s", err);
     a->shard_over_hosts = flag_choice("--shard-over", a->shard_over, "world|host");
     a->grad_accum_mode = flag_choice("--grad-accum", a->grad_accum, "auto|local|sharded");
-    a->grad_reduce_fp32 = flag_choice("--grad-reduce", a->grad_reduce, "bf16|fp32");
+    a->grad_reduce_mode = flag_choice("--grad-reduce", a->grad_reduce, "bf16|fp32|int8|e4m3");
+    a->weight_gather_mode = flag_choice("--weight-gather", a->weight_gather, "bf16|int8|e4m3");
     a->offload_mode = flag_choice("--offload", a->offload, "none|optimizer");
     if (a->shard_over_hosts && a->zero_stage == 0)
         FAIL("--shard-over host needs --zero-stage 1, 2 or 3 (stage 0 shards nothing)");
+    if (a->grad_reduce_mode >= ZERO_SUM_INT8 && a->zero_stage == 0)
+        FAIL("--grad-reduce %s needs --zero-stage 1, 2 or 3 (stage 0 all-reduces; the codes are reduce-scattered)",
+             a->grad_reduce);
+    if (a->weight_gather_mode != ZERO_GATHER_BF16 && a->zero_stage != 3)
+        FAIL("--weight-gather %s quantizes stage 3's per-layer gathers; stage %d gathers none\n  hint: add "
+             "--zero-stage 3",
+             a->weight_gather, a->zero_stage);
     if (a->shard_group > 0 && !a->shard_over_hosts)
         FAIL("--shard-group %d sizes the groups of --shard-over host\n  hint: add --shard-over host", a->shard_group);
     train_export_check(&a->t.ckpt);
@@ -222,10 +236,11 @@ static void gpus_start(Gpus *g, const Args *a, const LlamaConfig *c)
         char hosts[96];
         process_groups_describe(&g->dist.groups, hosts, sizeof(hosts));
         printf("ranks: %d on %s (from %s, %s; hosts told by %s), ZeRO stage %d sharded over %s, gradients summed in "
-               "%s\n",
+               "%s%s%s\n",
                world, hosts, g->launch.source, g->dist.mpi ? "NCCL id by MPI" : "NCCL id by rendezvous",
                g->dist.host_source, a->zero_stage, a->shard_over_hosts ? "each host" : "all GPUs",
-               a->grad_reduce_fp32 ? "fp32" : "bf16");
+               a->grad_reduce ? a->grad_reduce : "bf16", a->zero_stage == 3 ? ", weights gathered in " : "",
+               a->zero_stage == 3 ? (a->weight_gather ? a->weight_gather : "bf16") : "");
     }
     matmul_setup();
     attention_setup();
@@ -435,7 +450,8 @@ int main(int argc, char **argv)
                             .doc_positions = t->data.doc_positions,
                             .shard_over_hosts = a.shard_over_hosts,
                             .grad_accum = a.grad_accum_mode,
-                            .grad_reduce_fp32 = a.grad_reduce_fp32,
+                            .grad_reduce = a.grad_reduce_mode,
+                            .weight_gather = a.weight_gather_mode,
                             .offload = a.offload_mode};
     Llama model;
     llama_build(&model, &config, &options);

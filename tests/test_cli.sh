@@ -105,8 +105,14 @@ if [ -x ./train_llama ]; then
         ./train_llama --preset nano --shard-group 2 --train "$good"
     expect "train_llama unknown --grad-accum" "--grad-accum takes auto, local or sharded (got 'global')" \
         ./train_llama --preset nano --grad-accum global --train "$good"
-    expect "train_llama unknown --grad-reduce" "--grad-reduce takes bf16 or fp32 (got 'fp16')" \
+    expect "train_llama unknown --grad-reduce" "--grad-reduce takes bf16, fp32, int8 or e4m3 (got 'fp16')" \
         ./train_llama --preset nano --grad-reduce fp16 --train "$good"
+    expect "train_llama quantized sums at stage 0" "--grad-reduce int8 needs --zero-stage 1, 2 or 3" \
+        ./train_llama --preset nano --grad-reduce int8 --zero-stage 0 --train "$good"
+    expect "train_llama unknown --weight-gather" "--weight-gather takes bf16, int8 or e4m3 (got 'fp8')" \
+        ./train_llama --preset nano --weight-gather fp8 --zero-stage 3 --train "$good"
+    expect "train_llama quantized gathers below stage 3" "hint: add --zero-stage 3" \
+        ./train_llama --preset nano --weight-gather e4m3 --zero-stage 2 --train "$good"
     expect "train_llama unknown --offload" "--offload takes none or optimizer (got 'gradients')" \
         ./train_llama --preset nano --offload gradients --train "$good"
     expect "train_llama bad rendezvous spec" "tcp://HOST:PORT" \

@@ -68,7 +68,8 @@ typedef struct {
     int doc_positions;          /* and RoPE positions restart at each document's start */
     int shard_over_hosts;       /* ZeRO's weights and gradients sharded within each host (zero.h) */
     int grad_accum;             /* ZeroAccum: where stages 2 and 3 accumulate micro-steps */
-    int grad_reduce_fp32;       /* gradients summed over the ranks in fp32 */
+    int grad_reduce;            /* ZeroSum: how gradients are summed over the ranks */
+    int weight_gather;          /* ZeroGather: what stage 3's per-layer gathers move */
     int offload;                /* OffloadMode: master weights and AdamW on the host (optimizer_offload.h) */
 } LlamaOptions;
 
@@ -241,7 +242,8 @@ static inline void llama_build(Llama *m, const LlamaConfig *config, const LlamaO
     ZeroOptions zopt = {.stage = opt->zero_stage,
                         .over_hosts = opt->shard_over_hosts,
                         .accum = opt->grad_accum,
-                        .fp32_sums = opt->grad_reduce_fp32,
+                        .sum = opt->grad_reduce,
+                        .gather = opt->weight_gather,
                         .micro_steps = opt->max_micro_steps};
     size_t fp8_bytes = 0;
     int n_slots = 0;

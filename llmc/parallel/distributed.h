@@ -284,9 +284,10 @@ static inline void dist_finalize(Dist *d)
     d->mpi = 0;
 }
 
+/* 1: bytes (codes, moved as they are), 2: bf16, 4: fp32 */
 static inline ncclDataType_t dist_type(int bytes_per_element)
 {
-    return bytes_per_element == 2 ? ncclBfloat16 : ncclFloat32;
+    return bytes_per_element == 1 ? ncclUint8 : bytes_per_element == 2 ? ncclBfloat16 : ncclFloat32;
 }
 
 /* buf[count] = sum over the group's ranks, in place. element_bytes: 2 (bf16) or 4 (fp32). */
@@ -324,6 +325,25 @@ static inline void dist_all_gather(const DistGroup *g, const void *send, void *r
             CUDA_CHECK(cudaMemcpyAsync(recv, send, (size_t)count * element_bytes, cudaMemcpyDeviceToDevice, stream));
     } else {
         NCCL_CHECK(ncclAllGather(send, recv, (size_t)count, dist_type(element_bytes), g->comm, stream));
+    }
+    profile_pop(stream);
+}
+
+/* recv[r * bytes, (r + 1) * bytes) = the group's rank r's send[g->rank * bytes, ...): each rank's
+ * r-th piece goes to rank r (NCCL point-to-point calls in one group; to itself too). */
+static inline void dist_all_to_all(const DistGroup *g, const void *send, void *recv, int64_t bytes, cudaStream_t stream)
+{
+    profile_push(PROF_COMM, stream);
+    if (g->size == 1) {
+        if (send != recv)
+            CUDA_CHECK(cudaMemcpyAsync(recv, send, (size_t)bytes, cudaMemcpyDeviceToDevice, stream));
+    } else {
+        NCCL_CHECK(ncclGroupStart());
+        for (int r = 0; r < g->size; r++) {
+            NCCL_CHECK(ncclSend((const char *)send + (int64_t)r * bytes, (size_t)bytes, ncclUint8, r, g->comm, stream));
+            NCCL_CHECK(ncclRecv((char *)recv + (int64_t)r * bytes, (size_t)bytes, ncclUint8, r, g->comm, stream));
+        }
+        NCCL_CHECK(ncclGroupEnd());
     }
     profile_pop(stream);
 }

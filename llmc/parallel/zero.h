@@ -29,9 +29,20 @@
  * rank's group shares: after AdamW they are all-gathered over the replica group,
  * and a bucket is all-gathered over the shard group into a staging buffer before
  * each use, the next layer's in flight while the current layer computes.
- * Sums (ZeroOptions.fp32_sums, --grad-reduce fp32): bf16 on NCCL's ring (one
- * rounding per rank added), or in fp32: each chunk of a bucket converted to fp32,
- * summed, and rounded to bf16 once per level (flat: once).
+ * Sums (ZeroOptions.sum, --grad-reduce): bf16 on NCCL's ring (one rounding per
+ * rank added), or in fp32: each chunk of a bucket converted to fp32, summed, and
+ * rounded to bf16 once per level (flat: once), or quantized (ZeRO++'s qgZ): each
+ * rank's blocks as one-byte codes with an fp32 scale per 128 values
+ * (llmc/kernels/block_codec.h, int8 or e4m3), exchanged all-to-all, and every
+ * rank's codes of this rank's block decoded and summed in fp32 in rank order,
+ * rounded to bf16 once per level: half the bytes of bf16 on the wire, at the
+ * codec's error per value and level.
+ * Stage 3's gathers (ZeroOptions.gather, --weight-gather; ZeRO++'s qwZ): the
+ * per-use gather of a bucket over the shard group moves codes too: each rank
+ * encodes its group share, the codes and scales are all-gathered and decoded into
+ * the staging slot, so every rank computes with the same decoded weights, its own
+ * share's included, while the update keeps the exact ones. The gathers of new
+ * weights over the replica group, and those for checkpoints, stay exact.
  *
  * Staging buffers: the first and last buckets have their own and keep them for
  * the whole step: the tied embedding is both the first weight read (embedding)
@@ -57,9 +68,12 @@
 #define LLMC_ZERO_H
 
 #include "llmc/common/cuda_common.h"
+#include "llmc/kernels/block_codec.h"
 #include "llmc/parallel/distributed.h"
 #include "llmc/parallel/zero_plan.h"
 #include "llmc/model/param_layout.h"
+
+static_assert(ZERO_ALIGN % BLOCK_CODEC_SIZE == 0, "a rank's share must hold whole codec blocks");
 
 /* staging slots: the first bucket, the last bucket, two for the layers */
 #define ZERO_SLOTS 4
@@ -67,6 +81,11 @@
 #define ZERO_MAX_BLOCKS 4096
 /* fp32 elements summed at once with --grad-reduce fp32 (128 MiB) */
 #define ZERO_FP32_CHUNK ((int64_t)32 << 20)
+
+/* How gradients are summed over the ranks (--grad-reduce bf16|fp32|int8|e4m3, in that order). */
+typedef enum { ZERO_SUM_BF16, ZERO_SUM_FP32, ZERO_SUM_INT8, ZERO_SUM_E4M3 } ZeroSum;
+/* What stage 3's per-use gathers move (--weight-gather bf16|int8|e4m3, in that order). */
+typedef enum { ZERO_GATHER_BF16, ZERO_GATHER_INT8, ZERO_GATHER_E4M3 } ZeroGather;
 
 /* Where stages 2 and 3 accumulate the micro-steps of a step. */
 typedef enum {
@@ -79,7 +98,8 @@ typedef struct {
     int stage;       /* 0 to 3 */
     int over_hosts;  /* weights and gradients sharded over each host's ranks (--shard-over host) */
     int accum;       /* ZeroAccum, for stages 2 and 3 with several micro-steps */
-    int fp32_sums;   /* --grad-reduce fp32 */
+    int sum;         /* ZeroSum */
+    int gather;      /* ZeroGather: stage 3 only */
     int micro_steps; /* per optimizer step; the last one reduces */
 } ZeroOptions;
 
@@ -104,8 +124,11 @@ typedef struct {
     cudaStream_t comm;
     bf16 *grad_staging[ZERO_SLOTS], *weight_staging[ZERO_SLOTS];
     bf16 *sum_scratch; /* staged bf16 sums of later micro-steps, before they are added */
-    float *sum32;      /* --grad-reduce fp32: a chunk of every rank's block */
+    float *sum32;      /* --grad-reduce fp32: a chunk of every rank's block; quantized: of this rank's */
     int64_t sum32_elements;
+    uint8_t *codes[2]; /* quantized sums: [0] sent, [1] received, code_elements each; gathers: [0] */
+    float *code_scales[2];
+    int64_t code_elements[2];
     cudaEvent_t grad_written[ZERO_SLOTS], grad_sent[ZERO_SLOTS];
     cudaEvent_t weight_gathered[ZERO_SLOTS], weight_used[ZERO_SLOTS];
     cudaEvent_t *bucket_gathered;  /* [n_buckets] stages 1 and 2: the bucket's new weights are in place */
@@ -175,15 +198,52 @@ static inline void zero_add(bf16 *acc, const bf16 *x, int64_t n, cudaStream_t s)
     CUDA_CHECK_LAST();
 }
 
+static inline BlockCodec zero_codec_(int int8)
+{
+    return int8 ? BLOCK_CODEC_INT8 : BLOCK_CODEC_E4M3;
+}
+
+/* zero_sum_scatter quantized (qgZ, see the top), a chunk of every block at a time: the
+ * chunks encoded side by side by destination into codes[0], exchanged all-to-all into
+ * codes[1], the group's codes of this rank's chunk decoded and summed in fp32 in rank
+ * order, rounded to bf16 once (added to out when add). count and the chunk are
+ * multiples of the codec's block (ZERO_ALIGN), so no block straddles two ranks. */
+static inline void zero_sum_scatter_codes_(Zero *z, const DistGroup *g, const bf16 *in, int64_t stride, bf16 *out,
+                                           int64_t count, int add)
+{
+    cudaStream_t s = z->comm;
+    BlockCodec codec = zero_codec_(z->opt.sum == ZERO_SUM_INT8);
+    int64_t chunk = z->code_elements[1] / g->size / BLOCK_CODEC_SIZE * BLOCK_CODEC_SIZE;
+    if (count % BLOCK_CODEC_SIZE || chunk < BLOCK_CODEC_SIZE)
+        FAIL("zero_sum_scatter: %lld elements per rank, in chunks of %lld: the codes need whole blocks of %d",
+             (long long)count, (long long)chunk, BLOCK_CODEC_SIZE);
+    for (int64_t j0 = 0; j0 < count; j0 += chunk) {
+        int64_t n = count - j0 < chunk ? count - j0 : chunk, nb = block_codec_blocks(n);
+        for (int r = 0; r < g->size; r++)
+            block_encode(z->codes[0] + r * n, z->code_scales[0] + r * nb, in + r * stride + j0, n, codec, s);
+        dist_all_to_all(g, z->codes[0], z->codes[1], n, s);
+        dist_all_to_all(g, z->code_scales[0], z->code_scales[1], nb * (int64_t)sizeof(float), s);
+        CUDA_CHECK(cudaMemsetAsync(z->sum32, 0, (size_t)n * sizeof(float), s));
+        for (int r = 0; r < g->size; r++)
+            block_decode_add(z->sum32, z->codes[1] + r * n, z->code_scales[1] + r * nb, n, codec, s);
+        zero_unpack_fp32_kernel<<<zero_blocks(n / 8), ZERO_THREADS, 0, s>>>(out + j0, z->sum32, n / 8, add);
+        CUDA_CHECK_LAST();
+    }
+}
+
 /* Sums block r of the group's ranks (in + r * stride, count elements) into rank r's
  * out[count]: written, or added to when add. bf16 on NCCL's ring (blocks side by side,
- * stride == count), or through fp32 chunks with --grad-reduce fp32. On the
- * communication stream; in-place when out is the rank's own block. */
+ * stride == count), through fp32 chunks with --grad-reduce fp32, or quantized with
+ * int8 or e4m3. On the communication stream; in-place when out is the rank's own block. */
 static inline void zero_sum_scatter(Zero *z, const DistGroup *g, const bf16 *in, int64_t stride, bf16 *out,
                                     int64_t count, int add)
 {
     cudaStream_t s = z->comm;
-    if (z->opt.fp32_sums) {
+    if (g->size > 1 && (z->opt.sum == ZERO_SUM_INT8 || z->opt.sum == ZERO_SUM_E4M3)) {
+        zero_sum_scatter_codes_(z, g, in, stride, out, count, add);
+        return;
+    }
+    if (z->opt.sum == ZERO_SUM_FP32) {
         int64_t chunk = z->sum32_elements / g->size / ZERO_ALIGN * ZERO_ALIGN;
         for (int64_t j0 = 0; j0 < count; j0 += chunk) {
             int64_t n = count - j0 < chunk ? count - j0 : chunk;
@@ -214,7 +274,7 @@ static inline void zero_sum_all(Zero *z, bf16 *buf, int64_t count)
     const DistGroup *g = &z->dist->all;
     if (g->size == 1)
         return;
-    if (!z->opt.fp32_sums) {
+    if (z->opt.sum != ZERO_SUM_FP32) { /* the flags allow no quantized sum at stage 0 */
         dist_all_reduce_sum(g, buf, count, 2, z->comm);
         return;
     }
@@ -237,6 +297,25 @@ static inline void zero_gather_bucket(Zero *z, int b, const bf16 *share, bf16 *f
     bf16 *group = full + (int64_t)z->position * bk->group_share;
     dist_all_gather(z->replica, share, group, bk->shard, 2, s);
     dist_all_gather(z->shard, group, full, bk->group_share, 2, s);
+}
+
+/* full[count * g->size] from each rank's share[count] through codes (qwZ, see the top):
+ * the share encoded into its place in codes[0], codes and scales all-gathered, all of
+ * it decoded; count a multiple of the codec's block. */
+static inline void zero_gather_codes_(Zero *z, const DistGroup *g, const bf16 *share, bf16 *full, int64_t count)
+{
+    cudaStream_t s = z->comm;
+    BlockCodec codec = zero_codec_(z->opt.gather == ZERO_GATHER_INT8);
+    int64_t nb = block_codec_blocks(count);
+    uint8_t *codes = z->codes[0];
+    float *scales = z->code_scales[0];
+    if (count % BLOCK_CODEC_SIZE || count * g->size > z->code_elements[0])
+        FAIL("zero_gather_codes_: %d shares of %lld elements: whole blocks of %d, at most %lld codes", g->size,
+             (long long)count, BLOCK_CODEC_SIZE, (long long)z->code_elements[0]);
+    block_encode(codes + (int64_t)g->rank * count, scales + (int64_t)g->rank * nb, share, count, codec, s);
+    dist_all_gather(g, codes + (int64_t)g->rank * count, codes, count, 1, s);
+    dist_all_gather(g, scales + (int64_t)g->rank * nb, scales, nb, 4, s);
+    block_decode(full, codes, scales, count * g->size, codec, s);
 }
 
 static inline int zero_slot(const Zero *z, int b)
@@ -311,7 +390,8 @@ typedef struct {
     int64_t params, grads; /* bf16 */
     int64_t staging;       /* bf16: the slots of the staged gradients, and of stage 3's weights */
     int64_t sum_scratch;   /* bf16: a later micro-step's staged sum, before it is added */
-    int64_t sum32;         /* fp32: --grad-reduce fp32's chunk */
+    int64_t sum32;         /* fp32: --grad-reduce fp32's chunk, or a quantized sum's chunk of this rank's block */
+    int64_t codes[2];      /* one byte each (and an fp32 scale per 128): quantized sums' and gathers' codes */
 } ZeroSizes;
 
 static inline ZeroSizes zero_sizes_(const Zero *z, int full_grads)
@@ -331,10 +411,20 @@ static inline ZeroSizes zero_sizes_(const Zero *z, int full_grads)
             p->buckets[b].group_share > largest_group_share ? p->buckets[b].group_share : largest_group_share;
         largest = p->buckets[b].padded > largest ? p->buckets[b].padded : largest;
     }
-    if (z->opt.fp32_sums)
-        n.sum32 = largest < ZERO_FP32_CHUNK ? largest : ZERO_FP32_CHUNK;
-    else if (!n.full_grads && z->opt.micro_steps > 1)
-        n.sum_scratch = largest_group_share;
+    int64_t chunk = largest < ZERO_FP32_CHUNK ? largest : ZERO_FP32_CHUNK;
+    if (z->opt.sum == ZERO_SUM_FP32) {
+        n.sum32 = chunk;
+    } else {
+        if (!n.full_grads && z->opt.micro_steps > 1)
+            n.sum_scratch = largest_group_share;
+        if (z->opt.sum != ZERO_SUM_BF16 && z->dist->world > 1) {
+            n.codes[0] = n.codes[1] = chunk;
+            n.sum32 = chunk / 2; /* a chunk of one rank's block, in a group of two or more */
+        }
+    }
+    if (z->stage >= 3 && z->opt.gather != ZERO_GATHER_BF16 && z->shard->size > 1)
+        for (int s = 0; s < ZERO_SLOTS; s++)
+            n.codes[0] = zero_slot_elements(z, s) > n.codes[0] ? zero_slot_elements(z, s) : n.codes[0];
     return n;
 }
 
@@ -342,7 +432,8 @@ static inline ZeroSizes zero_sizes_(const Zero *z, int full_grads)
 static inline size_t zero_device_bytes(const Zero *z, int full_grads)
 {
     ZeroSizes n = zero_sizes_(z, full_grads);
-    return (size_t)(n.params + n.grads + n.staging + n.sum_scratch) * sizeof(bf16) + (size_t)n.sum32 * sizeof(float);
+    return (size_t)(n.params + n.grads + n.staging + n.sum_scratch) * sizeof(bf16) + (size_t)n.sum32 * sizeof(float) +
+           (size_t)(n.codes[0] + n.codes[1]) + (size_t)block_codec_blocks(n.codes[0] + n.codes[1]) * sizeof(float);
 }
 
 /* Allocates the weights and gradients (zeros: the padding must stay zero, and no
@@ -371,6 +462,14 @@ static inline void zero_allocate(Zero *z, int full_grads)
         z->sum32 = (float *)cuda_malloc_named((size_t)size.sum32 * sizeof(float), "fp32 gradient sums");
     if (size.sum_scratch > 0)
         z->sum_scratch = (bf16 *)cuda_malloc_named((size_t)size.sum_scratch * sizeof(bf16), "ZeRO gradient scratch");
+    for (int i = 0; i < 2; i++) {
+        z->code_elements[i] = size.codes[i];
+        if (size.codes[i] > 0) {
+            z->codes[i] = (uint8_t *)cuda_malloc_named((size_t)size.codes[i], "ZeRO quantized codes");
+            z->code_scales[i] = (float *)cuda_malloc_named((size_t)block_codec_blocks(size.codes[i]) * sizeof(float),
+                                                           "ZeRO quantized scales");
+        }
+    }
     for (int s = 0; s < ZERO_SLOTS; s++) {
         size_t bytes = (size_t)zero_slot_elements(z, s) * sizeof(bf16);
         CUDA_CHECK(cudaEventCreateWithFlags(&z->grad_written[s], cudaEventDisableTiming));
@@ -405,6 +504,10 @@ static inline void zero_free(Zero *z)
         cuda_free(z->grads);
         cuda_free(z->sum_scratch);
         cuda_free(z->sum32);
+        for (int i = 0; i < 2; i++) {
+            cuda_free(z->codes[i]);
+            cuda_free(z->code_scales[i]);
+        }
         CUDA_CHECK(cudaEventDestroy(z->comm_done));
         CUDA_CHECK(cudaEventDestroy(z->params_changed));
         CUDA_CHECK(cudaStreamDestroy(z->comm));
@@ -487,17 +590,27 @@ static inline void zero_grads_done(Zero *z, int b, int micro, cudaStream_t compu
 }
 
 /* Stage 3: starts gathering bucket b's weights (unless its slot holds them already),
- * once the compute stream is done with the slot's previous bucket. */
-static inline void zero_weights_fetch(Zero *z, int b)
+ * once the compute stream is done with the slot's previous bucket; through codes with
+ * --weight-gather int8|e4m3, unless exact (checkpoints), which the next use does not
+ * take for its own. */
+static inline void zero_weights_fetch_(Zero *z, int b, int exact)
 {
-    int slot = zero_slot(z, b);
-    if (z->stage < 3 || z->weight_holds[slot] == b)
+    int slot = zero_slot(z, b), codes = z->opt.gather != ZERO_GATHER_BF16 && z->shard->size > 1;
+    if (z->stage < 3 || (z->weight_holds[slot] == b && !(codes && exact))) /* the slot's decoded weights: not exact */
         return;
     const ZeroBucket *bk = &z->plan.buckets[b];
     CUDA_CHECK(cudaStreamWaitEvent(z->comm, z->weight_used[slot], 0));
-    dist_all_gather(z->shard, z->params + z->group_at[b], z->weight_staging[slot], bk->group_share, 2, z->comm);
+    if (codes && !exact)
+        zero_gather_codes_(z, z->shard, z->params + z->group_at[b], z->weight_staging[slot], bk->group_share);
+    else
+        dist_all_gather(z->shard, z->params + z->group_at[b], z->weight_staging[slot], bk->group_share, 2, z->comm);
     CUDA_CHECK(cudaEventRecord(z->weight_gathered[slot], z->comm));
-    z->weight_holds[slot] = b;
+    z->weight_holds[slot] = codes && exact ? -1 : b;
+}
+
+static inline void zero_weights_fetch(Zero *z, int b)
+{
+    zero_weights_fetch_(z, b, 0);
 }
 
 /* The compute stream waits until bucket b's weights are there: stage 3's gather,
@@ -531,7 +644,7 @@ static inline void zero_full_bucket(Zero *z, int b, const int16_t *lo_share, con
 {
     CUDA_CHECK(cudaEventRecord(z->params_changed, s));
     CUDA_CHECK(cudaStreamWaitEvent(z->comm, z->params_changed, 0));
-    zero_weights_fetch(z, b);
+    zero_weights_fetch_(z, b, 1);
     *weights = zero_bucket_weights(z, b);
     if (z->stage == 0) {
         *lo = lo_share;

@@ -31,9 +31,10 @@
 #include "llmc/common/utils.h"
 #include "llmc/model/param_layout.h"
 
-/* Elements each share is a multiple of: 256 bytes of fp32, so shards start
- * 16-byte aligned for the vector loads in any dtype used here. */
-#define ZERO_ALIGN 64
+/* Elements each share is a multiple of: a whole block of llmc/kernels/block_codec.h
+ * (128 values), so a quantized sum or gather never splits one between two ranks; and
+ * 512 bytes of fp32, so shards start 16-byte aligned for the vector loads in any dtype. */
+#define ZERO_ALIGN 128
 
 typedef struct {
     int64_t offset;        /* first element in the unpadded flat buffer */

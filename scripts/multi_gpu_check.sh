@@ -263,6 +263,18 @@ EOF
             summarize "$results" netscale "$out/ns_z${z}_2x1.jsonl" "ns_z${z}_2x1" "${common[@]}" stage=$z mode=flat \
                 hosts=2 gpus_per_host=1 micro_steps=16 || status=1
         done
+        # issue 29: the same over the stand-in with the gradients summed from int8 codes (qgZ), and stage 3's
+        # gathers of int8 codes too (qwZ)
+        for z in 1 2; do
+            run "ns_z${z}_2x1_qgz" "${one[@]}" "${big[@]}" --total-batch 524288 --zero-stage $z --grad-reduce int8 \
+                --log "$out/ns_z${z}_2x1_qgz.jsonl"
+            summarize "$results" netscale "$out/ns_z${z}_2x1_qgz.jsonl" "ns_z${z}_2x1_qgz" "${common[@]}" stage=$z \
+                mode=flat hosts=2 gpus_per_host=1 micro_steps=16 grad_reduce=int8 || status=1
+        done
+        run ns_z3_2x1_qwz_qgz "${one[@]}" "${big[@]}" --total-batch 524288 --zero-stage 3 --grad-reduce int8 \
+            --weight-gather int8 --log "$out/ns_z3_2x1_qwz_qgz.jsonl"
+        summarize "$results" netscale "$out/ns_z3_2x1_qwz_qgz.jsonl" ns_z3_2x1_qwz_qgz "${common[@]}" stage=3 \
+            mode=flat hosts=2 gpus_per_host=1 micro_steps=16 grad_reduce=int8 weight_gather=int8 || status=1
         run ns_z3_2x1_sharded "${one[@]}" "${big[@]}" --total-batch 524288 --zero-stage 3 --grad-accum sharded \
             --log "$out/ns_z3_2x1_sharded.jsonl"
         summarize "$results" netscale "$out/ns_z3_2x1_sharded.jsonl" ns_z3_2x1_sharded "${common[@]}" stage=3 \

@@ -54,8 +54,11 @@
 #   netns        scripts/two_host_netns.sh: 2 hosts as network namespaces joined by
 #                a veth pair (one rank each, TCP rendezvous, no MPI), ZeRO 3 over
 #                hosts, against 1 GPU and the same run with NCCL_HOSTID alone
+#   peers        issue 30: dev/bench/bench_multi_gpu.py on the N GPUs, Llama 3.1 8B at T=8192, B=1: train_llama's
+#                ZeRO 1-3 (bf16, --fp8) against torchtitan's FSDP2 and HSDP (compile, float8 tensorwise; its
+#                wheels from .whl/ into /tmp/site); PEERS_SYSTEMS="..." runs some of them (all take ~15 min)
 # Usage: scripts/multi_gpu_check.sh [build] [equivalence] [modes] [scaling] [scaling8b] [netscale] [nccl]
-#        [scaling8b4] [fp32sums] [netns] [checkpoint]
+#        [scaling8b4] [fp32sums] [netns] [checkpoint] [peers]
 set -u
 cd "$(dirname "$0")/.."
 out="${OUT:-/tmp/multi_gpu_check}"
@@ -290,6 +293,12 @@ EOF
             summarize "$results" netscale "$out/ns_z3_2x2.jsonl" ns_z3_2x2 "${common[@]}" stage=3 mode=flat hosts=2 \
                 gpus_per_host=2 micro_steps=8 || status=1
         fi;;
+    peers)
+        [ -d /tmp/site/torchtitan ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl ||
+            status=1
+        PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}" timeout 3000 python3 dev/bench/bench_multi_gpu.py \
+            --gpus "$np" --out "$out/multi_gpu_peers.jsonl" --logs-dir "$out/peers" ${PEERS_SYSTEMS:+--systems $PEERS_SYSTEMS} ||
+            status=1;;
     fp32sums)
         # what --grad-reduce fp32 costs: the 1B with bf16 and fp32 sums, at a 0.5M-token batch on 2 stand-in hosts
         # x 1 GPU (one sum per 16 micro-steps, over sockets) and at one micro-step on all N GPUs over NVLink (a

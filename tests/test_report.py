@@ -41,7 +41,8 @@ def test_out_of_memory_and_the_best_recompute_level():
     recs = [r for r in RECORDS if r["system"] != "llmq"] + [rec("llmq", 8, 2048, 1000, 1.0)]
     header, _, row = report.headline_lines(recs)[0].splitlines()
     at = dict(zip([c.strip() for c in header.strip("|").split("|")], [c.strip() for c in row.strip("|").split("|")]))
-    assert at["B × T"] == "8 × 2048" and at["train_llama"] == "67.0k, 40.0 GiB" and at["torchtitan + compile"] == "OOM"
+    assert at["B × T"] == "8 × 2048" and at["train_llama"] == "67.0k, 40.0 GiB"
+    assert at["torchtitan + compile"] == "OOM"
 
 
 def test_the_readme_changes_only_between_its_markers(tmp_path):
@@ -53,3 +54,24 @@ def test_the_readme_changes_only_between_its_markers(tmp_path):
     plain = tmp_path / "PLAIN.md"
     plain.write_text("no markers\n")
     assert not report.update_readme(str(plain), ["| new |"]) and plain.read_text() == "no markers\n"
+
+
+def test_the_multi_gpu_table_and_the_best_of_each_side(tmp_path):
+    common = dict(model="llama3.1-8b-cut", layers=32, gpu="NVIDIA H100 80GB HBM3", gpus=4, B=1, T=8192, grad_accum=1,
+                  date="2026-11-27T06:00:00+00:00")
+    ok = dict(common, status="ok")
+    recs = [dict(ok, system="train_llama_z3", tokens_per_s=40000.0, tokens_per_s_per_gpu=10000.0, mfu=0.6,
+                 peak_mem_gib=56.0, git_commit="abcdef0"),
+            dict(ok, system="train_llama_fp8_z2", tokens_per_s=52000.0, tokens_per_s_per_gpu=13000.0, mfu=0.78,
+                 peak_mem_gib=70.0, git_commit="abcdef0"),
+            dict(ok, system="titan_fsdp", tokens_per_s=32000.0, tokens_per_s_per_gpu=8000.0, mfu=0.48,
+                 peak_mem_gib=60.0),
+            dict(common, system="titan_fsdp_float8", status="OOM")]
+    (tmp_path / "multi_gpu_peers.jsonl").write_text("".join(report.json.dumps(r) + "\n" for r in recs))
+    text = "\n".join(report.multi_gpu_section(str(tmp_path)))
+    assert "| train_llama, ZeRO 3 | 10,000 | 60.0% | 56.0 GiB |" in text, text
+    assert "| torchtitan FSDP2 + float8 tensorwise | OOM |" in text, text
+    assert "- bf16: the best train_llama (train_llama, ZeRO 3) 1.25x the best torchtitan (torchtitan FSDP2 + compile)" \
+        in text, text
+    assert "- FP8:" not in text  # torchtitan's float8 did not train: nothing to hold it against
+    assert report.multi_gpu_section(str(tmp_path / "none")) == []

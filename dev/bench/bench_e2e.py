@@ -713,7 +713,8 @@ def child_main(spec):
         traceback.print_exc()
         msg = "%s: %s" % (type(e).__name__, str(e).strip().splitlines()[0] if str(e).strip() else "")
         result = {"status": "OOM" if is_oom_text(type(e).__name__ + " " + str(e)) else "failed: " + msg[:300]}
-    print("RESULT " + json.dumps(result), flush=True)
+    if os.environ.get("RANK", "0") == "0" or not result.get("status", "").startswith("ok"):  # one rank speaks
+        print("RESULT " + json.dumps(result), flush=True)
     sys.stdout.flush()
     os._exit(0)  # skip teardown (compile workers, CUDA) that could hang or crash after the result
 
@@ -887,18 +888,23 @@ def titan_model_args(s, attn):
     return margs
 
 
-def titan_job_config(system, s, B, T, warmup, steps, accum, o, tt, cpu):
+def titan_job_config(system, s, B, T, warmup, steps, accum, o, tt, cpu, world=1):
     """torchtitan's JobConfig as its command line would set it (--model.converters quantize.linear.float8
     --quantize.linear.float8.recipe_name ... --compile.enable ...); its defaults otherwise: training.dtype
     float32 (fp32 parameters) and mixed_precision_param bfloat16, which on one device without FSDP means
-    torch.autocast(bf16) around forward + loss (distributed.utils.maybe_enable_amp)."""
+    torch.autocast(bf16) around forward + loss (distributed.utils.maybe_enable_amp), and on several FSDP2's
+    bf16 parameters with fp32 gradient reductions. Several ranks (dev/bench/bench_multi_gpu.py): FSDP2 over
+    all of them, or HSDP with tt["dp_replicate"] replicas; tensorwise float8 then all-gathers float8 weights
+    with their scales precomputed after each optimizer step, as its docs advise."""
     from torchtitan.config import JobConfig
     jc = JobConfig()
     jc.job.dump_folder = tempfile.mkdtemp(prefix="titan_")
     jc.model.name = "llama3"
     jc.model.flavor = {"llama3.1-8b": "8B"}.get(s["preset"], "1B (bench_e2e.py)")
     jc.training.local_batch_size = B
-    jc.training.global_batch_size = B * accum  # gradient accumulation, as its Trainer derives it
+    jc.training.global_batch_size = B * accum * world  # gradient accumulation, as its Trainer derives it
+    jc.parallelism.data_parallel_replicate_degree = tt.get("dp_replicate", 1)
+    jc.parallelism.data_parallel_shard_degree = -1  # FSDP over the ranks the replicas leave
     jc.training.seq_len = T
     jc.training.steps = warmup + steps
     jc.training.max_norm = o["grad_clip"]
@@ -911,6 +917,9 @@ def titan_job_config(system, s, B, T, warmup, steps, accum, o, tt, cpu):
         f8.recipe_name = system[len("titan_float8_"):]
         f8.filter_fqns = list(tt["float8_filter"])
         f8.emulate = cpu  # the CPU smoke test only: torchao's emulation, no compile (its converter's rule)
+        if world > 1 and f8.recipe_name == "tensorwise":
+            f8.enable_fsdp_float8_all_gather = True
+            f8.precompute_float8_dynamic_scale_for_fsdp = True
     return jc
 
 
@@ -925,7 +934,8 @@ def child_run_titan(spec):
     system, s, B, T, o, tt = spec["system"], spec["shape"], spec["B"], spec["T"], spec["optim"], spec["titan"]
     accum = spec.get("accum", 1)
     cpu = os.environ.get("BENCH_TITAN_CPU") == "1"  # smoke test of the calls on the CPU (fp32, no compile)
-    # one rank, no torchrun: torchtitan's init_distributed reads the usual env:// variables
+    # one rank, no torchrun (torchrun's variables, where it started this rank, win): torchtitan's
+    # init_distributed reads the usual env:// variables
     for k, v in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_WORLD_SIZE", "1"),
                  ("MASTER_ADDR", "127.0.0.1")):
         os.environ.setdefault(k, v)
@@ -949,12 +959,15 @@ def child_run_titan(spec):
     if not version.startswith(TITAN_VERSION):
         print("warning: torchtitan %s, written against %s" % (version, TITAN_VERSION), file=sys.stderr)
 
-    jc = titan_job_config(system, s, B, T, spec["warmup"], spec["steps"], accum, o, tt, cpu)
+    jc = titan_job_config(system, s, B, T, spec["warmup"], spec["steps"], accum, o, tt, cpu,
+                          int(os.environ["WORLD_SIZE"]))
     # Trainer.__init__
     if cpu:
         device, device_type = torch.device("cpu"), "cpu"
         import torch.distributed as dist
+        import torchtitan.distributed.parallel_dims as titan_dims
         dist.init_process_group("gloo")  # init_distributed would pick nccl (its device_type is cuda)
+        titan_dims.device_type = "cpu"  # and its device mesh (several ranks) the GPUs
     else:
         device_type = tt_utils.device_type
         device = torch.device("%s:%d" % (device_type, int(os.environ["LOCAL_RANK"])))
@@ -976,9 +989,15 @@ def child_run_titan(spec):
     converters = build_model_converters(jc, parallel_dims)
     converters.convert(model)
     loss_fn = build_cross_entropy_loss(jc)
-    grad_accum = jc.training.global_batch_size // jc.training.local_batch_size
+    batch_degree = parallel_dims.get_mesh("batch").size() if parallel_dims.dp_enabled else 1  # as its Trainer
+    grad_accum = jc.training.global_batch_size // (jc.training.local_batch_size * batch_degree)
     assert grad_accum == accum
     model = parallelize_llama(model, parallel_dims, jc)
+    if cpu and world > 1:  # the CPU smoke test: gloo lacks the PREMUL_SUM FSDP reduces with here; an average
+        from torch.distributed.fsdp import FSDPModule
+        for m in model.modules():
+            if isinstance(m, FSDPModule):
+                m.set_gradient_divide_factor(float(world))
     model.to_empty(device=device)
     with torch.no_grad():
         model.init_weights(buffer_device=None)
@@ -1021,7 +1040,7 @@ def child_run_titan(spec):
     opt = torch.optim.AdamW(groups, lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"], **{impl: True})
     info["optimizer_impl"] = impl
     gen = torch.Generator(device=device)
-    gen.manual_seed(spec["seed"])
+    gen.manual_seed(spec["seed"] + 1000 * int(os.environ["RANK"]))  # each rank its own tokens
     sync = (lambda: None) if cpu else torch.cuda.synchronize
 
     def train_step(step_no):
@@ -1034,6 +1053,8 @@ def child_run_titan(spec):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)  # Trainer.train_step: optimizers.zero_grad() first
         global_valid_tokens = sum((labels != IGNORE_INDEX).sum() for _, labels in micro).float()
+        if parallel_dims.dp_enabled:  # its Trainer.train_step: the step's tokens over the data-parallel ranks
+            global_valid_tokens = dist_utils.dist_sum(global_valid_tokens, parallel_dims.get_mesh("batch"))
         losses = []
         for inputs, labels in micro:  # Trainer.forward_backward_step, non-PP
             extra = {}

@@ -121,7 +121,7 @@ def main(argv):
     env = {} if args.dry_run else e2e.probe_env(args)
     for gpus in args.gpus:
         for system in args.systems:
-            if system in TITAN and gpus < 2 * TITAN[system][0]:
+            if system in TITAN and TITAN[system][0] > 1 and gpus < 2 * TITAN[system][0]:
                 print("skip %-19s %d GPUs: HSDP's replicas need 2 GPUs each (with fewer it is DDP)" % (system, gpus))
                 continue
             run = run_spec(args, system, gpus)

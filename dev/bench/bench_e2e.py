@@ -917,7 +917,8 @@ def titan_job_config(system, s, B, T, warmup, steps, accum, o, tt, cpu, world=1)
         f8.recipe_name = system[len("titan_float8_"):]
         f8.filter_fqns = list(tt["float8_filter"])
         f8.emulate = cpu  # the CPU smoke test only: torchao's emulation, no compile (its converter's rule)
-        if world > 1 and f8.recipe_name == "tensorwise":
+        if world > 1 and f8.recipe_name == "tensorwise":  # its float8 all-gather: tensorwise without a recipe name
+            f8.recipe_name = None
             f8.enable_fsdp_float8_all_gather = True
             f8.precompute_float8_dynamic_scale_for_fsdp = True
     return jc
@@ -1027,7 +1028,9 @@ def child_run_titan(spec):
         info["titan_note"] = "torchtitan 0.2.2's Llama 3 has no weight tying: lm_head (output) is untied"
     if jc.model.converters:
         f8 = jc.quantize.linear.float8
-        info.update(float8_recipe=f8.recipe_name, float8_filter_fqns=list(tt["float8_filter"]),
+        info.update(float8_recipe=f8.recipe_name or "tensorwise",
+                    float8_fsdp_all_gather=f8.enable_fsdp_float8_all_gather,
+                    float8_filter_fqns=list(tt["float8_filter"]),
                     float8_emulate=f8.emulate, float8_linears=sum(type(m).__name__ == "Float8Linear"
                                                                   for m in model.modules()))
         if not info["float8_linears"]:

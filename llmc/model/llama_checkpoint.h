@@ -177,7 +177,7 @@ static inline void llama_load_checkpoint(Llama *m, const char *path, CheckpointS
         "resuming", err, NULL);
     if (rank == 0 && !man.has_sums)
         checkpoint_warn_unverified(path);
-    params_upload_master(&m->params, &m->layout, master);
+    params_upload_master(&m->params, master);
     free(master);
     int64_t count;
     CkptRange *ranges = llama_state_ranges(m, &count);

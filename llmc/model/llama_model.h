@@ -285,7 +285,7 @@ static inline void llama_init_random(Llama *m, uint64_t seed)
 {
     float *host = (float *)malloc_check((size_t)m->layout.total * sizeof(float), "initial weights");
     llama_init_weights_host(host, &m->config, &m->layout, seed);
-    params_upload_master(&m->params, &m->layout, host);
+    params_upload_master(&m->params, host);
     free(host);
 }
 
@@ -303,7 +303,7 @@ static inline void llama_load_weights(Llama *m, const char *path)
     float *host = (float *)malloc_check((size_t)m->layout.total * sizeof(float), "weights");
     model_weights_load(path, &m->layout, host);
     checkpoint_init_from_verify(path, &m->layout, host); /* a checkpoint directory: its files as saved */
-    params_upload_master(&m->params, &m->layout, host);
+    params_upload_master(&m->params, host);
     free(host);
 }
 

@@ -200,34 +200,39 @@ static inline void params_free(LlamaParams *p)
     memset(p, 0, sizeof(*p));
 }
 
-/* Copies the fp32 master weights (host, [layout->total]) to the device, split
- * into bf16 weights and residuals; this rank keeps what its stage asks of it. */
-static inline void params_upload_master(LlamaParams *p, const ParamLayout *layout, const float *host_master)
+/* Copies the fp32 master weights (host, the layout's total) to the device, split
+ * into bf16 weights and residuals; this rank keeps what its stage asks of it. A
+ * bucket at a time: the host stages 4 bytes per parameter of the largest bucket,
+ * not of the model (the 8B's 32 GB of staging became 2 GB). */
+static inline void params_upload_master(LlamaParams *p, const float *host_master)
 {
-    int64_t P = layout->total;
     const Zero *z = &p->zero;
-    uint16_t *hi = (uint16_t *)malloc_check((size_t)P * sizeof(uint16_t), "bf16 parameter staging");
-    int16_t *lo = (int16_t *)malloc_check((size_t)P * sizeof(int16_t), "master residual staging");
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < P; i++)
-        master_split(host_master[i], &hi[i], &lo[i]);
+    int64_t most = 0;
+    for (int b = 0; b < z->plan.n_buckets; b++)
+        most = z->plan.buckets[b].numel > most ? z->plan.buckets[b].numel : most;
+    uint16_t *hi = (uint16_t *)malloc_check((size_t)most * sizeof(uint16_t), "bf16 parameter staging");
+    int16_t *lo = (int16_t *)malloc_check((size_t)most * sizeof(int16_t), "master residual staging");
     for (int b = 0; b < z->plan.n_buckets; b++) {
         const ZeroBucket *bk = &z->plan.buckets[b];
-        int64_t begin, end;
+        const float *bucket = host_master + bk->offset;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < bk->numel; i++)
+            master_split(bucket[i], &hi[i], &lo[i]);
+        int64_t begin, end;       /* model elements, within the bucket's */
         if (p->zero_stage >= 3) { /* the rank's group share of the weights */
             zero_group_model_range(&z->plan, b, z->position, &begin, &end);
-            CUDA_CHECK(cudaMemcpy(z->params + z->group_at[b], hi + begin, (size_t)(end - begin) * sizeof(uint16_t),
-                                  cudaMemcpyHostToDevice));
+            CUDA_CHECK(cudaMemcpy(z->params + z->group_at[b], hi + (begin - bk->offset),
+                                  (size_t)(end - begin) * sizeof(uint16_t), cudaMemcpyHostToDevice));
         } else {
-            CUDA_CHECK(cudaMemcpy(zero_bucket_weights(z, b), hi + bk->offset, (size_t)bk->numel * sizeof(uint16_t),
+            CUDA_CHECK(cudaMemcpy(zero_bucket_weights(z, b), hi, (size_t)bk->numel * sizeof(uint16_t),
                                   cudaMemcpyHostToDevice));
         }
         zero_update_model_range(&z->plan, p->zero_stage, p->dist->rank, b, &begin, &end);
         if (p->host_master)
             memcpy(p->host_master + z->state_at[b], host_master + begin, (size_t)(end - begin) * sizeof(float));
         else
-            CUDA_CHECK(cudaMemcpy(p->master_lo + z->state_at[b], lo + begin, (size_t)(end - begin) * sizeof(int16_t),
-                                  cudaMemcpyHostToDevice));
+            CUDA_CHECK(cudaMemcpy(p->master_lo + z->state_at[b], lo + (begin - bk->offset),
+                                  (size_t)(end - begin) * sizeof(int16_t), cudaMemcpyHostToDevice));
     }
     free(hi);
     free(lo);

@@ -255,8 +255,12 @@ static inline float *params_download_master(LlamaParams *p, const ParamLayout *l
         return master;
     }
     int keep = p->dist->rank == 0;
-    uint16_t *hi = keep ? (uint16_t *)malloc_check((size_t)P * sizeof(uint16_t), "bf16 parameter staging") : NULL;
-    int16_t *lo = keep ? (int16_t *)malloc_check((size_t)P * sizeof(int16_t), "master residual staging") : NULL;
+    int64_t most = 0; /* staging for a bucket at a time, as params_upload_master */
+    for (int b = 0; b < z->plan.n_buckets; b++)
+        most = z->plan.buckets[b].numel > most ? z->plan.buckets[b].numel : most;
+    float *master = keep ? (float *)malloc_check((size_t)P * sizeof(float), "master weights") : NULL;
+    uint16_t *hi = keep ? (uint16_t *)malloc_check((size_t)most * sizeof(uint16_t), "bf16 parameter staging") : NULL;
+    int16_t *lo = keep ? (int16_t *)malloc_check((size_t)most * sizeof(int16_t), "master residual staging") : NULL;
     /* offloaded: each bucket's residuals split from the host's master weights into a device slot, then gathered */
     int64_t slot = p->host_master ? offload_slot_elements(z) : 0;
     int16_t *share_host =
@@ -277,17 +281,15 @@ static inline float *params_download_master(LlamaParams *p, const ParamLayout *l
         zero_full_bucket(z, b, p->host_master ? share : p->master_lo + z->state_at[b], &weights, &residuals, s);
         if (!keep)
             continue;
-        CUDA_CHECK(cudaMemcpy(hi + bk->offset, weights, (size_t)bk->numel * sizeof(uint16_t), cudaMemcpyDeviceToHost));
-        CUDA_CHECK(cudaMemcpy(lo + bk->offset, residuals, (size_t)bk->numel * sizeof(int16_t), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(hi, weights, (size_t)bk->numel * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(lo, residuals, (size_t)bk->numel * sizeof(int16_t), cudaMemcpyDeviceToHost));
+        float *bucket = master + bk->offset;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < bk->numel; i++)
+            bucket[i] = master_join(hi[i], lo[i]);
     }
     free(share_host);
     cuda_free(share);
-    if (!keep)
-        return NULL;
-    float *master = (float *)malloc_check((size_t)P * sizeof(float), "master weights");
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < P; i++)
-        master[i] = master_join(hi[i], lo[i]);
     free(hi);
     free(lo);
     return master;

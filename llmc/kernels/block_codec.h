@@ -180,30 +180,29 @@ static inline void block_encode(uint8_t *codes, float *scales, const bf16 *x, in
     CUDA_CHECK_LAST();
 }
 
-static inline int block_decode_grid_(int64_t n)
+/* The decode kernel into bf16 out or, where sums is given, added into fp32 sums. */
+static inline void block_decode_(bf16 *out, float *sums, const uint8_t *codes, const float *scales, int64_t n,
+                                 BlockCodec codec, cudaStream_t stream)
 {
+    if (n <= 0)
+        return;
     int64_t grid = (n + 255) / 256;
-    return (int)(grid > 4096 ? 4096 : grid < 1 ? 1 : grid);
+    block_decode_kernel<<<(int)(grid > 4096 ? 4096 : grid), 256, 0, stream>>>(out, sums, codes, scales, n, (int)codec);
+    CUDA_CHECK_LAST();
 }
 
 /* out[n] (bf16, rounded to nearest even) from codes[n] and their scales. */
 static inline void block_decode(bf16 *out, const uint8_t *codes, const float *scales, int64_t n, BlockCodec codec,
                                 cudaStream_t stream)
 {
-    if (n <= 0)
-        return;
-    block_decode_kernel<<<block_decode_grid_(n), 256, 0, stream>>>(out, NULL, codes, scales, n, (int)codec);
-    CUDA_CHECK_LAST();
+    block_decode_(out, NULL, codes, scales, n, codec, stream);
 }
 
 /* sums[i] += the decoded value i (fp32): one rank's codes into a reduction's sums. */
 static inline void block_decode_add(float *sums, const uint8_t *codes, const float *scales, int64_t n, BlockCodec codec,
                                     cudaStream_t stream)
 {
-    if (n <= 0)
-        return;
-    block_decode_kernel<<<block_decode_grid_(n), 256, 0, stream>>>(NULL, sums, codes, scales, n, (int)codec);
-    CUDA_CHECK_LAST();
+    block_decode_(NULL, sums, codes, scales, n, codec, stream);
 }
 
 #endif /* LLMC_BLOCK_CODEC_H */

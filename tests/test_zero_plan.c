@@ -76,9 +76,10 @@ static void test_model(const char *name, const LlamaConfig *c)
         int world = worlds[w];
         ZeroPlan plan = zero_plan(&layout, world);
         int contiguous = 1, equal_aligned = 1, little_padding = 1, layers = plan.n_buckets == c->n_layer + 2;
-        int64_t owned = 0, next = 0, next_padded = 0;
+        int64_t owned = 0, next = 0, next_padded = 0, most = 0;
         for (int b = 0; b < plan.n_buckets; b++) {
             const ZeroBucket *z = &plan.buckets[b];
+            most = z->numel > most ? z->numel : most;
             contiguous &= z->offset == next && z->padded_offset == next_padded;
             next += z->numel;
             next_padded += z->padded;
@@ -105,6 +106,9 @@ static void test_model(const char *name, const LlamaConfig *c)
         check_plan(little_padding && plan.padded_total == next_padded, "padding under world * ZERO_ALIGN per bucket",
                    name, world);
         check_plan(layers, "one bucket per layer between the embedding and the head", name, world);
+        /* the embedding (or the untied head's bucket) is the largest: the host stages that much */
+        check_plan(zero_plan_largest_bucket(&plan) == most && most >= (int64_t)c->vocab_size * c->d_model,
+                   "the largest bucket is the embedding's or the head's", name, world);
         /* update ranges: stage 0 the whole padded bucket on every rank; stages 1 to 3
          * the ranks' shares tile it in rank order; a range's model elements come first */
         int64_t *state_at = (int64_t *)malloc_check(sizeof(int64_t) * plan.n_buckets, "state offsets");

@@ -21,7 +21,7 @@
  * a file that changed.
  *
  * Memory: on rank 0 the master weights on the host (4 bytes per parameter)
- * plus their bf16 and residual halves while they are joined or split; on every
+ * plus one bucket's bf16 and residual halves while they are joined or split; on every
  * rank its moments (8 bytes per updated parameter). Offloaded (--offload
  * optimizer), the master weights and moments are read from and written to the
  * host's copies.

@@ -207,9 +207,7 @@ static inline void params_free(LlamaParams *p)
 static inline void params_upload_master(LlamaParams *p, const float *host_master)
 {
     const Zero *z = &p->zero;
-    int64_t most = 0;
-    for (int b = 0; b < z->plan.n_buckets; b++)
-        most = z->plan.buckets[b].numel > most ? z->plan.buckets[b].numel : most;
+    int64_t most = zero_plan_largest_bucket(&z->plan);
     uint16_t *hi = (uint16_t *)malloc_check((size_t)most * sizeof(uint16_t), "bf16 parameter staging");
     int16_t *lo = (int16_t *)malloc_check((size_t)most * sizeof(int16_t), "master residual staging");
     for (int b = 0; b < z->plan.n_buckets; b++) {
@@ -255,9 +253,7 @@ static inline float *params_download_master(LlamaParams *p, const ParamLayout *l
         return master;
     }
     int keep = p->dist->rank == 0;
-    int64_t most = 0; /* staging for a bucket at a time, as params_upload_master */
-    for (int b = 0; b < z->plan.n_buckets; b++)
-        most = z->plan.buckets[b].numel > most ? z->plan.buckets[b].numel : most;
+    int64_t most = zero_plan_largest_bucket(&z->plan); /* staging for a bucket at a time, as params_upload_master */
     float *master = keep ? (float *)malloc_check((size_t)P * sizeof(float), "master weights") : NULL;
     uint16_t *hi = keep ? (uint16_t *)malloc_check((size_t)most * sizeof(uint16_t), "bf16 parameter staging") : NULL;
     int16_t *lo = keep ? (int16_t *)malloc_check((size_t)most * sizeof(int16_t), "master residual staging") : NULL;

@@ -160,6 +160,15 @@ static inline int64_t zero_state_offsets(const ZeroPlan *plan, int stage, int ra
     return total;
 }
 
+/* The most model elements one bucket holds: what a host stages to move the weights a bucket at a time. */
+static inline int64_t zero_plan_largest_bucket(const ZeroPlan *plan)
+{
+    int64_t most = 0;
+    for (int b = 0; b < plan->n_buckets; b++)
+        most = plan->buckets[b].numel > most ? plan->buckets[b].numel : most;
+    return most;
+}
+
 /* The model elements of group share p of bucket b: [*begin, *end) of the unpadded
  * flat buffer (empty when it is all padding). */
 static inline void zero_group_model_range(const ZeroPlan *plan, int b, int p, int64_t *begin, int64_t *end)

@@ -30,7 +30,7 @@ def test_the_commands(tmp_path):
 def test_train_llama_per_gpu_tokens_from_its_log(tmp_path):
     args = mg.parse_args(["--gpus", "2", "--steps", "3", "--warmup", "1"])
     run = run_of(args, "train_llama_z1", 2, tmp_path)
-    steps = [dict(step=i + 1, loss=12.0 - i, ms=ms, peak_mem_gib=50.0 + i, device_mem_gib=60.0)
+    steps = [dict(step=i + 1, loss=12.0 - i, ms=ms, mfu=0.6, peak_mem_gib=50.0 + i, device_mem_gib=60.0)
              for i, ms in enumerate([5000.0, 800.0, 1000.0, 900.0])]
     with open(run["log"] + ".jsonl", "w") as f:
         f.write(json.dumps({"run": {"commit": "x"}}) + "\n" + "".join(json.dumps(s) + "\n" for s in steps))

@@ -464,25 +464,31 @@ def run_train_llama(args, run, log_base):
         return {"status": "failed: %s not found (make -j16 train_llama)" % args.train_llama}
     cmd = train_llama_cmd(args, run, jsonl)
     rc, out, err = run_subprocess(cmd, args.timeout, log_base)
-    rec = {"command": " ".join(shlex.quote(c) for c in cmd)}
+    return dict(train_llama_result(args, run, rc, out + "\n" + err, jsonl),
+                command=" ".join(shlex.quote(c) for c in cmd))
+
+
+def train_llama_result(args, run, rc, text, jsonl):
+    """What a train_llama run measured, from its (rank 0's) JSON log: the median of the steps after the warm-up,
+    and the most memory of any step; or why it did not end (failed_status)."""
     steps = []
     try:
         with open(jsonl) as f:
             steps = [json.loads(l) for l in f if '"loss"' in l]
     except (OSError, ValueError):
         pass
-    rec["status"] = failed_status(args, run, rc, out + "\n" + err, steps)
-    if rec["status"] is None:
-        timed = steps[run["warmup"]:]
-        times = step_times([st["ms"] for st in timed])
-        rec.update(status="ok", **times,
-                   tokens_per_s=run["accum"] * run["B"] * run["T"] / (times["step_ms_median"] / 1e3),
-                   mfu_reported=quantile([st["mfu"] for st in timed], 0.5),
-                   peak_mem_gib=max(st["peak_mem_gib"] for st in steps),
-                   device_mem_gib=max(st["device_mem_gib"] for st in steps),
-                   reserved_gib=None, n_timed_steps=len(timed),
-                   loss_first=steps[0]["loss"], loss_last=steps[-1]["loss"])
-    return rec
+    status = failed_status(args, run, rc, text, steps)
+    if status is not None:
+        return {"status": status}
+    timed = steps[run["warmup"]:]
+    times = step_times([st["ms"] for st in timed])
+    return dict(status="ok", **times,
+                tokens_per_s=run["accum"] * run["B"] * run["T"] / (times["step_ms_median"] / 1e3),
+                mfu_reported=quantile([st["mfu"] for st in timed], 0.5),
+                peak_mem_gib=max(st["peak_mem_gib"] for st in steps),
+                device_mem_gib=max(st["device_mem_gib"] for st in steps),
+                reserved_gib=None, n_timed_steps=len(timed),
+                loss_first=steps[0]["loss"], loss_last=steps[-1]["loss"])
 
 
 def llmq_inputs(args, run, logs):

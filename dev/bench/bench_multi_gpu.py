@@ -88,21 +88,7 @@ def command(args, run):
 def result_of(args, run, rc, out, err):
     """What the run measured, per GPU, from train_llama's rank-0 log or torchtitan's RESULT lines."""
     if run["system"] in TRAIN_LLAMA:
-        steps = []
-        try:
-            with open(run["log"] + ".jsonl") as f:
-                steps = [json.loads(line) for line in f if '"loss"' in line]
-        except (OSError, ValueError):
-            pass
-        status = e2e.failed_status(args, run, rc, out + "\n" + err, steps)
-        if status:
-            return {"status": status}
-        timed = steps[run["warmup"]:]
-        times = e2e.step_times([s["ms"] for s in timed])
-        return dict(status="ok", **times, tokens_per_s=run["accum"] * run["B"] * run["T"] / (
-            times["step_ms_median"] / 1e3), peak_mem_gib=max(s["peak_mem_gib"] for s in steps),
-            device_mem_gib=max(s["device_mem_gib"] for s in steps), loss_first=steps[0]["loss"],
-            loss_last=steps[-1]["loss"], n_timed_steps=len(timed))
+        return e2e.train_llama_result(args, run, rc, out + "\n" + err, run["log"] + ".jsonl")
     results = [json.loads(line[7:]) for line in out.splitlines() if line.startswith("RESULT ")]
     failed = [r for r in results if r.get("status") != "ok"]
     if failed or not results:

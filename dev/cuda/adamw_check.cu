@@ -386,13 +386,10 @@ static void check_adamw(const Layout *L, const int64_t (*ranges)[2], int n_range
 
     adamw_runs_free(&runs);
     void *dev[] = {d_hi, d_grad, d_lo, d_m, d_v, d_scale};
-    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
-        cuda_free(dev[i]);
     void *host[] = {w0,      m0,       v0,       hi0,   grad,  lo0,   decay, got_hi,    got_lo,
                     got_m,   got_v,    ref_w,    ref_m, ref_v, got_w, delta, ref_delta, param_f,
                     want_hi, split_hi, split_lo, cpu_w, cpu_m, cpu_v, cpu_hi};
-    for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++)
-        free(host[i]);
+    FREE_BUFFERS(dev, host);
 }
 
 int main(int argc, char **argv)

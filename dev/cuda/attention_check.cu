@@ -326,12 +326,9 @@ static void check_documents(void)
                    d_out,
                    d_dqkv,
                    d_stats};
-    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
-        cuda_free(dev[i]);
     void *host[] = {tokens, first,   pos,       start,    seq_len, qkv_b, dout_b, qkv,
                     dout,   ref_out, ref_stats, ref_dqkv, lse,     got_b, got};
-    for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++)
-        free(host[i]);
+    FREE_BUFFERS(dev, host);
 }
 
 /* --sweep: the timings of issue 14's comparison: T = 2048, 8192, 32768 at 16384

@@ -108,11 +108,8 @@ static void check_size(int N, int OC, int bench)
     }
 
     void *dev[] = {d_out, d_bias, d_dout, d_db, d_scratch};
-    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
-        cuda_free(dev[i]);
     void *host[] = {out_b, bias_b, dout_b, got_b, want_b, db_b, db2_b, acc_b, out, bias, dout, got, ref, bound};
-    for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++)
-        free(host[i]);
+    FREE_BUFFERS(dev, host);
 }
 
 int main(int argc, char **argv)

@@ -160,11 +160,8 @@ static void check_size(int64_t n, BlockCodec codec, int specials, int bench)
     }
 
     void *dev[] = {d_x, d_out, d_codes, d_scales, d_sums};
-    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
-        cuda_free(dev[i]);
     void *host[] = {x, xf, codes, got_codes, scales, got_scales, dec, bound, want_b, got_b, sums, got_sums, ref};
-    for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++)
-        free(host[i]);
+    FREE_BUFFERS(dev, host);
 }
 
 int main(int argc, char **argv)

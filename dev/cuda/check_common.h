@@ -128,6 +128,18 @@ static inline void *dev_alloc(size_t bytes)
 {
     return cuda_malloc_named(bytes, "check buffer");
 }
+/* Gives back the device buffers dev[n_dev] (cuda_free) and the host buffers host[n_host] (free) a test case
+ * took; FREE_BUFFERS takes the two arrays themselves. */
+static inline void free_buffers(void *const *dev, size_t n_dev, void *const *host, size_t n_host)
+{
+    for (size_t i = 0; i < n_dev; i++)
+        cuda_free(dev[i]);
+    for (size_t i = 0; i < n_host; i++)
+        free(host[i]);
+}
+#define FREE_BUFFERS(dev, host)                                                                                        \
+    free_buffers(dev, sizeof(dev) / sizeof((dev)[0]), host, sizeof(host) / sizeof((host)[0]))
+
 /* Device buffers are given back with cuda_free. */
 static inline void *dev_upload(const void *host, size_t bytes)
 {

@@ -179,12 +179,9 @@ static void check_size(int N, int C, int V, int bench)
     }
 
     void *dev[] = {d_tokens, d_bucket_token, d_bucket_start, d_positions, d_wte, d_dout, d_out, d_dwte};
-    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
-        cuda_free(dev[i]);
     void *host[] = {tokens, bucket_token, bucket_start, positions, workspace, wte_b, dout_b, out_b,
                     want_b, dwte0_b,      got_b,        got_b2,    dout,      dwte0, ref,    got};
-    for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++)
-        free(host[i]);
+    FREE_BUFFERS(dev, host);
 }
 
 int main(int argc, char **argv)

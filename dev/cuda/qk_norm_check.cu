@@ -145,12 +145,9 @@ static void check_size(int N, int H, int KV, int D, int bench)
     }
 
     void *dev[] = {d_qkv, d_dqkv, d_w, d_raw, d_dw, d_rstd, d_scratch};
-    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
-        cuda_free(dev[i]);
     void *host[] = {x_b, dy_b, w_b,   got_b,  raw_b, dw_b,  dw2_b,  acc_b,     x,     dy,
                     w,   got,  ref_y, ref_dx, ref_r, got_r, ref_dw, heads_got, dw_sum};
-    for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++)
-        free(host[i]);
+    FREE_BUFFERS(dev, host);
 }
 
 int main(int argc, char **argv)

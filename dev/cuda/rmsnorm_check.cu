@@ -259,13 +259,10 @@ static void check_size(int N, int C, int bench)
     }
 
     void *dev[] = {d_inp, d_branch, d_w, d_dout, d_out, d_res, d_dinp, d_rstd, d_dw, d_scratch, d_amax};
-    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
-        cuda_free(dev[i]);
     void *host[] = {inp_b, branch_b, w_b,      dout_b,    dinp_b,   got_b,  got_b2,   inp,      branch,
                     w,     dout,     ref_out,  ref_res,   ref_rstd, got,    got_rstd, ref_dinp, dw_sum,
                     dw0_b, junk_b,   got_dw_b, got_dw_b2, dw0,      ref_dw, got_dw};
-    for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++)
-        free(host[i]);
+    FREE_BUFFERS(dev, host);
 }
 
 int main(int argc, char **argv)

@@ -111,11 +111,8 @@ static void check_size(int N, int F, int bench)
     }
 
     void *dev[] = {d_gu, d_dout, d_out, d_dgu, d_amax};
-    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
-        cuda_free(dev[i]);
     void *host[] = {gu_b, dout_b, got_b, got2_b, gu, dout, ref_out, ref_dgu, got};
-    for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++)
-        free(host[i]);
+    FREE_BUFFERS(dev, host);
 }
 
 int main(int argc, char **argv)

@@ -1,8 +1,12 @@
 /*
  * swiglu_check: llmc/kernels/swiglu.h against a double-precision CPU reference on the same
  * bf16 inputs; backward both out of place and in place (dgate_up == gate_up), which
- * must agree to the bit; timing at Llama 3 sizes (N = 8192, F = 8192 / 14336).
- * F = 20488 takes two blocks per row, the second one partly idle.
+ * must agree to the bit; the backward that also writes the forward's output again
+ * (swiglu_backward_recompute, recompute levels 1 and 2), whose two outputs must
+ * equal the forward's and the plain backward's to the bit, in place too; timing
+ * at Llama 3 sizes (N = 8192, F = 8192 / 14336), the recomputing backward beside
+ * the forward + backward it replaces. F = 20488 takes two blocks per row, the
+ * second one partly idle.
  *
  * Tolerances: every output is bf16: 4e-3 relative (half a bf16 ulp is at most
  * 2^-8 = 3.9e-3 relative; fp32 math with expf adds ~1e-6), floor at 1% of the rms
@@ -40,6 +44,16 @@ static void run_backward(void *ctx, int s)
 {
     Bench *b = (Bench *)ctx;
     swiglu_backward(b->dgate_up[s], b->dout[s], b->gate_up[s], b->N, b->F, 0);
+}
+static void run_forward_then_backward(void *ctx, int s)
+{
+    run_forward(ctx, s);
+    run_backward(ctx, s);
+}
+static void run_backward_recompute(void *ctx, int s)
+{
+    Bench *b = (Bench *)ctx;
+    swiglu_backward_recompute(b->dgate_up[s], b->out[s], b->dout[s], b->gate_up[s], b->N, b->F, NULL, NULL, 0);
 }
 
 static void check_size(int N, int F, int bench)
@@ -86,6 +100,25 @@ static void check_size(int N, int F, int bench)
     snprintf(what, sizeof(what), "swiglu_backward in place N=%d F=%d", N, F);
     check(memcmp(got_b, got2_b, n2f * 2) == 0, "%-46s bit-identical to out of place", what);
 
+    /* the recomputing backward, in place as the layer runs it: dgate_up as the plain backward's, out as the
+     * forward's, to the bit, and both amaxes */
+    uint16_t *fwd_b = (uint16_t *)malloc_check(nf * 2, "forward out");
+    swiglu_forward(d_out, d_gu, N, F, 0);
+    download(fwd_b, d_out, nf * 2);
+    float *d_out_amax = (float *)dev_alloc(4);
+    CUDA_CHECK(cudaMemcpy(d_dgu, d_gu, n2f * 2, cudaMemcpyDeviceToDevice));
+    poison(d_out, nf * 2);
+    poison_amax(d_amax);
+    poison_amax(d_out_amax);
+    swiglu_backward_recompute(d_dgu, d_out, d_dout, d_dgu, N, F, d_amax, d_out_amax, 0);
+    download(got2_b, d_dgu, n2f * 2);
+    snprintf(what, sizeof(what), "swiglu_backward_recompute N=%d F=%d", N, F);
+    check(memcmp(got_b, got2_b, n2f * 2) == 0, "%-46s dgate_up bit-identical to swiglu_backward's", what);
+    check_amax(what, d_amax, got2_b, n2f);
+    download(got2_b, d_out, nf * 2);
+    check(memcmp(fwd_b, got2_b, nf * 2) == 0, "%-46s out bit-identical to swiglu_forward's", what);
+    check_amax(what, d_out_amax, got2_b, nf);
+
     if (bench) {
         Bench b = {N, F, NULL, NULL, NULL, NULL};
         int sets = bench_sets(n2f * 2 * 2 + nf * 2 * 2);
@@ -102,6 +135,10 @@ static void check_size(int N, int F, int bench)
         bench_report(what, run_forward, &b, sets, 3.0 * nf * 2);
         snprintf(what, sizeof(what), "swiglu_backward N=%d F=%d", N, F);
         bench_report(what, run_backward, &b, sets, 5.0 * nf * 2);
+        snprintf(what, sizeof(what), "swiglu_forward + backward N=%d F=%d", N, F);
+        bench_report(what, run_forward_then_backward, &b, sets, 8.0 * nf * 2);
+        snprintf(what, sizeof(what), "swiglu_backward_recompute N=%d F=%d", N, F);
+        bench_report(what, run_backward_recompute, &b, sets, 6.0 * nf * 2);
         for (int s = 0; s < sets; s++) {
             for (int l = 0; l < 4; l++)
                 cuda_free((*lists[l])[s]);
@@ -110,8 +147,8 @@ static void check_size(int N, int F, int bench)
             free(*lists[l]);
     }
 
-    void *dev[] = {d_gu, d_dout, d_out, d_dgu, d_amax};
-    void *host[] = {gu_b, dout_b, got_b, got2_b, gu, dout, ref_out, ref_dgu, got};
+    void *dev[] = {d_gu, d_dout, d_out, d_dgu, d_amax, d_out_amax};
+    void *host[] = {gu_b, dout_b, got_b, got2_b, gu, dout, ref_out, ref_dgu, got, fwd_b};
     FREE_BUFFERS(dev, host);
 }
 

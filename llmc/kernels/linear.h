@@ -298,45 +298,73 @@ static inline void linear_forward(bf16 *out, const bf16 *x, const bf16 *w, int N
     matmul_fp8(out, q->x, FP8_E4M3, wq.codes, q->sx, wq.inv, N, in, out_dim, 0, kind, s);
 }
 
-/* dweight[out_dim, in] (= or += when accumulate) = dout^T @ x, then dinp[N, in] = dout @ w (not aliasing dout);
- * q NULL: bf16 GEMMs. With FP8, N must be a multiple of 16 (the weight gradient sums over tokens), and x and w
- * must be what slot's last linear_forward saw. amax_ready: dout's producer wrote fp8_grad_amax(q) already. */
-static inline void linear_backward(bf16 *dinp, bf16 *dweight, const bf16 *dout, const bf16 *x, const bf16 *w, int N,
-                                   int in, int out_dim, int accumulate, Fp8Scratch *q, int slot, int amax_ready,
-                                   cudaStream_t s)
+/* The backward in two halves, for a caller that makes x between them (SwiGLU's backward writes the down map's input
+ * again, llama_layer.h): linear_backward_input makes dinp[N, in] = dout @ w (not aliasing dout), and with FP8 also
+ * dout's codes for the weight gradient; then linear_backward_weight makes dweight[out_dim, in] (= or += when
+ * accumulate) = dout^T @ x from those codes. Nothing may use q's scratch between the two. q NULL: bf16 GEMMs. With
+ * FP8, N must be a multiple of 16 (the weight gradient sums over tokens), and x and w must be what slot's last
+ * linear_forward saw. amax_ready: dout's producer wrote fp8_grad_amax(q) already. */
+static inline void linear_backward_input(bf16 *dinp, const bf16 *dout, const bf16 *w, int N, int in, int out_dim,
+                                         Fp8Scratch *q, int slot, int amax_ready, cudaStream_t s)
 {
     if (!q) {
-        matmul_backward_weight(dweight, dout, x, N, in, out_dim, accumulate, s);
         matmul_backward_input(dinp, dout, w, N, in, out_dim, s);
         return;
     }
     fp8_check_blocks(q, N, in, out_dim);
     Fp8Format gf = FP8_E4M3;
-    int kind_dw = MATMUL_FP8, kind_dx = MATMUL_FP8;
-    if (q->recipe == FP8_TENSOR) { /* dy's two layouts from one pass; x at its forward's scale */
+    int kind_dx = MATMUL_FP8;
+    if (q->recipe == FP8_TENSOR) { /* dy's two layouts from one pass */
         gf = FP8_E5M2;
         if (!amax_ready)
             fp8_amax(q->amax + FP8_G, dout, (int64_t)N * out_dim, s);
         fp8_quantize_transposed(q->g_t, q->sg_t, q->g, q->sg, dout, q->amax + FP8_G, N, out_dim, FP8_T_TENSOR, gf, s);
-        fp8_quantize_transposed(q->x_t, q->sx_t, NULL, NULL, x, fp8_input_amax(q, slot), N, in, FP8_T_TENSOR, FP8_E4M3,
-                                s);
-    } else if (q->recipe == FP8_ROW) { /* dy's rows for dx; dy's and x's columns (over the tokens) for dW */
-        kind_dw = kind_dx = MATMUL_FP8_ROW;
+    } else if (q->recipe == FP8_ROW) { /* dy's rows for dx; its columns (over the tokens) for dW */
+        kind_dx = MATMUL_FP8_ROW;
         fp8_quantize_rows(q->g, q->sg, dout, N, out_dim, 0, gf, s);
         fp8_amax_blocks(q->amax, dout, N, out_dim, 0, s);
         fp8_quantize_transposed(q->g_t, q->sg_t, NULL, NULL, dout, q->amax, N, out_dim, FP8_T_COLUMNS, gf, s);
-        fp8_amax_blocks(q->amax, x, N, in, 0, s);
-        fp8_quantize_transposed(q->x_t, q->sx_t, NULL, NULL, x, q->amax, N, in, FP8_T_COLUMNS, FP8_E4M3, s);
-    } else { /* 1 x 128 blocks of dy for dx; 128 tokens x 1 of dy and x for dW, found in the transposing tiles */
-        kind_dw = MATMUL_FP8_BLOCK_1D, kind_dx = MATMUL_FP8_BLOCK;
+    } else { /* 1 x 128 blocks of dy for dx; 128 tokens x 1 for dW, found in the transposing tiles */
+        kind_dx = MATMUL_FP8_BLOCK;
         fp8_quantize_rows(q->g, q->sg, dout, N, out_dim, 1, gf, s);
         fp8_quantize_transposed(q->g_t, q->sg_t, NULL, NULL, dout, NULL, N, out_dim, FP8_T_COLUMN_BLOCKS, gf, s);
-        fp8_quantize_transposed(q->x_t, q->sx_t, NULL, NULL, x, NULL, N, in, FP8_T_COLUMN_BLOCKS, FP8_E4M3, s);
     }
     Fp8Operand wq = fp8_weight(q, slot, w, out_dim, in, 1, s);
-    /* dW[out, in] = g_t[out, N] @ x_t[in, N]^T;  dx[N, in] = g[N, out] @ w_t[in, out]^T */
-    matmul_fp8(dweight, q->g_t, gf, q->x_t, q->sg_t, q->sx_t, out_dim, N, in, accumulate, kind_dw, s);
+    /* dx[N, in] = g[N, out] @ w_t[in, out]^T */
     matmul_fp8(dinp, q->g, gf, wq.codes, q->sg, wq.inv, N, out_dim, in, 0, kind_dx, s);
+}
+
+static inline void linear_backward_weight(bf16 *dweight, const bf16 *dout, const bf16 *x, int N, int in, int out_dim,
+                                          int accumulate, Fp8Scratch *q, int slot, cudaStream_t s)
+{
+    if (!q) {
+        matmul_backward_weight(dweight, dout, x, N, in, out_dim, accumulate, s);
+        return;
+    }
+    Fp8Format gf = q->recipe == FP8_TENSOR ? FP8_E5M2 : FP8_E4M3;
+    int kind_dw = MATMUL_FP8;
+    if (q->recipe == FP8_TENSOR) { /* x at its forward's scale */
+        fp8_quantize_transposed(q->x_t, q->sx_t, NULL, NULL, x, fp8_input_amax(q, slot), N, in, FP8_T_TENSOR, FP8_E4M3,
+                                s);
+    } else if (q->recipe == FP8_ROW) { /* x's columns, over the tokens */
+        kind_dw = MATMUL_FP8_ROW;
+        fp8_amax_blocks(q->amax, x, N, in, 0, s);
+        fp8_quantize_transposed(q->x_t, q->sx_t, NULL, NULL, x, q->amax, N, in, FP8_T_COLUMNS, FP8_E4M3, s);
+    } else {
+        kind_dw = MATMUL_FP8_BLOCK_1D;
+        fp8_quantize_transposed(q->x_t, q->sx_t, NULL, NULL, x, NULL, N, in, FP8_T_COLUMN_BLOCKS, FP8_E4M3, s);
+    }
+    /* dW[out, in] = g_t[out, N] @ x_t[in, N]^T */
+    matmul_fp8(dweight, q->g_t, gf, q->x_t, q->sg_t, q->sx_t, out_dim, N, in, accumulate, kind_dw, s);
+}
+
+/* Both halves, when x is there already. */
+static inline void linear_backward(bf16 *dinp, bf16 *dweight, const bf16 *dout, const bf16 *x, const bf16 *w, int N,
+                                   int in, int out_dim, int accumulate, Fp8Scratch *q, int slot, int amax_ready,
+                                   cudaStream_t s)
+{
+    linear_backward_input(dinp, dout, w, N, in, out_dim, q, slot, amax_ready, s);
+    linear_backward_weight(dweight, dout, x, N, in, out_dim, accumulate, q, slot, s);
 }
 
 #endif /* LLMC_LINEAR_H */

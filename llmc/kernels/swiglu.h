@@ -13,7 +13,10 @@
  * and evict-first stores on top did not help (docs/performance.md).
  *
  * Memory: forward reads gate_up once and writes out [N, F] once; backward reads
- * gate_up and dout once and writes dgate_up [N, 2F] once. dgate_up may alias
+ * gate_up and dout once and writes dgate_up [N, 2F] once, and, where the forward's
+ * out was not kept (recompute, llama_layer.h), writes it again [N, F] from the
+ * gate_up it reads anyway: 6 bytes of traffic per element of out instead of the
+ * 8 a separate forward pass before the backward takes. dgate_up may alias
  * gate_up (in place): each thread reads its g and u before it writes dg and du.
  * F must be a multiple of 8 (16-byte bf16 vectors) and pointers 16-byte aligned.
  * With FP8 (linear.h), the *_amax launchers also fold max |out| (or max
@@ -31,6 +34,14 @@
  * (dev/cuda/swiglu_check's experiment, H100, docs/performance.md). */
 #define SWIGLU_VPT 2
 #define SWIGLU_MAX_THREADS 1024
+
+/* silu(g) * u in bf16: one expression for the forward and the backward's recomputation, so that the two agree to
+ * the bit. */
+__device__ __forceinline__ bf16 swiglu_value(bf16 g, bf16 u)
+{
+    float gf = __bfloat162float(g);
+    return __float2bfloat16_rn(__fdividef(gf, 1.0f + __expf(-gf)) * __bfloat162float(u));
+}
 
 /* Grid (N, row pieces): the row comes from blockIdx.x, so no 64-bit division. */
 __global__ void __launch_bounds__(SWIGLU_MAX_THREADS)
@@ -57,8 +68,7 @@ __global__ void __launch_bounds__(SWIGLU_MAX_THREADS)
         bf16x8 o;
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            float gf = __bfloat162float(g[k].v[i]);
-            o.v[i] = __float2bfloat16_rn(__fdividef(gf, 1.0f + __expf(-gf)) * __bfloat162float(u[k].v[i]));
+            o.v[i] = swiglu_value(g[k].v[i], u[k].v[i]);
             m = fmaxf(m, fabsf(__bfloat162float(o.v[i])));
         }
         store16(out + (int64_t)blockIdx.x * F + j, o);
@@ -67,12 +77,14 @@ __global__ void __launch_bounds__(SWIGLU_MAX_THREADS)
         block_max_into(amax, m, shared);
 }
 
-/* No __restrict__ on gate_up and dgate_up: they may be the same buffer. */
+/* No __restrict__ on gate_up and dgate_up: they may be the same buffer. out: NULL, or where the forward's output
+ * goes again (with its amax into out_amax unless NULL). */
 __global__ void __launch_bounds__(SWIGLU_MAX_THREADS)
-    swiglu_backward_kernel(bf16 *dgate_up, const bf16 *__restrict__ dout, const bf16 *gate_up, int F, float *amax)
+    swiglu_backward_kernel(bf16 *dgate_up, const bf16 *__restrict__ dout, const bf16 *gate_up, int F, float *amax,
+                           bf16 *__restrict__ out, float *out_amax)
 {
     __shared__ float shared[WARP_SIZE];
-    float m = 0.0f;
+    float m = 0.0f, m_out = 0.0f;
     int64_t row = (int64_t)blockIdx.x * 2 * F;
     int base = (blockIdx.y * blockDim.x * SWIGLU_VPT + threadIdx.x) * 8;
     bf16x8 g[SWIGLU_VPT], u[SWIGLU_VPT], d[SWIGLU_VPT];
@@ -100,11 +112,22 @@ __global__ void __launch_bounds__(SWIGLU_MAX_THREADS)
             du.v[i] = __float2bfloat16_rn(df * gf * sig);
             m = fmaxf(m, fmaxf(fabsf(__bfloat162float(dg.v[i])), fabsf(__bfloat162float(du.v[i]))));
         }
+        if (out != NULL) {
+            bf16x8 o;
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                o.v[i] = swiglu_value(g[k].v[i], u[k].v[i]);
+                m_out = fmaxf(m_out, fabsf(__bfloat162float(o.v[i])));
+            }
+            store16(out + (int64_t)blockIdx.x * F + j, o);
+        }
         store16(dgate_up + row + j, dg);
         store16(dgate_up + row + F + j, du);
     }
     if (amax != NULL)
         block_max_into(amax, m, shared);
+    if (out_amax != NULL)
+        block_max_into(out_amax, m_out, shared);
 }
 
 /* Threads per block: the whole row when it fits, in whole warps. */
@@ -137,15 +160,26 @@ static inline void swiglu_forward(bf16 *out, const bf16 *gate_up, int N, int F, 
     swiglu_forward_amax(out, gate_up, N, F, NULL, stream);
 }
 
+/* The backward, and out = the forward's output again (bit-identical to swiglu_forward's), for a caller that did not
+ * keep it; out NULL: the backward alone. dgate_up may be gate_up itself; out must not alias either. amax, out_amax:
+ * NULL, or where max |dgate_up| and max |out| go (each zeroed here first). */
+static inline void swiglu_backward_recompute(bf16 *dgate_up, bf16 *out, const bf16 *dout, const bf16 *gate_up, int N,
+                                             int F, float *amax, float *out_amax, cudaStream_t stream)
+{
+    profile_push(PROF_SWIGLU, stream);
+    amax_reset(amax, stream);
+    amax_reset(out ? out_amax : NULL, stream);
+    swiglu_backward_kernel<<<swiglu_grid(N, F), swiglu_threads(F), 0, stream>>>(dgate_up, dout, gate_up, F, amax, out,
+                                                                                out ? out_amax : NULL);
+    CUDA_CHECK_LAST();
+    profile_pop(stream);
+}
+
 /* dgate_up may be gate_up itself. amax: NULL, or where max |dgate_up| goes (zeroed here first). */
 static inline void swiglu_backward_amax(bf16 *dgate_up, const bf16 *dout, const bf16 *gate_up, int N, int F,
                                         float *amax, cudaStream_t stream)
 {
-    profile_push(PROF_SWIGLU, stream);
-    amax_reset(amax, stream);
-    swiglu_backward_kernel<<<swiglu_grid(N, F), swiglu_threads(F), 0, stream>>>(dgate_up, dout, gate_up, F, amax);
-    CUDA_CHECK_LAST();
-    profile_pop(stream);
+    swiglu_backward_recompute(dgate_up, NULL, dout, gate_up, N, F, amax, NULL, stream);
 }
 
 static inline void swiglu_backward(bf16 *dgate_up, const bf16 *dout, const bf16 *gate_up, int N, int F,

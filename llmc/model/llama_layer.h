@@ -22,7 +22,8 @@
  * recompute level did not keep: level 1 the norms' outputs and SwiGLU, level 2
  * also the gate/up GEMM, level 3 the whole forward of the layer from res_in but
  * its down_proj. Recomputed tensors are bit-identical to forward's: the same
- * kernels on the same inputs. Scratch: d_ln, d_att_out, d_qkv, d_swiglu and the
+ * kernels on the same inputs, or for SwiGLU's output the same expression inside
+ * SwiGLU's backward (swiglu.h), which reads gate_up anyway. Scratch: d_ln, d_att_out, d_qkv, d_swiglu and the
  * norms' partials; gate_up is overwritten by its own gradient.
  */
 #ifndef LLMC_LLAMA_LAYER_H
@@ -142,11 +143,13 @@ static inline void layer_mlp_backward(const LayerSpec *sp, const LayerTensors *w
                              fp8_input_amax(sp->fp8, linear_slot(l, LINEAR_GATE_UP)), s);
     if (partly && sp->recompute >= 2)
         linear_forward(a->gate_up, a->ln_mlp, w->gate_up, N, C, 2 * F, sp->fp8, linear_slot(l, LINEAR_GATE_UP), fp8, s);
-    if (partly && sp->recompute >= 1)
-        swiglu_forward_amax(a->swiglu_out, a->gate_up, N, F, fp8_input_amax(sp->fp8, linear_slot(l, LINEAR_DOWN)), s);
-    linear_backward(acts->d_swiglu, g->down, acts->d_res, a->swiglu_out, w->down, N, F, C, accumulate, sp->fp8,
-                    linear_slot(l, LINEAR_DOWN), fp8, s);
-    swiglu_backward_amax(a->gate_up, acts->d_swiglu, a->gate_up, N, F, fp8_grad_amax(sp->fp8), s); /* in place */
+    /* down's input gradient, then SwiGLU's backward (gate_up in place), which also writes swiglu_out again where it
+     * was not kept (from the gate_up it reads anyway), then down's weight gradient from it */
+    int down = linear_slot(l, LINEAR_DOWN);
+    linear_backward_input(acts->d_swiglu, acts->d_res, w->down, N, F, C, sp->fp8, down, fp8, s);
+    swiglu_backward_recompute(a->gate_up, partly && sp->recompute >= 1 ? a->swiglu_out : NULL, acts->d_swiglu,
+                              a->gate_up, N, F, fp8_grad_amax(sp->fp8), fp8_input_amax(sp->fp8, down), s);
+    linear_backward_weight(g->down, acts->d_res, a->swiglu_out, N, F, C, accumulate, sp->fp8, down, s);
     linear_backward(acts->d_ln, g->gate_up, a->gate_up, a->ln_mlp, w->gate_up, N, C, 2 * F, accumulate, sp->fp8,
                     linear_slot(l, LINEAR_GATE_UP), fp8, s);
     rmsnorm_backward_amax(acts->d_res, g->mlp_norm, acts->norm_scratch, acts->d_ln, a->res_mid, w->mlp_norm,

@@ -30,7 +30,9 @@
 #                network stand-in: 1 GPU; 2 hosts x 1 GPU (stages 1 to 3, and
 #                stage 3 reduce-scattering every micro-step as before issue 28);
 #                with 4 GPUs, 2 hosts x 2 GPUs over hosts (stages 1 to 3) and
-#                flat stage 3
+#                flat stage 3; NETSCALE_STAGES="1 2" limits the bf16 2 x 1 runs (stage 3 and
+#                its per-micro-step variant run only when it names 3); the 2 x 1 runs
+#                take the first two of CUDA_VISIBLE_DEVICES (default 0,1)
 #   nccl         dev/bench/nccl_bench over one host's GPUs, 2 x 1 and 2 x 2
 #                stand-in hosts: the collectives' times for scaling_model.py
 #   scaling8b4   Llama 3.1 8B, T=8192, B=1 per GPU on 4 GPUs of one host: stages
@@ -253,14 +255,14 @@ EOF
     netscale)
         # 0.5M tokens per step; the stand-in for separate hosts: NCCL_HOSTID per process (scripts/as_hosts.sh)
         big=(./train_llama --preset llama3.2-1b -B 8 -T 2048 --random-data --steps 6 --warmup 2)
-        one=(mpirun -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x GPUS_PER_HOST=1 -x CUDA_VISIBLE_DEVICES=0,1
-             scripts/as_hosts.sh)
+        one=(mpirun -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x GPUS_PER_HOST=1
+             -x CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0,1}" scripts/as_hosts.sh)
         two=(mpirun -np 4 --bind-to none -x NCCL_NVLS_ENABLE -x GPUS_PER_HOST=2 scripts/as_hosts.sh)
         common=(model=llama3.2-1b params=1235814400 B=8 T=2048 link=net)
         run ns_1gpu "${big[@]}" --total-batch 262144 --log "$out/ns_1gpu.jsonl"
         summarize "$results" netscale "$out/ns_1gpu.jsonl" ns_1gpu "${common[@]}" stage=1 mode=flat hosts=1 \
             gpus_per_host=1 micro_steps=16 link=none || status=1
-        for z in 1 2 3; do
+        for z in ${NETSCALE_STAGES:-1 2 3}; do
             run "ns_z${z}_2x1" "${one[@]}" "${big[@]}" --total-batch 524288 --zero-stage $z \
                 --log "$out/ns_z${z}_2x1.jsonl"
             summarize "$results" netscale "$out/ns_z${z}_2x1.jsonl" "ns_z${z}_2x1" "${common[@]}" stage=$z mode=flat \
@@ -278,10 +280,12 @@ EOF
             --weight-gather int8 --log "$out/ns_z3_2x1_qwz_qgz.jsonl"
         summarize "$results" netscale "$out/ns_z3_2x1_qwz_qgz.jsonl" ns_z3_2x1_qwz_qgz "${common[@]}" stage=3 \
             mode=flat hosts=2 gpus_per_host=1 micro_steps=16 grad_reduce=int8 weight_gather=int8 || status=1
-        run ns_z3_2x1_sharded "${one[@]}" "${big[@]}" --total-batch 524288 --zero-stage 3 --grad-accum sharded \
-            --log "$out/ns_z3_2x1_sharded.jsonl"
-        summarize "$results" netscale "$out/ns_z3_2x1_sharded.jsonl" ns_z3_2x1_sharded "${common[@]}" stage=3 \
-            mode=flat_per_micro_step hosts=2 gpus_per_host=1 micro_steps=16 || status=1
+        if [[ " ${NETSCALE_STAGES:-3} " == *" 3 "* ]]; then
+            run ns_z3_2x1_sharded "${one[@]}" "${big[@]}" --total-batch 524288 --zero-stage 3 --grad-accum sharded \
+                --log "$out/ns_z3_2x1_sharded.jsonl"
+            summarize "$results" netscale "$out/ns_z3_2x1_sharded.jsonl" ns_z3_2x1_sharded "${common[@]}" stage=3 \
+                mode=flat_per_micro_step hosts=2 gpus_per_host=1 micro_steps=16 || status=1
+        fi
         if [ "$np" -ge 4 ]; then
             for z in 1 2 3; do
                 run "ns_z${z}_2x2_host" "${two[@]}" "${big[@]}" --total-batch 524288 --zero-stage $z --shard-over host \
@@ -304,8 +308,8 @@ EOF
         # x 1 GPU (one sum per 16 micro-steps, over sockets) and at one micro-step on all N GPUs over NVLink (a
         # sum every micro-step: the worst case)
         big=(./train_llama --preset llama3.2-1b -B 8 -T 2048 --random-data --warmup 2)
-        one=(mpirun -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x GPUS_PER_HOST=1 -x CUDA_VISIBLE_DEVICES=0,1
-             scripts/as_hosts.sh)
+        one=(mpirun -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x GPUS_PER_HOST=1
+             -x CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0,1}" scripts/as_hosts.sh)
         common=(model=llama3.2-1b params=1235814400 B=8 T=2048 stage=1 mode=flat)
         for sums in bf16 fp32; do
             run "f32_2x1_$sums" "${one[@]}" "${big[@]}" --steps 6 --total-batch 524288 --grad-reduce $sums \

@@ -227,12 +227,12 @@ names = ["md_sharded_z2", "md_sharded_z3", "md_fp32_z1", "md_fp32_accum_z3", "md
          "md_hosts_z3", "md_hosts_accum_z3", "md_hosts_sharded_z3", "md_group_z3"]
 runs = {n: "eq_1gpu_t128" if "accum" in n or "sharded" in n else "eq_1gpu" for n in names}
 bad = against_one_gpu(out, results, "modes", np_, runs, 1e-2)
-# quantized: 5e-2 (0.4% of these losses of ~11.8), set before any measurement: a value through int8 codes is within
-# 1/254 of its block's largest, through e4m3 within 1/16 of itself, 2 to 30 times bf16's rounding (2^-9), and the
-# bf16 runs above differ from one GPU by up to 1.1e-3; to be tightened to twice what the first runs show
+# quantized: 5e-2 before any measurement (a value through int8 codes is within 1/254 of its block's largest, through
+# e4m3 within 1/16 of itself, 2 to 30 times bf16's rounding, 2^-9); the first runs (H100, 2026-11-27, 2 GPUs) stayed
+# within 6.64e-3 (qwZ int8 at stage 3; the sums alone within 1.72e-3), so 1.5e-2: a little over twice that
 quantized = {"md_qgz_int8_z1": "eq_1gpu", "md_qgz_e4m3_accum_z3": "eq_1gpu_t128", "md_qgz_int8_hosts_z2": "eq_1gpu",
              "md_qwz_int8_z3": "eq_1gpu", "md_qwz_e4m3_qgz_int8_sharded_z3": "eq_1gpu_t128"}
-bad += against_one_gpu(out, results, "modes_quantized", np_, quantized, 5e-2)
+bad += against_one_gpu(out, results, "modes_quantized", np_, quantized, 1.5e-2)
 # and the codes are really used: not the exact runs' bits
 for name, exact in (("md_qgz_int8_z1", "eq_mpirun_z1"), ("md_qwz_int8_z3", "eq_mpirun_z3")):
     same = losses(out, name) == losses(out, exact)

@@ -43,6 +43,18 @@ __device__ __forceinline__ bf16 swiglu_value(bf16 g, bf16 u)
     return __float2bfloat16_rn(__fdividef(gf, 1.0f + __expf(-gf)) * __bfloat162float(u));
 }
 
+/* Eight outputs from eight gate and up values, stored at out; their largest magnitude raised into *m. */
+__device__ __forceinline__ void swiglu_store8(bf16 *out, const bf16x8 &g, const bf16x8 &u, float *m)
+{
+    bf16x8 o;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        o.v[i] = swiglu_value(g.v[i], u.v[i]);
+        *m = fmaxf(*m, fabsf(__bfloat162float(o.v[i])));
+    }
+    store16(out, o);
+}
+
 /* Grid (N, row pieces): the row comes from blockIdx.x, so no 64-bit division. */
 __global__ void __launch_bounds__(SWIGLU_MAX_THREADS)
     swiglu_forward_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ gate_up, int F, float *amax)
@@ -65,13 +77,7 @@ __global__ void __launch_bounds__(SWIGLU_MAX_THREADS)
         int j = base + k * blockDim.x * 8;
         if (j >= F)
             break;
-        bf16x8 o;
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            o.v[i] = swiglu_value(g[k].v[i], u[k].v[i]);
-            m = fmaxf(m, fabsf(__bfloat162float(o.v[i])));
-        }
-        store16(out + (int64_t)blockIdx.x * F + j, o);
+        swiglu_store8(out + (int64_t)blockIdx.x * F + j, g[k], u[k], &m);
     }
     if (amax != NULL)
         block_max_into(amax, m, shared);
@@ -112,15 +118,8 @@ __global__ void __launch_bounds__(SWIGLU_MAX_THREADS)
             du.v[i] = __float2bfloat16_rn(df * gf * sig);
             m = fmaxf(m, fmaxf(fabsf(__bfloat162float(dg.v[i])), fabsf(__bfloat162float(du.v[i]))));
         }
-        if (out != NULL) {
-            bf16x8 o;
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                o.v[i] = swiglu_value(g[k].v[i], u[k].v[i]);
-                m_out = fmaxf(m_out, fabsf(__bfloat162float(o.v[i])));
-            }
-            store16(out + (int64_t)blockIdx.x * F + j, o);
-        }
+        if (out != NULL)
+            swiglu_store8(out + (int64_t)blockIdx.x * F + j, g[k], u[k], &m_out);
         store16(dgate_up + row + j, dg);
         store16(dgate_up + row + F + j, du);
     }

@@ -2,8 +2,11 @@
  * rmsnorm_check: llmc/kernels/rmsnorm.h against a double-precision CPU reference of the
  * same math, on bf16 inputs both sides read identically; backward's bf16 dweight
  * both overwritten (accumulate = 0, over random garbage) and added to (accumulate
- * = 1, onto random bf16 values); determinism of backward; timing at Llama 3 sizes
- * (N = 8192 tokens, C = 2048 / 4096).
+ * = 1, onto random bf16 values); determinism of backward; the backward that also
+ * writes the forward's output again (rmsnorm_backward_recompute, recompute levels 1
+ * and 2), whose outputs must equal the plain backward's and the forward's to the bit;
+ * timing at Llama 3 sizes (N = 8192 tokens, C = 2048 / 4096), the recomputing
+ * backward beside the forward + backward it replaces.
  *
  * Tolerances:
  *   bf16 outputs (out, residual_out, dinp): 4e-3 relative. Rounding to bf16 errs by
@@ -90,6 +93,17 @@ static void run_backward(void *ctx, int s)
     Bench *b = (Bench *)ctx;
     rmsnorm_backward(b->dinp[s], b->dweight, b->scratch, b->dout[s], b->inp[s], b->weight, b->rstd[s], b->N, b->C, 1,
                      0);
+}
+static void run_forward_then_backward(void *ctx, int s)
+{
+    run_forward(ctx, s);
+    run_backward(ctx, s);
+}
+static void run_backward_recompute(void *ctx, int s)
+{
+    Bench *b = (Bench *)ctx;
+    rmsnorm_backward_recompute(b->dinp[s], b->dweight, b->scratch, b->out[s], b->dout[s], b->inp[s], b->weight,
+                               b->rstd[s], b->N, b->C, 1, NULL, NULL, 0);
 }
 
 static void check_size(int N, int C, int bench)
@@ -219,6 +233,36 @@ static void check_size(int N, int C, int bench)
     snprintf(what, sizeof(what), "rmsnorm_backward dinp (accumulate=1) N=%d C=%d", N, C);
     check_identical(what, got_b2, got_b, bf);
 
+    /* the recomputing backward, with the GPU forward's own rstd: dinp and dweight as rmsnorm_backward's, out as
+     * rmsnorm_forward's, to the bit, and both amaxes */
+    uint16_t *rec_b = (uint16_t *)malloc_check(bf, "recompute out");
+    float *d_out_amax = (float *)dev_alloc(4);
+    rmsnorm_forward(d_out, d_rstd, d_inp, d_w, N, C, EPS, 0);
+    download(got_b, d_out, bf);
+    CUDA_CHECK(cudaMemcpy(d_dinp, dinp_b, bf, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d_dw, dw0_b, (size_t)C * 2, cudaMemcpyHostToDevice));
+    rmsnorm_backward(d_dinp, d_dw, d_scratch, d_dout, d_inp, d_w, d_rstd, N, C, 1, 0);
+    download(got_b2, d_dinp, bf);
+    download(got_dw_b, d_dw, (size_t)C * 2);
+    CUDA_CHECK(cudaMemcpy(d_dinp, dinp_b, bf, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d_dw, dw0_b, (size_t)C * 2, cudaMemcpyHostToDevice));
+    poison(d_out, bf);
+    poison_amax(d_amax);
+    poison_amax(d_out_amax);
+    rmsnorm_backward_recompute(d_dinp, d_dw, d_scratch, d_out, d_dout, d_inp, d_w, d_rstd, N, C, 1, d_amax, d_out_amax,
+                               0);
+    snprintf(what, sizeof(what), "rmsnorm_backward_recompute dinp N=%d C=%d", N, C);
+    download(rec_b, d_dinp, bf);
+    check_identical(what, rec_b, got_b2, bf);
+    check_amax(what, d_amax, rec_b, NC);
+    snprintf(what, sizeof(what), "rmsnorm_backward_recompute dweight N=%d C=%d", N, C);
+    download(got_dw_b2, d_dw, (size_t)C * 2);
+    check_identical(what, got_dw_b2, got_dw_b, (size_t)C * 2);
+    snprintf(what, sizeof(what), "rmsnorm_backward_recompute out N=%d C=%d", N, C);
+    download(rec_b, d_out, bf);
+    check_identical(what, rec_b, got_b, bf);
+    check_amax(what, d_out_amax, rec_b, NC);
+
     if (bench) {
         Bench b;
         b.N = N;
@@ -247,6 +291,10 @@ static void check_size(int N, int C, int bench)
         bench_report(what, run_fused, &b, sets, 4.0 * bf + N * 4.0);
         snprintf(what, sizeof(what), "rmsnorm_backward N=%d C=%d", N, C);
         bench_report(what, run_backward, &b, sets, 4.0 * bf + N * 4.0 + scratch_bytes);
+        snprintf(what, sizeof(what), "rmsnorm_forward + backward N=%d C=%d", N, C);
+        bench_report(what, run_forward_then_backward, &b, sets, 6.0 * bf + 2.0 * N * 4.0 + scratch_bytes);
+        snprintf(what, sizeof(what), "rmsnorm_backward_recompute N=%d C=%d", N, C);
+        bench_report(what, run_backward_recompute, &b, sets, 5.0 * bf + N * 4.0 + scratch_bytes);
         for (int s = 0; s < sets; s++) {
             bf16 *bufs[6] = {b.inp[s], b.branch[s], b.dout[s], b.dinp[s], b.residual[s], b.out[s]};
             for (int l = 0; l < 6; l++)
@@ -258,10 +306,10 @@ static void check_size(int N, int C, int bench)
         free(b.rstd);
     }
 
-    void *dev[] = {d_inp, d_branch, d_w, d_dout, d_out, d_res, d_dinp, d_rstd, d_dw, d_scratch, d_amax};
+    void *dev[] = {d_inp, d_branch, d_w, d_dout, d_out, d_res, d_dinp, d_rstd, d_dw, d_scratch, d_amax, d_out_amax};
     void *host[] = {inp_b, branch_b, w_b,      dout_b,    dinp_b,   got_b,  got_b2,   inp,      branch,
                     w,     dout,     ref_out,  ref_res,   ref_rstd, got,    got_rstd, ref_dinp, dw_sum,
-                    dw0_b, junk_b,   got_dw_b, got_dw_b2, dw0,      ref_dw, got_dw};
+                    dw0_b, junk_b,   got_dw_b, got_dw_b2, dw0,      ref_dw, got_dw,   rec_b};
     FREE_BUFFERS(dev, host);
 }
 

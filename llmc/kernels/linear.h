@@ -301,7 +301,8 @@ static inline void linear_forward(bf16 *out, const bf16 *x, const bf16 *w, int N
 /* The backward in two halves, for a caller that makes x between them (SwiGLU's backward writes the down map's input
  * again, llama_layer.h): linear_backward_input makes dinp[N, in] = dout @ w (not aliasing dout), and with FP8 also
  * dout's codes for the weight gradient; then linear_backward_weight makes dweight[out_dim, in] (= or += when
- * accumulate) = dout^T @ x from those codes. Nothing may use q's scratch between the two. q NULL: bf16 GEMMs. With
+ * accumulate) = dout^T @ x from those codes. Between the two nothing may quantise through q (dout's codes wait
+ * there); writing the amaxes of fp8_grad_amax and fp8_input_amax is fine. q NULL: bf16 GEMMs. With
  * FP8, N must be a multiple of 16 (the weight gradient sums over tokens), and x and w must be what slot's last
  * linear_forward saw. amax_ready: dout's producer wrote fp8_grad_amax(q) already. */
 static inline void linear_backward_input(bf16 *dinp, const bf16 *dout, const bf16 *w, int N, int in, int out_dim,

@@ -15,7 +15,10 @@
  * in a fixed order. Scratch: rmsnorm_backward_scratch_floats(N, C) floats.
  *
  * Memory: forward reads x (and branch) once and writes out (and residual_out) once;
- * backward reads dout, x, dinp once and writes dinp once. The weight is re-read from
+ * backward reads dout, x, dinp once and writes dinp once, and, for a caller that did
+ * not keep the forward's out (recompute, llama_layer.h), can write out again from the
+ * x it reads anyway (rmsnorm_backward_recompute): one write instead of a forward pass's
+ * read and write. The weight is re-read from
  * cache. A row lives in registers: RMSNORM_VPT 16-byte vectors per thread, so C must
  * be a multiple of 8 and at most RMSNORM_MAX_C, and pointers 16-byte aligned.
  * With FP8 (linear.h) the forward can also fold max |out| into amax[0] and the
@@ -53,6 +56,13 @@ static inline int rmsnorm_threads(int C)
 static inline size_t rmsnorm_backward_scratch_floats(int N, int C)
 {
     return (size_t)ceil_div(N, RMSNORM_BWD_ROWS) * (size_t)C;
+}
+
+/* x * rstd * w in bf16: one expression for the forward and the backward's recomputation, so that the two agree to
+ * the bit. */
+__device__ __forceinline__ bf16 rmsnorm_value(float x, float r, bf16 w)
+{
+    return __float2bfloat16_rn(x * r * __bfloat162float(w));
 }
 
 /* One block per row. With branch != NULL, inp is the residual stream and the block
@@ -101,7 +111,7 @@ __global__ void __launch_bounds__(RMSNORM_MAX_THREADS)
             bf16x8 o;
 #pragma unroll
             for (int i = 0; i < 8; i++) {
-                o.v[i] = __float2bfloat16_rn(x[k][i] * r * __bfloat162float(w.v[i]));
+                o.v[i] = rmsnorm_value(x[k][i], r, w.v[i]);
                 m = fmaxf(m, fabsf(__bfloat162float(o.v[i])));
             }
             store16(out + row_offset + (int64_t)j * 8, o);
@@ -113,17 +123,19 @@ __global__ void __launch_bounds__(RMSNORM_MAX_THREADS)
 
 /* Block b handles rows [b*RMSNORM_BWD_ROWS, ...), one at a time: the next row's dout
  * and x, and this row's dinp, are in flight while the block reduces. Column sums of
- * dout*xhat stay in registers until the end. */
+ * dout*xhat stay in registers until the end. out: NULL, or where the forward's output
+ * goes again (with its amax into out_amax unless NULL). */
 __global__ void __launch_bounds__(RMSNORM_MAX_THREADS)
     rmsnorm_backward_kernel(bf16 *__restrict__ dinp, float *__restrict__ scratch, const bf16 *__restrict__ dout,
                             const bf16 *__restrict__ inp, const bf16 *__restrict__ weight,
-                            const float *__restrict__ rstd, int N, int C, float *amax)
+                            const float *__restrict__ rstd, int N, int C, float *amax, bf16 *__restrict__ out,
+                            float *out_amax)
 {
     __shared__ float shared[WARP_SIZE];
     int vectors = C / 8;
     int row0 = blockIdx.x * RMSNORM_BWD_ROWS;
     int rows = min(RMSNORM_BWD_ROWS, N - row0);
-    float dw[RMSNORM_VPT][8], m = 0.0f;
+    float dw[RMSNORM_VPT][8], m = 0.0f, m_out = 0.0f;
     bf16x8 w[RMSNORM_VPT], d_next[RMSNORM_VPT], x_next[RMSNORM_VPT];
 #pragma unroll
     for (int k = 0; k < RMSNORM_VPT; k++) {
@@ -183,6 +195,14 @@ __global__ void __launch_bounds__(RMSNORM_MAX_THREADS)
                     m = fmaxf(m, fabsf(__bfloat162float(o.v[i])));
                 }
                 store16(dinp + row_offset + (int64_t)j * 8, o);
+                if (out != NULL) {
+#pragma unroll
+                    for (int i = 0; i < 8; i++) {
+                        o.v[i] = rmsnorm_value(__bfloat162float(x[k].v[i]), rs, w[k].v[i]);
+                        m_out = fmaxf(m_out, fabsf(__bfloat162float(o.v[i])));
+                    }
+                    store16(out + row_offset + (int64_t)j * 8, o);
+                }
             }
         }
     }
@@ -203,6 +223,8 @@ __global__ void __launch_bounds__(RMSNORM_MAX_THREADS)
     }
     if (amax != NULL)
         block_max_into(amax, m, shared);
+    if (out_amax != NULL)
+        block_max_into(out_amax, m_out, shared);
 }
 
 /* dweight[c] (+)= sum_b scratch[b, c]: thread row y sums partials y, y+16, ... in order,
@@ -273,25 +295,37 @@ static inline void rmsnorm_forward(bf16 *out, float *rstd, const bf16 *inp, cons
     fused_residual_rmsnorm_forward_amax(NULL, out, rstd, inp, NULL, weight, N, C, eps, NULL, stream);
 }
 
-/* scratch: rmsnorm_backward_scratch_floats(N, C) floats, no initialisation needed.
- * accumulate: add to dweight (later micro-steps) instead of overwriting it.
- * amax: NULL, or where max |dinp| goes (zeroed here first). */
-static inline void rmsnorm_backward_amax(bf16 *dinp, bf16 *dweight, float *scratch, const bf16 *dout, const bf16 *inp,
-                                         const bf16 *weight, const float *rstd, int N, int C, int accumulate,
-                                         float *amax, cudaStream_t stream)
+/* The backward, and out = the forward's output again (bit-identical to rmsnorm_forward's from the same inp and rstd)
+ * for a caller that did not keep it; out NULL: the backward alone. scratch: rmsnorm_backward_scratch_floats(N, C)
+ * floats, no initialisation needed. accumulate: add to dweight (later micro-steps) instead of overwriting it.
+ * amax, out_amax: NULL, or where max |dinp| and max |out| go (each zeroed here first). out must alias none of the
+ * others. */
+static inline void rmsnorm_backward_recompute(bf16 *dinp, bf16 *dweight, float *scratch, bf16 *out, const bf16 *dout,
+                                              const bf16 *inp, const bf16 *weight, const float *rstd, int N, int C,
+                                              int accumulate, float *amax, float *out_amax, cudaStream_t stream)
 {
     rmsnorm_check_size(N, C);
     profile_push(PROF_NORM, stream);
     amax_reset(amax, stream);
+    amax_reset(out ? out_amax : NULL, stream);
     int n_partials = ceil_div(N, RMSNORM_BWD_ROWS);
     rmsnorm_backward_kernel<<<n_partials, rmsnorm_threads(C), 0, stream>>>(dinp, scratch, dout, inp, weight, rstd, N, C,
-                                                                           amax);
+                                                                           amax, out, out ? out_amax : NULL);
     CUDA_CHECK_LAST();
     dim3 block(WARP_SIZE, RMSNORM_REDUCE_Y);
     rmsnorm_dweight_reduce_kernel<<<ceil_div(C, WARP_SIZE), block, 0, stream>>>(dweight, scratch, n_partials, C,
                                                                                 accumulate);
     CUDA_CHECK_LAST();
     profile_pop(stream);
+}
+
+/* amax: NULL, or where max |dinp| goes (zeroed here first). */
+static inline void rmsnorm_backward_amax(bf16 *dinp, bf16 *dweight, float *scratch, const bf16 *dout, const bf16 *inp,
+                                         const bf16 *weight, const float *rstd, int N, int C, int accumulate,
+                                         float *amax, cudaStream_t stream)
+{
+    rmsnorm_backward_recompute(dinp, dweight, scratch, NULL, dout, inp, weight, rstd, N, C, accumulate, amax, NULL,
+                               stream);
 }
 
 static inline void rmsnorm_backward(bf16 *dinp, bf16 *dweight, float *scratch, const bf16 *dout, const bf16 *inp,

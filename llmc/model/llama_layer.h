@@ -22,8 +22,10 @@
  * recompute level did not keep: level 1 the norms' outputs and SwiGLU, level 2
  * also the gate/up GEMM, level 3 the whole forward of the layer from res_in but
  * its down_proj. Recomputed tensors are bit-identical to forward's: the same
- * kernels on the same inputs, or for SwiGLU's output the same expression inside
- * SwiGLU's backward (swiglu.h), which reads gate_up anyway. Scratch: d_ln, d_att_out, d_qkv, d_swiglu and the
+ * kernels on the same inputs, or for SwiGLU's and the norms' outputs the same
+ * expression inside their backward (swiglu.h, rmsnorm.h), which reads their
+ * inputs anyway; the Linear map that reads such an output has its input gradient
+ * made before that backward and its weight gradient after. Scratch: d_ln, d_att_out, d_qkv, d_swiglu and the
  * norms' partials; gate_up is overwritten by its own gradient.
  */
 #ifndef LLMC_LLAMA_LAYER_H
@@ -137,12 +139,13 @@ static inline void layer_mlp_backward(const LayerSpec *sp, const LayerTensors *w
 {
     LayerActs *a = &acts->layers[l];
     int N = sp->N, C = sp->C, F = sp->F, partly = sp->recompute < 3; /* level 3 recomputed all before */
-    int fp8 = sp->fp8 != NULL;
-    if (partly && sp->recompute >= 1)
+    int fp8 = sp->fp8 != NULL, gate_up = linear_slot(l, LINEAR_GATE_UP);
+    /* level 1 makes ln_mlp again in the norm's backward below; level 2's gate_up GEMM needs it first */
+    if (partly && sp->recompute >= 2) {
         rmsnorm_forward_amax(a->ln_mlp, a->rstd_mlp, a->res_mid, w->mlp_norm, N, C, sp->eps,
-                             fp8_input_amax(sp->fp8, linear_slot(l, LINEAR_GATE_UP)), s);
-    if (partly && sp->recompute >= 2)
-        linear_forward(a->gate_up, a->ln_mlp, w->gate_up, N, C, 2 * F, sp->fp8, linear_slot(l, LINEAR_GATE_UP), fp8, s);
+                             fp8_input_amax(sp->fp8, gate_up), s);
+        linear_forward(a->gate_up, a->ln_mlp, w->gate_up, N, C, 2 * F, sp->fp8, gate_up, fp8, s);
+    }
     /* down's input gradient, then SwiGLU's backward (gate_up in place), which also writes swiglu_out again where it
      * was not kept (from the gate_up it reads anyway), then down's weight gradient from it */
     int down = linear_slot(l, LINEAR_DOWN);
@@ -150,10 +153,12 @@ static inline void layer_mlp_backward(const LayerSpec *sp, const LayerTensors *w
     swiglu_backward_recompute(a->gate_up, partly && sp->recompute >= 1 ? a->swiglu_out : NULL, acts->d_swiglu,
                               a->gate_up, N, F, fp8_grad_amax(sp->fp8), fp8_input_amax(sp->fp8, down), s);
     linear_backward_weight(g->down, acts->d_res, a->swiglu_out, N, F, C, accumulate, sp->fp8, down, s);
-    linear_backward(acts->d_ln, g->gate_up, a->gate_up, a->ln_mlp, w->gate_up, N, C, 2 * F, accumulate, sp->fp8,
-                    linear_slot(l, LINEAR_GATE_UP), fp8, s);
-    rmsnorm_backward_amax(acts->d_res, g->mlp_norm, acts->norm_scratch, acts->d_ln, a->res_mid, w->mlp_norm,
-                          a->rstd_mlp, N, C, accumulate, fp8_grad_amax(sp->fp8), s);
+    linear_backward_input(acts->d_ln, a->gate_up, w->gate_up, N, C, 2 * F, sp->fp8, gate_up, fp8, s);
+    rmsnorm_backward_recompute(acts->d_res, g->mlp_norm, acts->norm_scratch,
+                               partly && sp->recompute == 1 ? a->ln_mlp : NULL, acts->d_ln, a->res_mid, w->mlp_norm,
+                               a->rstd_mlp, N, C, accumulate, fp8_grad_amax(sp->fp8), fp8_input_amax(sp->fp8, gate_up),
+                               s);
+    linear_backward_weight(g->gate_up, a->gate_up, a->ln_mlp, N, C, 2 * F, accumulate, sp->fp8, gate_up, s);
 }
 
 /* From the gradient of res_mid to that of res_in, in d_res (with its amax under FP8, for the previous layer). */
@@ -162,6 +167,7 @@ static inline void layer_attention_backward(const LayerSpec *sp, const LayerTens
 {
     LayerActs *a = &acts->layers[l];
     int N = sp->N, C = sp->C, HD = sp->H * sp->D, QKV = layer_qkv_dim(sp), fp8 = sp->fp8 != NULL;
+    int qkv = linear_slot(l, LINEAR_QKV);
     linear_backward(acts->d_att_out, g->o, acts->d_res, a->att_out, w->o, N, HD, C, accumulate, sp->fp8,
                     linear_slot(l, LINEAR_O), fp8, s);
     attention_backward(acts->d_qkv, acts->d_att_out, a->qkv, a->att_out, a->att_stats, sp->B, sp->T, sp->H, sp->KV,
@@ -172,14 +178,14 @@ static inline void layer_attention_backward(const LayerSpec *sp, const LayerTens
                          w->qk_norm + sp->D, N, sp->H, sp->KV, sp->D, accumulate, s);
     if (g->qkv_bias)
         bias_backward(g->qkv_bias, acts->norm_scratch, acts->d_qkv, N, QKV, accumulate, s);
-    if (sp->recompute == 1 || sp->recompute == 2) /* level 3's is still there */
-        rmsnorm_forward_amax(a->ln_attn, a->rstd_attn, a->res_in, w->attn_norm, N, C, sp->eps,
-                             fp8_input_amax(sp->fp8, linear_slot(l, LINEAR_QKV)), s);
-    /* d_qkv's amax is a pass of its own: RoPE leaves the values' part untouched, attention is cuDNN's */
-    linear_backward(acts->d_ln, g->qkv, acts->d_qkv, a->ln_attn, w->qkv, N, C, QKV, accumulate, sp->fp8,
-                    linear_slot(l, LINEAR_QKV), 0, s);
-    rmsnorm_backward_amax(acts->d_res, g->attn_norm, acts->norm_scratch, acts->d_ln, a->res_in, w->attn_norm,
-                          a->rstd_attn, N, C, accumulate, fp8_grad_amax(sp->fp8), s);
+    /* d_qkv's amax is a pass of its own: RoPE leaves the values' part untouched, attention is cuDNN's. ln_attn,
+     * where not kept (levels 1 and 2; level 3's is still there), is made again by the norm's backward. */
+    linear_backward_input(acts->d_ln, acts->d_qkv, w->qkv, N, C, QKV, sp->fp8, qkv, 0, s);
+    rmsnorm_backward_recompute(acts->d_res, g->attn_norm, acts->norm_scratch,
+                               sp->recompute == 1 || sp->recompute == 2 ? a->ln_attn : NULL, acts->d_ln, a->res_in,
+                               w->attn_norm, a->rstd_attn, N, C, accumulate, fp8_grad_amax(sp->fp8),
+                               fp8_input_amax(sp->fp8, qkv), s);
+    linear_backward_weight(g->qkv, acts->d_qkv, a->ln_attn, N, C, QKV, accumulate, sp->fp8, qkv, s);
 }
 
 static inline void layer_backward(const LayerSpec *sp, const LayerTensors *w, const LayerTensors *g, Activations *acts,

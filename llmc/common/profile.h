@@ -12,8 +12,10 @@
  * launchers mark themselves, no kernel of the step can be left out. A region
  * inside another (the lm_head GEMMs inside the classifier) counts as the outer
  * one's class; work on other streams (ZeRO's communication stream) overlaps
- * the step and is not counted. The events cost a few microseconds each, so
- * only the profiled step pays for them.
+ * the step and is not counted, but the step's waits for it are: ZeRO marks each
+ * wait of the step's stream for a reduction or a gather as a communication
+ * region, which lasts as long as the stream was held. The events cost a few
+ * microseconds each, so only the profiled step pays for them.
  *
  * One profiler for the whole program (a C++17 inline variable: attention's
  * translation unit shares it). Reads and writes only its own event pool.

@@ -550,8 +550,8 @@ static inline bf16 *zero_update_grads(const Zero *z, int b)
  * previous reduce-scatter out of the same staging buffer must be done. */
 static inline void zero_grads_begin(Zero *z, int b, cudaStream_t compute)
 {
-    if (!z->full_grads)
-        CUDA_CHECK(cudaStreamWaitEvent(compute, z->grad_sent[zero_slot(z, b)], 0));
+    if (!z->full_grads) /* a profiled step counts the wait as communication (profile.h) */
+        PROFILED(PROF_COMM, compute, CUDA_CHECK(cudaStreamWaitEvent(compute, z->grad_sent[zero_slot(z, b)], 0)));
 }
 
 /* Bucket b's gradient of micro-step `micro` is complete on the compute stream: sum
@@ -619,9 +619,9 @@ static inline void zero_weights_ready(Zero *z, int b, cudaStream_t compute)
 {
     if (z->stage >= 3) {
         zero_weights_fetch(z, b);
-        CUDA_CHECK(cudaStreamWaitEvent(compute, z->weight_gathered[zero_slot(z, b)], 0));
+        PROFILED(PROF_COMM, compute, CUDA_CHECK(cudaStreamWaitEvent(compute, z->weight_gathered[zero_slot(z, b)], 0)));
     } else if (z->gather_pending[b]) {
-        CUDA_CHECK(cudaStreamWaitEvent(compute, z->bucket_gathered[b], 0));
+        PROFILED(PROF_COMM, compute, CUDA_CHECK(cudaStreamWaitEvent(compute, z->bucket_gathered[b], 0)));
         z->gather_pending[b] = 0;
     }
 }

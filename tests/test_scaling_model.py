@@ -43,3 +43,24 @@ def test_flat_stage_1_on_4_hosts_of_8_by_hand():
     assert p["t_grad"] == pytest.approx(t) and p["t_gather_after"] == pytest.approx(t)
     exposed = max(0.15 * t, t - 0.5 * 2 / 3) + max(0.0, t - 0.5 / 3)
     assert p["t_step"] == pytest.approx(2 * 0.5 + exposed)
+
+
+def _netscale(run, hosts, ms, tps, date, **extra):
+    return {"check": "netscale", "run": run, "model": "llama3.2-1b", "params": 1235814400, "stage": 1,
+            "mode": "flat", "hosts": hosts, "gpus_per_host": 1, "micro_steps": 16, "B": 8, "T": 2048,
+            "tokens_per_s_per_gpu": tps, "ms": ms, "date": date, **extra}
+
+
+def test_quantized_runs_put_codes_on_the_wire_and_take_their_own_leases_one_gpu_time():
+    recs = [_netscale("one_old", 1, 3800.0, 69000.0, None), _netscale("one_new", 1, 3700.0, 70000.0, "2026-11-27"),
+            _netscale("old", 2, 4400.0, 59000.0, None),
+            _netscale("int8", 2, 4400.0, 59000.0, "2026-11-27", grad_reduce="int8", weight_gather="e4m3"),
+            _netscale("fp32", 2, 5300.0, 49000.0, "2026-11-27", grad_reduce="fp32", grad_bytes_per_param=4.0)]
+    pts, skipped = scaling_model.trainer_points(recs)
+    by_run = {p["run"]: p for p in pts}
+    assert skipped == 0 and set(by_run) == {"old", "int8", "fp32"}
+    assert by_run["old"]["gbytes"] == by_run["old"]["wbytes"] == 2.0
+    assert by_run["int8"]["gbytes"] == by_run["int8"]["wbytes"] == 1.0 + 4.0 / 128
+    assert by_run["fp32"]["gbytes"] == 4.0  # a record's own bytes field wins
+    assert by_run["old"]["t_micro"] == pytest.approx(3.8 / 16)  # the undated one-GPU run
+    assert by_run["int8"]["t_micro"] == pytest.approx(3.7 / 16)  # the same lease's

@@ -218,18 +218,31 @@ def step_time(stage, mode, hosts, gpn, micro, t_micro, nparams, links, lookup, t
     return parts
 
 
+CODE_BYTES = 1.0 + 4.0 / 128  # a one-byte code per value and an fp32 scale per 128 (llmc/kernels/block_codec.h)
+
+
+def wire_bytes(r, flag_field, bytes_field):
+    """Bytes per parameter a trainer record put on the wire for its weights' gathers or its gradients'
+    reductions: its own bytes field, else from its --weight-gather / --grad-reduce (int8, e4m3: codes), else bf16."""
+    if bytes_field in r:
+        return float(r[bytes_field])
+    return CODE_BYTES if r.get(flag_field) in ("int8", "e4m3") else 2.0
+
+
 def trainer_points(recs):
     """The trainer records with every field the model needs, and how many records of those
     checks lacked some (e.g. the older 'scaling' records without stage, hosts, micro_steps)."""
     pts, skipped = [], 0
-    # a record without one_gpu takes the one-GPU run of the same model and shape among the records
-    singles = {(r.get("model"), r.get("B"), r.get("T")): {"ms": r["ms"], "micro_steps": r.get("micro_steps")}
+    # a record without one_gpu takes the one-GPU run of the same model and shape among the records, of the same
+    # lease where the records carry its date (compute speed differs between machines by a few %)
+    singles = {(r.get("model"), r.get("B"), r.get("T"), r.get("date")): {"ms": r["ms"],
+                                                                        "micro_steps": r.get("micro_steps")}
                for r in recs if r.get("check") in CHECKS and r.get("hosts") == 1 and r.get("gpus_per_host") == 1
                and "ms" in r}
     for r in recs:
         if r.get("check") not in CHECKS or (r.get("hosts") == 1 and r.get("gpus_per_host") == 1):
             continue
-        one = r.get("one_gpu") or singles.get((r.get("model"), r.get("B"), r.get("T")))
+        one = r.get("one_gpu") or singles.get((r.get("model"), r.get("B"), r.get("T"), r.get("date")))
         nparams = r.get("params") or next((m["params"] for m in MODELS.values() if m["name"] == r.get("model")), None)
         if (any(k not in r for k in POINT_FIELDS) or r["mode"] not in ("flat", "host") or not nparams
                 or not isinstance(one, dict) or not one.get("ms")):
@@ -242,8 +255,8 @@ def trainer_points(recs):
                     "hosts": int(r["hosts"]), "gpus_per_host": int(r["gpus_per_host"]),
                     "micro_steps": int(r["micro_steps"]), "B": int(r["B"]), "T": int(r["T"]),
                     "link": r.get("link"), "measured": float(r["tokens_per_s_per_gpu"]),
-                    "wbytes": float(r.get("weight_bytes_per_param", 2.0)),
-                    "gbytes": float(r.get("grad_bytes_per_param", 2.0)),
+                    "wbytes": wire_bytes(r, "weight_gather", "weight_bytes_per_param"),
+                    "gbytes": wire_bytes(r, "grad_reduce", "grad_bytes_per_param"),
                     "t_micro": float(one["ms"]) / 1000.0 / float(one_micro)})
     return pts, skipped
 

@@ -55,15 +55,17 @@ static const char *PROFILE_CLASS_NAMES[PROF_CLASSES] = {"GEMMs",
                                                         "communication (NCCL)",
                                                         "other"};
 
-#define PROFILE_MAX_REGIONS 4096
+/* Regions the event pool holds at first; it doubles when a step needs more (a step of many micro-steps). */
+#define PROFILE_FIRST_REGIONS 4096
 
 typedef struct {
     int enabled;
-    int n;     /* regions recorded */
-    int depth; /* regions open: only the outermost is recorded */
+    int n;        /* regions recorded */
+    int depth;    /* regions open: only the outermost is recorded */
+    int capacity; /* regions the pool holds */
     cudaStream_t stream;
-    cudaEvent_t start[PROFILE_MAX_REGIONS], stop[PROFILE_MAX_REGIONS];
-    int region_class[PROFILE_MAX_REGIONS];
+    cudaEvent_t *start, *stop;
+    int *region_class;
     /* after profile_end_step: the first region's start to the last one's stop, and the idle time between
      * regions summed per transition (the class that ended, the class that began) */
     float span_ms, gap_ms[PROF_CLASSES][PROF_CLASSES];
@@ -72,14 +74,23 @@ typedef struct {
 
 inline Profiler profiler;
 
+/* Room for capacity regions: the pool grows, keeping the events it has (some may be recorded already). */
+static inline void profile_grow_(int capacity)
+{
+    profiler.start = (cudaEvent_t *)realloc_check(profiler.start, (size_t)capacity * sizeof(cudaEvent_t), "profile");
+    profiler.stop = (cudaEvent_t *)realloc_check(profiler.stop, (size_t)capacity * sizeof(cudaEvent_t), "profile");
+    profiler.region_class = (int *)realloc_check(profiler.region_class, (size_t)capacity * sizeof(int), "profile");
+    for (int i = profiler.capacity; i < capacity; i++) {
+        CUDA_CHECK(cudaEventCreate(&profiler.start[i]));
+        CUDA_CHECK(cudaEventCreate(&profiler.stop[i]));
+    }
+    profiler.capacity = capacity;
+}
+
 static inline void profile_begin_step(cudaStream_t stream)
 {
-    if (profiler.start[0] == NULL) {
-        for (int i = 0; i < PROFILE_MAX_REGIONS; i++) {
-            CUDA_CHECK(cudaEventCreate(&profiler.start[i]));
-            CUDA_CHECK(cudaEventCreate(&profiler.stop[i]));
-        }
-    }
+    if (profiler.capacity == 0)
+        profile_grow_(PROFILE_FIRST_REGIONS);
     profiler.enabled = 1;
     profiler.n = 0;
     profiler.depth = 0;
@@ -91,8 +102,8 @@ static inline void profile_push(ProfileClass c, cudaStream_t s)
 {
     if (!profiler.enabled || s != profiler.stream || profiler.depth++ > 0)
         return;
-    if (profiler.n >= PROFILE_MAX_REGIONS)
-        FAIL("profile: more than %d regions in one step", PROFILE_MAX_REGIONS);
+    if (profiler.n >= profiler.capacity)
+        profile_grow_(2 * profiler.capacity);
     profiler.region_class[profiler.n] = c;
     CUDA_CHECK(cudaEventRecord(profiler.start[profiler.n], profiler.stream));
 }
@@ -185,13 +196,16 @@ static inline void profile_report(FILE *json, int step, double wall_ms, const fl
 /* Destroys the event pool (if a step was profiled). */
 static inline void profile_teardown(void)
 {
-    if (profiler.start[0] == NULL)
-        return;
-    for (int i = 0; i < PROFILE_MAX_REGIONS; i++) {
+    for (int i = 0; i < profiler.capacity; i++) {
         CUDA_CHECK(cudaEventDestroy(profiler.start[i]));
         CUDA_CHECK(cudaEventDestroy(profiler.stop[i]));
     }
-    profiler.start[0] = NULL;
+    free(profiler.start);
+    free(profiler.stop);
+    free(profiler.region_class);
+    profiler.start = profiler.stop = NULL;
+    profiler.region_class = NULL;
+    profiler.capacity = 0;
 }
 
 #endif /* LLMC_PROFILE_H */

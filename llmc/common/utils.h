@@ -98,6 +98,20 @@ static inline void *malloc_check_at(size_t bytes, const char *what, const char *
 }
 #define malloc_check(bytes, what) malloc_check_at(bytes, what, __FILE__, __LINE__)
 
+/* p grown (or shrunk) to bytes, its contents kept, or the same error as malloc_check's. */
+static inline void *realloc_check_at(void *p, size_t bytes, const char *what, const char *file, int line)
+{
+    void *q = realloc(p, bytes);
+    if (q == NULL && bytes > 0) {
+        fail_at(file, line,
+                "out of host memory growing %s to %zu bytes\n"
+                "  hint: reduce the batch size, sequence length or model size",
+                what, bytes);
+    }
+    return q;
+}
+#define realloc_check(p, bytes, what) realloc_check_at(p, bytes, what, __FILE__, __LINE__)
+
 static inline void *calloc_check_at(size_t count, size_t size, const char *what, const char *file, int line)
 {
     void *p = calloc(count, size);

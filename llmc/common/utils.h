@@ -85,32 +85,21 @@ static inline int64_t file_size_check_at(FILE *f, const char *file, int line)
 }
 #define file_size_check(f) file_size_check_at(f, __FILE__, __LINE__)
 
-static inline void *malloc_check_at(size_t bytes, const char *what, const char *file, int line)
-{
-    void *p = malloc(bytes);
-    if (p == NULL && bytes > 0) {
-        fail_at(file, line,
-                "out of host memory allocating %zu bytes for %s\n"
-                "  hint: reduce the batch size, sequence length or model size",
-                bytes, what);
-    }
-    return p;
-}
-#define malloc_check(bytes, what) malloc_check_at(bytes, what, __FILE__, __LINE__)
-
-/* p grown (or shrunk) to bytes, its contents kept, or the same error as malloc_check's. */
+/* p grown (or shrunk) to bytes, its contents kept, or a new block when p is NULL; out of memory: an error naming
+ * what the memory was for. */
 static inline void *realloc_check_at(void *p, size_t bytes, const char *what, const char *file, int line)
 {
     void *q = realloc(p, bytes);
     if (q == NULL && bytes > 0) {
         fail_at(file, line,
-                "out of host memory growing %s to %zu bytes\n"
+                "out of host memory allocating %zu bytes for %s\n"
                 "  hint: reduce the batch size, sequence length or model size",
-                what, bytes);
+                bytes, what);
     }
     return q;
 }
 #define realloc_check(p, bytes, what) realloc_check_at(p, bytes, what, __FILE__, __LINE__)
+#define malloc_check(bytes, what) realloc_check_at(NULL, bytes, what, __FILE__, __LINE__)
 
 static inline void *calloc_check_at(size_t count, size_t size, const char *what, const char *file, int line)
 {

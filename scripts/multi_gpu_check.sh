@@ -32,7 +32,8 @@
 #                with 4 GPUs, 2 hosts x 2 GPUs over hosts (stages 1 to 3) and
 #                flat stage 3; NETSCALE_STAGES="1 2" limits the bf16 2 x 1 runs (stage 3 and
 #                its per-micro-step variant run only when it names 3); the 2 x 1 runs
-#                take the first two of CUDA_VISIBLE_DEVICES (default 0,1)
+#                take the first two of CUDA_VISIBLE_DEVICES (default 0,1); NETSCALE_P2P_CHUNK=BYTES adds
+#                stage 1's int8 run with NCCL_P2P_NET_CHUNKSIZE at that size
 #   nccl         dev/bench/nccl_bench over one host's GPUs, 2 x 1 and 2 x 2
 #                stand-in hosts: the collectives' times for scaling_model.py
 #   scaling8b4   Llama 3.1 8B, T=8192, B=1 per GPU on 4 GPUs of one host: stages
@@ -279,6 +280,17 @@ EOF
             summarize "$results" netscale "$out/ns_z${z}_2x1_qgz.jsonl" "ns_z${z}_2x1_qgz" "${common[@]}" stage=$z \
                 mode=flat hosts=2 gpus_per_host=1 micro_steps=16 grad_reduce=int8 || status=1
         done
+        # NCCL's point-to-point sends (the codes' all-to-all) cut their transfers over the network in chunks of
+        # NCCL_P2P_NET_CHUNKSIZE (128 KiB by default); NETSCALE_P2P_CHUNK=BYTES adds stage 1's int8 run at that size
+        if [ -n "${NETSCALE_P2P_CHUNK:-}" ]; then
+            export NCCL_P2P_NET_CHUNKSIZE=$NETSCALE_P2P_CHUNK # for this run only: -x passes it, unset below
+            run "ns_z1_2x1_qgz_chunk" "${one[@]:0:${#one[@]}-1}" -x NCCL_P2P_NET_CHUNKSIZE scripts/as_hosts.sh \
+                "${big[@]}" --total-batch 524288 --zero-stage 1 --grad-reduce int8 --log "$out/ns_z1_2x1_qgz_chunk.jsonl"
+            unset NCCL_P2P_NET_CHUNKSIZE
+            summarize "$results" netscale "$out/ns_z1_2x1_qgz_chunk.jsonl" ns_z1_2x1_qgz_chunk "${common[@]}" stage=1 \
+                mode=flat hosts=2 gpus_per_host=1 micro_steps=16 grad_reduce=int8 \
+                nccl_p2p_net_chunksize="$NETSCALE_P2P_CHUNK" || status=1
+        fi
         run ns_z3_2x1_qwz_qgz "${one[@]}" "${big[@]}" --total-batch 524288 --zero-stage 3 --grad-reduce int8 \
             --weight-gather int8 --log "$out/ns_z3_2x1_qwz_qgz.jsonl"
         summarize "$results" netscale "$out/ns_z3_2x1_qwz_qgz.jsonl" ns_z3_2x1_qwz_qgz "${common[@]}" stage=3 \

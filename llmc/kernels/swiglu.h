@@ -15,8 +15,8 @@
  * Memory: forward reads gate_up once and writes out [N, F] once; backward reads
  * gate_up and dout once and writes dgate_up [N, 2F] once, and, where the forward's
  * out was not kept (recompute, llama_layer.h), writes it again [N, F] from the
- * gate_up it reads anyway: 6 bytes of traffic per element of out instead of the
- * 8 a separate forward pass before the backward takes. dgate_up may alias
+ * gate_up it reads anyway: 12 bytes of traffic per element of out instead of
+ * the 16 of a separate forward pass and the backward. dgate_up may alias
  * gate_up (in place): each thread reads its g and u before it writes dg and du.
  * F must be a multiple of 8 (16-byte bf16 vectors) and pointers 16-byte aligned.
  * With FP8 (linear.h), the *_amax launchers also fold max |out| (or max

@@ -3,7 +3,7 @@
 # name and the train_llama flags that make it), each variant's loss to stay within a tolerance of the first
 # variant's, the baseline. Model: the 'small' preset widened to d_model 768, 12 layers, 12 heads (4 key/value),
 # ffn 2048, the Llama 3 vocabulary tied: 174M parameters. Data: the default corpus (data/shards, carried to the
-# GPU machine), B=16 per GPU, T=1024, AdamW lr 6e-4 (cosine, 100 warm-up), val loss every 100 steps.
+# GPU machine), B=16 per GPU (B=... to change it), T=1024, AdamW lr 6e-4 (cosine, 100 warm-up), val loss every 100 steps.
 #
 #   dev/bench/convergence.sh TAG STEPS TOL VAL_TOL NAME=FLAGS [NAME=FLAGS ...]
 #
@@ -36,7 +36,7 @@ for variant in "$@"; do
     read -r -a flags <<< "${variant#*=}"
     names+=("$name")
     timeout 900 "${launch[@]}" ./train_llama "${model[@]}" --train "$data/corpus_train_*.bin" \
-        --val "$data/corpus_val_*.bin" -B 16 -T 1024 --steps "$steps" --lr 6e-4 --warmup 100 --eval-every 100 \
+        --val "$data/corpus_val_*.bin" -B "${B:-16}" -T 1024 --steps "$steps" --lr 6e-4 --warmup 100 --eval-every 100 \
         --seed 1337 "${flags[@]}" --log "$out/${tag}_$name.jsonl" > "$out/${tag}_$name.log" 2>&1 ||
         { tail -5 "$out/${tag}_$name.log"; echo "error: the $name run failed"; exit 1; }
     tail -2 "$out/${tag}_$name.log"

@@ -52,6 +52,8 @@ static int dump_doc_bos = -1, dump_doc_positions = 1;
 static int test_grad_accum = ZERO_ACCUM_AUTO, test_fp32_sums = 0;
 /* Where the master weights and AdamW live (OffloadMode), for the models built next. */
 static int test_offload = OFFLOAD_NONE;
+/* --weight-gather of the next runs; where the last fp8 run's weight codes came from (linear.h's Fp8Weights) */
+static int test_weight_gather = ZERO_GATHER_AUTO, test_fp8_weights_seen = -1;
 
 /* A small model per case: logits chunks of 64 MB exercise the chunking. */
 static void build_fp8(Llama *m, const LlamaConfig *c, int B, int T, int recompute, int micro_steps, int zero_stage,
@@ -70,8 +72,10 @@ static void build_fp8(Llama *m, const LlamaConfig *c, int B, int T, int recomput
                         .doc_positions = dump_doc_positions,
                         .grad_accum = test_grad_accum,
                         .grad_reduce = test_fp32_sums ? ZERO_SUM_FP32 : ZERO_SUM_BF16,
+                        .weight_gather = test_weight_gather,
                         .offload = test_offload};
     llama_build(m, c, &opt);
+    test_fp8_weights_seen = fp8 ? (int)m->fp8.weights : -1;
 }
 
 static void build(Llama *m, const LlamaConfig *c, int B, int T, int recompute, int micro_steps, int zero_stage)
@@ -311,7 +315,7 @@ static void test_fp8_linear_recipe(Fp8Recipe recipe, int N, int IC, int OC, cuda
     LinearShape shape = {IC, OC};
     for (int kept = 0; kept < 2; kept++) {
         Fp8Scratch q;
-        fp8_scratch_build(&q, recipe, N, &shape, 1, kept);
+        fp8_scratch_build(&q, recipe, N, &shape, 1, kept ? FP8_WEIGHTS_KEPT : FP8_WEIGHTS_MADE);
         linear_forward(y_d, x_d, w_d, N, IC, OC, &q, 0, 0, s);
         linear_backward(dx_d, dw_d, dy_d, x_d, w_d, N, IC, OC, 0, &q, 0, 0, s);
         CUDA_CHECK(cudaStreamSynchronize(s));
@@ -404,17 +408,29 @@ static void test_fp8_recipe(const LlamaConfig *c, const char *weights_path, Fp8R
     check(memcmp(grads, grads3, (size_t)P * 4) == 0, "fp8 per %s: recompute level 3 gives bit-identical gradients",
           name);
     llama_free(&m);
-    /* The weights' codes are kept for a step, except under ZeRO 3, which makes them at each use (linear.h): over 3
-     * AdamW steps (lr 1e-3 moves each weight by some 5%, so codes kept past an update would change the later losses)
-     * both give the same bits. */
+    /* The weights' codes are kept for a step (ZeRO 1), made at each use (ZeRO 3 gathering bf16), or per tensor
+     * gathered as codes (ZeRO 3's default, zero_fp8.h: its amax, share quantization, gather of the norms and biases
+     * beside the codes, and the transposed codes, on one GPU): over 3 AdamW steps (lr 1e-3 moves each weight by some
+     * 5%, so codes or scales kept past an update would change the later losses) all give the same bits. */
     AdamWConfig adamw = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .grad_clip = 1.0};
     float *kept_master, *made_master;
     float *kept = zero_stage_run(c, weights_path, tokens, targets, B, T, 1, 1, 3, &adamw, &kept_master, recipe, s);
+    test_weight_gather = ZERO_GATHER_BF16;
     float *made = zero_stage_run(c, weights_path, tokens, targets, B, T, 1, 3, 3, &adamw, &made_master, recipe, s);
+    test_weight_gather = ZERO_GATHER_AUTO;
     check(memcmp(kept, made, 3 * sizeof(float)) == 0 && memcmp(kept_master, made_master, (size_t)P * 4) == 0,
           "fp8 per %s: weight codes kept for a step (ZeRO 1) and made at each use (ZeRO 3): the same losses (%.6f "
           "%.6f %.6f) and master weights after 3 steps",
           name, kept[0], kept[1], kept[2]);
+    free(made), free(made_master);
+    made = zero_stage_run(c, weights_path, tokens, targets, B, T, 1, 3, 3, &adamw, &made_master, recipe, s);
+    if (recipe == FP8_TENSOR)
+        check(test_fp8_weights_seen == FP8_WEIGHTS_GATHERED && memcmp(kept, made, 3 * sizeof(float)) == 0 &&
+                  memcmp(kept_master, made_master, (size_t)P * 4) == 0,
+              "fp8 per %s: weight codes gathered as codes under ZeRO 3 (%s): the same losses (%.6f %.6f %.6f) and "
+              "master weights after 3 steps as kept ones",
+              name, test_fp8_weights_seen >= 0 ? FP8_WEIGHTS_NAMES[test_fp8_weights_seen] : "-", made[0], made[1],
+              made[2]);
     free(kept), free(made), free(kept_master), free(made_master);
     free(grads3), free(grads), free(ref8), free(ref32), free(tokens), free(targets);
 }

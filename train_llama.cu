@@ -108,11 +108,13 @@ static const Flag FLAGS[] = {
          "level, through 128 MiB chunks: twice the bytes on the wire), or int8 / e4m3 (stages 1-3; ZeRO++'s qgZ: "
          "one-byte codes and an fp32 scale per 128 values, exchanged all-to-all, summed in fp32: half the bytes of "
          "bf16, each value within 1/254 of its block's largest (int8) or 1/16 of itself (e4m3) per level)"),
-    FLAG("--weight-gather", FLAG_STRING, Args, weight_gather,
-         "stage 3: bf16 (the default, exact) or int8 / e4m3 (ZeRO++'s qwZ: each layer's per-use gather moves codes "
-         "and scales, about half the bytes; the forward and backward compute with the decoded weights, within the "
-         "codec's error, while AdamW updates the exact ones; over 1000 steps int8 stayed within 0.4% of exact's losses, "
-         "e4m3 moved the train loss 0.7%: prefer int8)"),
+    FLAG(
+        "--weight-gather", FLAG_STRING, Args, weight_gather,
+        "stage 3: auto (the default: bf16, or with --fp8 per tensor the Linear maps' own FP8 codes, gathered at half "
+        "the bytes and exact), bf16 (exact) or int8 / e4m3 (ZeRO++'s qwZ: each layer's per-use gather moves codes "
+        "and scales, about half the bytes; the forward and backward compute with the decoded weights, within the "
+        "codec's error, while AdamW updates the exact ones; over 1000 steps int8 stayed within 0.4% of exact's losses, "
+        "e4m3 moved the train loss 0.7%: prefer int8)"),
     FLAG_NUM(
         "--rank", FLAG_INT, Args, launch.rank, 0, INT_MAX - 1, FLAG_CLOSED,
         "this process's rank, when no launcher variable says it (mpirun, RANK/WORLD_SIZE, Slurm and PMI are read)"),
@@ -166,14 +168,14 @@ static LlamaConfig parse_args(Args *a, int argc, char **argv, HfTokenIds *init_i
     a->shard_over_hosts = flag_choice("--shard-over", a->shard_over, "world|host");
     a->grad_accum_mode = flag_choice("--grad-accum", a->grad_accum, "auto|local|sharded");
     a->grad_reduce_mode = flag_choice("--grad-reduce", a->grad_reduce, "bf16|fp32|int8|e4m3");
-    a->weight_gather_mode = flag_choice("--weight-gather", a->weight_gather, "bf16|int8|e4m3");
+    a->weight_gather_mode = flag_choice("--weight-gather", a->weight_gather, "auto|bf16|int8|e4m3");
     a->offload_mode = flag_choice("--offload", a->offload, "none|optimizer");
     if (a->shard_over_hosts && a->zero_stage == 0)
         FAIL("--shard-over host needs --zero-stage 1, 2 or 3 (stage 0 shards nothing)");
     if (a->grad_reduce_mode >= ZERO_SUM_INT8 && a->zero_stage == 0)
         FAIL("--grad-reduce %s needs --zero-stage 1, 2 or 3 (stage 0 all-reduces; the codes are reduce-scattered)",
              a->grad_reduce);
-    if (a->weight_gather_mode != ZERO_GATHER_BF16 && a->zero_stage != 3)
+    if (a->weight_gather_mode >= ZERO_GATHER_INT8 && a->zero_stage != 3)
         FAIL("--weight-gather %s quantizes stage 3's per-layer gathers; stage %d gathers none\n  hint: add "
              "--zero-stage 3",
              a->weight_gather, a->zero_stage);
@@ -241,7 +243,10 @@ static void gpus_start(Gpus *g, const Args *a, const LlamaConfig *c)
                world, hosts, g->launch.source, g->dist.mpi ? "NCCL id by MPI" : "NCCL id by rendezvous",
                g->dist.host_source, a->zero_stage, a->shard_over_hosts ? "each host" : "all GPUs",
                a->grad_reduce ? a->grad_reduce : "bf16", a->zero_stage == 3 ? ", weights gathered in " : "",
-               a->zero_stage == 3 ? (a->weight_gather ? a->weight_gather : "bf16") : "");
+               a->zero_stage == 3 ? (a->weight_gather ? a->weight_gather
+                                     : a->fp8         ? "auto (see fp8 below)"
+                                                      : "bf16")
+                                  : "");
     }
     matmul_setup();
     attention_setup();

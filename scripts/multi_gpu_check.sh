@@ -57,6 +57,8 @@
 #   netns        scripts/two_host_netns.sh: 2 hosts as network namespaces joined by
 #                a veth pair (one rank each, TCP rendezvous, no MPI), ZeRO 3 over
 #                hosts, against 1 GPU and the same run with NCCL_HOSTID alone
+#   fp8gather    issue 29: --fp8 at stage 3, the layers' weights gathered as FP8 codes against bf16, the 1B on 2
+#                stand-in hosts x 1 GPU at one micro-step and at 0.5M tokens (FG_BATCHES="32768" for the first only)
 #   qconvergence issue 29: dev/bench/convergence.sh on 2 GPUs, 1000 steps of the default corpus (carry
 #                data/shards), B=8 per GPU, exact communication against --grad-reduce int8 / e4m3 and --weight-gather
 #                int8 / e4m3 (stage 3) and both: train and val loss within 0.5% (about 6 runs x 1-2 min)
@@ -64,7 +66,7 @@
 #                ZeRO 1-3 (bf16, --fp8) against torchtitan's FSDP2 and HSDP (compile, float8 tensorwise; its
 #                wheels from .whl/ into /tmp/site); PEERS_SYSTEMS="..." runs some of them (all take ~15 min)
 # Usage: scripts/multi_gpu_check.sh [build] [equivalence] [modes] [scaling] [scaling8b] [netscale] [nccl]
-#        [scaling8b4] [fp32sums] [netns] [checkpoint] [qconvergence] [peers]
+#        [scaling8b4] [fp32sums] [netns] [checkpoint] [fp8gather] [qconvergence] [peers]
 set -u
 cd "$(dirname "$0")/.."
 out="${OUT:-/tmp/multi_gpu_check}"
@@ -221,6 +223,18 @@ EOF
             --log "$out/md_qwz_int8_z3.jsonl"
         run md_qwz_e4m3_qgz_int8_sharded_z3 "${mpi[@]}" "${small[@]}" "${accum[@]}" --zero-stage 3 \
             --grad-accum sharded --weight-gather e4m3 --grad-reduce int8 --log "$out/md_qwz_e4m3_qgz_int8_sharded_z3.jsonl"
+        # --fp8 at stage 3 (issue 29): the layers' weights gathered as their FP8 codes (the default) against gathered
+        # in bf16 and quantized at each use: the same bits, flat and over stand-in hosts
+        for where in flat hosts; do
+            launch=("${mpi[@]}") extra=()
+            [ $where = hosts ] && launch=("${hosts2[@]}") extra=(--shard-over host)
+            for gather in auto bf16; do
+                run "md_fp8_${gather}_${where}_z3" "${launch[@]}" "${small[@]}" -B $((4 / np)) --zero-stage 3 \
+                    "${extra[@]}" --fp8 --weight-gather $gather --log "$out/md_fp8_${gather}_${where}_z3.jsonl"
+            done
+            grep -q "gathers the layers' weights as their FP8 codes" "$out/md_fp8_auto_${where}_z3.log" ||
+                { echo "FAIL md_fp8_auto_${where}_z3 did not gather FP8 codes"; status=1; }
+        done
         python3 - "$out" "$np" "$results" << 'EOF' || status=1
 import sys
 sys.path.insert(0, "scripts")
@@ -251,7 +265,9 @@ bad += identical(out, results, [
     (["md_group_z3", "md_hosts_z3"], "--shard-group N = N GPUs per NCCL_HOSTID host"),
     (["md_offload_z1", "eq_mpirun_z1"], "--offload optimizer, stage 1 = AdamW on the GPUs"),
     (["md_offload_accum_z3", "eq_accum_z3"], "--offload optimizer, stage 3 accumulating = AdamW on the GPUs"),
-    (["md_offload_hosts_z3", "md_hosts_z3"], "--offload optimizer over hosts, stage 3 = AdamW on the GPUs")],
+    (["md_offload_hosts_z3", "md_hosts_z3"], "--offload optimizer over hosts, stage 3 = AdamW on the GPUs"),
+    (["md_fp8_auto_flat_z3", "md_fp8_bf16_flat_z3"], "--fp8 stage 3: FP8 codes gathered = bf16 gathered, quantized"),
+    (["md_fp8_auto_hosts_z3", "md_fp8_bf16_hosts_z3"], "--fp8 stage 3 over hosts: codes gathered = bf16 gathered")],
     check="modes_identity")
 sys.exit(1 if bad else 0)
 EOF
@@ -312,6 +328,23 @@ EOF
             summarize "$results" netscale "$out/ns_z3_2x2.jsonl" ns_z3_2x2 "${common[@]}" stage=3 mode=flat hosts=2 \
                 gpus_per_host=2 micro_steps=8 || status=1
         fi;;
+    fp8gather)
+        # issue 29: --fp8 at stage 3 with the layers' weights gathered as their FP8 codes (auto) against gathered in
+        # bf16 (and quantized at each use), the 1B on 2 stand-in hosts x 1 GPU, at one micro-step and at 0.5M tokens
+        big=(./train_llama --preset llama3.2-1b -B 8 -T 2048 --random-data --warmup 2 --fp8)
+        one=(mpirun -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x GPUS_PER_HOST=1
+             -x CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0,1}" scripts/as_hosts.sh)
+        common=(model=llama3.2-1b params=1235814400 B=8 T=2048 precision=fp8 stage=3 mode=flat hosts=2 gpus_per_host=1)
+        for batch in ${FG_BATCHES:-32768 524288}; do
+            micro=$((batch / 32768))
+            for gather in auto bf16; do
+                name="fg_z3_2x1_m${micro}_$gather"
+                run "$name" "${one[@]}" "${big[@]}" --steps $([ $micro = 1 ] && echo 20 || echo 4) \
+                    --total-batch $batch --zero-stage 3 --weight-gather $gather --log "$out/$name.jsonl"
+                summarize "$results" fp8gather "$out/$name.jsonl" "$name" "${common[@]}" micro_steps=$micro link=net \
+                    weight_gather=$([ $gather = auto ] && echo fp8_codes || echo bf16) || status=1
+            done
+        done;;
     qconvergence)
         # issue 29: 1000 steps on the default corpus (dev/bench/convergence.sh's 174M model) on 2 GPUs at B=8 each,
         # so that the global batch (16 x 1024 tokens) and the epochs over the corpus are those of the one-GPU
@@ -378,13 +411,19 @@ EOF
         # the 8B at T=8192 on 4 GPUs of one host; B=1, the largest that fits every stage
         b8=(./train_llama --preset llama3.1-8b -B 1 -T 8192 --random-data --warmup 2)
         common=(model=llama3.1-8b params=8030261248 B=1 T=8192)
+        # FP8_GATHERS="auto bf16": stage 3 with --fp8 also gathering bf16 weights (the codes made at each use)
         for prec in ${PRECISIONS:-bf16 fp8}; do
             for z in ${STAGES:-1 2 3}; do
-                name="s8_z${z}_$prec"
-                run "$name" "${mpi[@]}" "${b8[@]}" --steps "${STEPS_8B:-5}" --total-batch 524288 --zero-stage $z \
-                    $([ "$prec" = fp8 ] && echo --fp8) --log "$out/$name.jsonl"
-                summarize "$results" scaling8b4 "$out/$name.jsonl" "$name" "${common[@]}" stage=$z mode=flat hosts=1 \
-                    gpus_per_host=4 micro_steps=16 precision=$prec link=nvlink || status=1
+                gathers=auto
+                [ "$prec" = fp8 ] && [ "$z" = 3 ] && gathers="${FP8_GATHERS:-auto}"
+                for gather in $gathers; do
+                    name="s8_z${z}_$prec$([ "$gather" = bf16 ] && echo _bf16_gather)"
+                    run "$name" "${mpi[@]}" "${b8[@]}" --steps "${STEPS_8B:-5}" --total-batch 524288 --zero-stage $z \
+                        $([ "$prec" = fp8 ] && echo --fp8) --weight-gather "$gather" --log "$out/$name.jsonl"
+                    summarize "$results" scaling8b4 "$out/$name.jsonl" "$name" "${common[@]}" stage=$z mode=flat \
+                        hosts=1 gpus_per_host=4 micro_steps=16 precision=$prec link=nvlink weight_gather=$gather ||
+                        status=1
+                done
             done
         done
         if [ "${HOSTS_1M:-1}" = 1 ]; then

@@ -131,6 +131,14 @@ static void check_quantize(int R, int C)
         fp8_quantize(dq, inv, dx, amax, n, fmt, 0);
         snprintf(what, sizeof(what), "%s per tensor [%d, %d]", FORMAT_NAMES[f], R, C);
         check_codes(what, dq, inv, x, R, C, SCALE_TENSOR, fmt);
+        if (R % 16 == 0 && C % 16 == 0) { /* ZeRO 3's gathered codes: x^T's by moving bytes, the scale from amax */
+            poison(dq_t, n);
+            fp8_transpose_codes(dq_t, dq, R, C, 0);
+            fp8_inv_scales(inv_t, 4, amax, 1, fmt, 0);
+            snprintf(what, sizeof(what), "%s per tensor, the codes transposed as bytes [%d, %d]", FORMAT_NAMES[f], C,
+                     R);
+            check_codes(what, dq_t, inv_t, xt, C, R, SCALE_TENSOR, fmt);
+        }
         poison(dq, n), poison(dq_t, n);
         fp8_quantize_transposed(dq_t, inv_t, dq, inv, dx, amax, R, C, FP8_T_TENSOR, fmt, 0);
         snprintf(what, sizeof(what), "%s per tensor, transposed [%d, %d]", FORMAT_NAMES[f], C, R);
@@ -355,6 +363,7 @@ int main(int argc, char **argv)
     check_quantize(256, 384);
     check_quantize(384, 160);
     check_quantize(132, 88); /* edge tiles: 4 rows and 24 columns past whole ones, part blocks */
+    check_quantize(208, 80); /* fp8_transpose_codes' part tiles: 16 rows past whole ones, 16 columns */
     for (int kind = MATMUL_FP8; kind < MATMUL_KINDS; kind++) {
         check_gemm(kind, FP8_E4M3, 0, 256, 512, 384);
         check_gemm(kind, FP8_E4M3, 1, 128, 640, 256);

@@ -26,6 +26,8 @@
  *   fp8_quantize_transposed  codes_t[c, r] = fp8(x[r, c] * scale) with the scale of the whole tensor, of column c, of
  *                            column c's 128 rows in the tile (found here), or of the 128 x 128 block; the plain codes
  *                            in the same pass where the two layouts share their scales (tensor, 128 x 128)
+ *   fp8_transpose_codes      codes_t[c, r] = codes[r, c], bytes: per tensor the codes of x^T at x's scale
+ *   fp8_inv_scales           inv[i * stride] = 1 / scale of amax[i], for amaxes found elsewhere (zero_fp8.h)
  * The codes are the ones llmc/kernels/fp8.h computes on the host, bit for bit (dev/cuda/fp8_matmul_check).
  *
  * Memory: every kernel reads x once with 16-byte loads (x 16-byte aligned,
@@ -168,6 +170,40 @@ __global__ void __launch_bounds__(FP8_THREADS)
     }
 }
 
+/* A tile of 64 x 64 codes per block through shared memory: 16-byte loads along codes' rows, 16-byte stores along
+ * codes_t's (R and C multiples of 16, so every 16-byte piece is wholly inside or outside). The tile's rows are 68
+ * bytes apart: a column's bytes then fall in different banks. */
+#define FP8_CODES_TILE 64
+__global__ void __launch_bounds__(FP8_THREADS)
+    fp8_transpose_codes_kernel(uint8_t *__restrict__ codes_t, const uint8_t *__restrict__ codes, int R, int C)
+{
+    __shared__ __align__(16) uint8_t tile[FP8_CODES_TILE][FP8_CODES_TILE + 4];
+    int64_t r0 = (int64_t)blockIdx.y * FP8_CODES_TILE, c0 = (int64_t)blockIdx.x * FP8_CODES_TILE;
+    int row = threadIdx.x / 4, part = threadIdx.x % 4 * 16; /* 256 threads: 64 rows of 4 x 16 bytes */
+    if (r0 + row < R && c0 + part < C) {
+        uint4 v = *reinterpret_cast<const uint4 *>(codes + (r0 + row) * C + c0 + part);
+        const uint8_t *b = reinterpret_cast<const uint8_t *>(&v);
+        for (int k = 0; k < 16; k++)
+            tile[row][part + k] = b[k];
+    }
+    __syncthreads();
+    int c = threadIdx.x / 4, r = threadIdx.x % 4 * 16; /* codes_t's row c0 + c, its bytes r0 + r .. + 15 */
+    if (c0 + c < C && r0 + r < R) {
+        uint4 v;
+        uint8_t *b = reinterpret_cast<uint8_t *>(&v);
+        for (int k = 0; k < 16; k++)
+            b[k] = tile[r + k][c];
+        *reinterpret_cast<uint4 *>(codes_t + (c0 + c) * R + r0 + r) = v;
+    }
+}
+
+__global__ void fp8_inv_scales_kernel(float *inv, int stride, const float *amax, int n, Fp8Format f)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        inv[(int64_t)i * stride] = 1.0f / fp8_scale_from_amax(amax[i], f);
+}
+
 /* One block per row of x [R, C]: per_128 0: the row's amax (a block reduction), then its codes from a second read of
  * the row; per_128 1: each group of 16 threads takes 128 columns (a 1 x 128 block) and reduces its amax by shuffles.
  * Scales at inv[(c / 128) * R + r] (per row: inv[r]). */
@@ -305,6 +341,27 @@ static inline void fp8_quantize_transposed(uint8_t *codes_t, float *inv_t, uint8
                                                                      f);
     CUDA_CHECK_LAST();
     profile_pop(stream);
+}
+
+/* codes_t[C, R] = codes[R, C]^T: per tensor, the codes fp8_quantize_transposed makes of x^T at x's scale. R and C
+ * multiples of 16, both 16-byte aligned. */
+static inline void fp8_transpose_codes(uint8_t *codes_t, const uint8_t *codes, int R, int C, cudaStream_t stream)
+{
+    if (R <= 0 || C <= 0 || R % 16 != 0 || C % 16 != 0 || (uintptr_t)codes % 16 || (uintptr_t)codes_t % 16)
+        FAIL("fp8_transpose_codes: codes [%d, %d] need rows and columns multiples of 16, both 16-byte aligned", R, C);
+    profile_push(PROF_FP8, stream);
+    dim3 grid(ceil_div(C, FP8_CODES_TILE), ceil_div(R, FP8_CODES_TILE));
+    fp8_transpose_codes_kernel<<<grid, FP8_THREADS, 0, stream>>>(codes_t, codes, R, C);
+    CUDA_CHECK_LAST();
+    profile_pop(stream);
+}
+
+/* inv[i * stride] = 1 / fp8_scale_from_amax(amax[i]) for i < n: the dequantisation scales fp8_quantize would write
+ * (a stride of 4 keeps each 16-byte aligned, as cuBLASLt wants scale pointers). */
+static inline void fp8_inv_scales(float *inv, int stride, const float *amax, int n, Fp8Format f, cudaStream_t stream)
+{
+    fp8_inv_scales_kernel<<<ceil_div(n, FP8_THREADS), FP8_THREADS, 0, stream>>>(inv, stride, amax, n, f);
+    CUDA_CHECK_LAST();
 }
 
 /* codes[R, C] = fp8(x * scale) with a scale per row (per_128 0; inv[r]) or per 1 x 128 block (per_128 1; inv[(c /

@@ -39,7 +39,11 @@
  * over): 2 bytes per weight and their scales. Where that memory matters more
  * (ZeRO 3), or where the codes do not fit beside the rest (llama_build checks
  * before allocating), room for one W's codes instead, both layouts made afresh
- * at each use: the same bits.
+ * at each use: the same bits. Per tensor under ZeRO 3, the weights arrive as
+ * their codes (llmc/parallel/zero_fp8.h: each rank quantizes its share, the
+ * codes are gathered, at the whole W's scale): the codes are read where ZeRO's
+ * staging holds them, and W^T's made by transposing them (fp8_transpose_codes),
+ * again the same bits; room for one W^T then.
  */
 #ifndef LLMC_LINEAR_H
 #define LLMC_LINEAR_H
@@ -49,8 +53,19 @@
 #include "llmc/kernels/matmul.h"
 #include "llmc/model/linear_shapes.h"
 
+/* Where a step's weight codes come from (see the top). */
+typedef enum {
+    FP8_WEIGHTS_MADE,     /* made at each use from the bf16 W */
+    FP8_WEIGHTS_KEPT,     /* made at the first use of a step, kept until the weights change */
+    FP8_WEIGHTS_GATHERED, /* per tensor: read from ZeRO 3's gathered codes (fp8_gathered_views) */
+} Fp8Weights;
+static const char *const FP8_WEIGHTS_NAMES[] = {"made at each use", "kept for a step", "gathered as codes"};
+
+#define FP8_VIEWS 4 /* ZeRO's weight staging slots */
+
 typedef struct {
     Fp8Recipe recipe;
+    Fp8Weights weights;
     uint8_t *x, *x_t;                         /* [N, in] and [in, N] */
     uint8_t *g, *g_t;                         /* the output gradient's: [N, out] and [out, N] */
     uint8_t *w, *w_t;                         /* one W's codes: [out, in] and [in, out] (without the kept codes) */
@@ -65,6 +80,12 @@ typedef struct {
     int64_t *w_kept_s_at;  /* host, [slots][2] */
     unsigned char *w_made; /* host, [slots]: the kept codes are of the current weights */
     LinearShape *shape;    /* host, [slots]: each slot's W shape */
+    /* The gathered codes (FP8_WEIGHTS_GATHERED): the code of view_weights[v][i] is view_codes[v][i], i <
+     * view_elements[v]; each slot's dequantisation scale at gathered_inv[4 * slot]. */
+    const bf16 *view_weights[FP8_VIEWS];
+    const uint8_t *view_codes[FP8_VIEWS];
+    int64_t view_elements[FP8_VIEWS];
+    const float *gathered_inv;
 } Fp8Scratch;
 
 enum { FP8_G = 0, FP8_W = 4 }; /* per tensor: Fp8Scratch.amax's two, 16 bytes apart */
@@ -116,12 +137,16 @@ static inline size_t fp8_scratch_bytes_about(int64_t N, const LinearShape *shape
 }
 
 /* Room for the codes of N tokens through any of n_slots Linear maps of these W shapes, and their scales; the
- * weights' codes kept for a step (keep_weights) or made at each use. recipe: FP8_TENSOR, FP8_ROW or FP8_BLOCK. */
+ * weights' codes as `weights` says (gathered: per tensor only, then fp8_gathered_views). recipe: FP8_TENSOR, FP8_ROW
+ * or FP8_BLOCK. */
 static inline void fp8_scratch_build(Fp8Scratch *q, Fp8Recipe recipe, int64_t N, const LinearShape *shape, int n_slots,
-                                     int keep_weights)
+                                     Fp8Weights weights)
 {
+    if (weights == FP8_WEIGHTS_GATHERED && recipe != FP8_TENSOR)
+        FAIL("fp8_scratch_build: gathered weight codes are per tensor only, not per %s", FP8_RECIPE_NAMES[recipe]);
     memset(q, 0, sizeof(*q));
     q->recipe = recipe;
+    q->weights = weights;
     q->n_slots = n_slots;
     q->shape = (LinearShape *)malloc_check((size_t)n_slots * sizeof(LinearShape), "FP8 Linear shapes");
     memcpy(q->shape, shape, (size_t)n_slots * sizeof(LinearShape));
@@ -151,8 +176,9 @@ static inline void fp8_scratch_build(Fp8Scratch *q, Fp8Recipe recipe, int64_t N,
     q->sw_t = f, f += sw_t;
     q->amax = f, f += amax;
     q->saved = f;
-    if (!keep_weights) {
-        q->w = (uint8_t *)cuda_malloc_named((size_t)w, "FP8 codes: weights");
+    if (weights != FP8_WEIGHTS_KEPT) {
+        if (weights == FP8_WEIGHTS_MADE)
+            q->w = (uint8_t *)cuda_malloc_named((size_t)w, "FP8 codes: weights");
         q->w_t = (uint8_t *)cuda_malloc_named((size_t)w, "FP8 codes: weights, transposed");
         return;
     }
@@ -189,6 +215,29 @@ static inline void fp8_weights_changed(Fp8Scratch *q)
 {
     if (q && q->w_made)
         memset(q->w_made, 0, (size_t)q->n_slots);
+}
+
+/* FP8_WEIGHTS_GATHERED: view v's codes (of n elements) stand for the bf16 weights at `weights`; inv[4 * slot] holds
+ * each slot's dequantisation scale (16-byte aligned, as cuBLASLt wants). */
+static inline void fp8_gathered_view(Fp8Scratch *q, int v, const bf16 *weights, const uint8_t *codes, int64_t n,
+                                     const float *inv)
+{
+    if (q->weights != FP8_WEIGHTS_GATHERED || v < 0 || v >= FP8_VIEWS)
+        FAIL("fp8_gathered_view: view %d of a scratch whose weights are %s", v, FP8_WEIGHTS_NAMES[q->weights]);
+    q->view_weights[v] = weights;
+    q->view_codes[v] = codes;
+    q->view_elements[v] = n;
+    q->gathered_inv = inv;
+}
+
+/* The gathered codes of W [n] at w. */
+static inline const uint8_t *fp8_gathered_codes(const Fp8Scratch *q, const bf16 *w, int64_t n)
+{
+    for (int v = 0; v < FP8_VIEWS; v++)
+        if (q->view_weights[v] && w >= q->view_weights[v] && w + n <= q->view_weights[v] + q->view_elements[v])
+            return q->view_codes[v] + (w - q->view_weights[v]);
+    FAIL("fp8: a weight at %p is in none of ZeRO's gathered code views", (const void *)w);
+    return NULL;
 }
 
 static inline void fp8_check_slot(const Fp8Scratch *q, int slot)
@@ -249,6 +298,13 @@ static inline Fp8Operand fp8_weight(Fp8Scratch *q, int slot, const bf16 *w, int 
     if (q->shape[slot].out != out_dim || q->shape[slot].in != in)
         FAIL("FP8 Linear slot %d was built for W [%lld, %lld], not [%d, %d]", slot, (long long)q->shape[slot].out,
              (long long)q->shape[slot].in, out_dim, in);
+    if (q->weights == FP8_WEIGHTS_GATHERED) { /* one scale: W^T's codes are W's transposed */
+        const uint8_t *codes = fp8_gathered_codes(q, w, (int64_t)out_dim * in);
+        if (transposed)
+            fp8_transpose_codes(q->w_t, codes, out_dim, in, s);
+        Fp8Operand op = {transposed ? q->w_t : codes, q->gathered_inv + 4 * slot};
+        return op;
+    }
     if (!q->w_kept) {
         fp8_weight_codes(q, w, out_dim, in, q->w, q->sw, q->w_t, q->sw_t, s);
         Fp8Operand op = {transposed ? q->w_t : q->w, transposed ? q->sw_t : q->sw};

@@ -178,26 +178,43 @@ static inline LinearShape *llama_linear_shapes(const LlamaConfig *c, int *n_slot
 }
 
 /* With opt.fp8: the Linear maps' codes (of the W shapes of every slot; the
- * scratch of one at a time takes scratch_bytes), the weights' kept for a step
- * where the memory allows it, but for ZeRO 3, whose point is not to hold all the
- * weights (linear.h); else made at each use, as ZeRO 3 does, which gives the
- * same bits. */
+ * scratch of one at a time takes scratch_bytes), the weights' (linear.h):
+ *   ZeRO 3 per tensor, --weight-gather auto: gathered as codes (zero_fp8.h);
+ *   else ZeRO 3: made at each use (its point is not to hold all the weights);
+ *   else kept for a step where the memory allows it, else made at each use.
+ * All three give the same bits. */
 static inline void llama_fp8_build(Llama *m, const LinearShape *shapes, int n_slots, size_t scratch_bytes)
 {
     Fp8Recipe recipe = (Fp8Recipe)m->opt.fp8;
+    Zero *z = &m->params.zero;
     int64_t N = llama_tokens(m);
-    int keep = m->opt.zero_stage < 3;
-    if (keep) {
+    Fp8Weights weights = m->opt.zero_stage < 3 ? FP8_WEIGHTS_KEPT : FP8_WEIGHTS_MADE;
+    if (weights == FP8_WEIGHTS_KEPT) {
         size_t free_b = 0, total_b = 0, kept = fp8_kept_weight_bytes(recipe, shapes, n_slots);
         CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
         if (kept + scratch_bytes + PARAMS_MEMORY_RESERVE > free_b) {
-            keep = 0;
+            weights = FP8_WEIGHTS_MADE;
             printf("fp8: the weights' codes are made at each use (keeping them for a step needs %.2f GiB, %.2f GiB "
                    "are free)\n",
                    gib(kept), gib(free_b));
         }
+    } else if (m->opt.weight_gather == ZERO_GATHER_AUTO) {
+        const char *why = recipe == FP8_TENSOR ? zero_fp8_unsupported(z, &m->layout, shapes)
+                                               : "the row and block recipes' codes are not gathered yet";
+        if (why && z->dist->rank == 0)
+            printf("fp8: ZeRO 3 gathers the layers' weights in bf16 and makes their codes at each use (%s)\n", why);
+        if (!why)
+            weights = FP8_WEIGHTS_GATHERED;
     }
-    fp8_scratch_build(&m->fp8, recipe, N, shapes, n_slots, keep);
+    fp8_scratch_build(&m->fp8, recipe, N, shapes, n_slots, weights);
+    if (weights != FP8_WEIGHTS_GATHERED)
+        return;
+    zero_fp8_enable(z, &m->layout, shapes);
+    for (int s = 2; s < ZERO_SLOTS; s++)
+        fp8_gathered_view(&m->fp8, s, z->weight_staging[s], z->fp8->codes[s], zero_slot_elements(z, s), z->fp8->inv);
+    if (z->dist->rank == 0)
+        printf("fp8: ZeRO 3 gathers the layers' weights as their FP8 codes (%.2f GiB of staging for them)\n",
+               gib(zero_fp8_bytes(z)));
 }
 
 /* Allocates everything a model of config needs to train as opt says; the
@@ -251,6 +268,8 @@ static inline void llama_build(Llama *m, const LlamaConfig *config, const LlamaO
     if (opt->fp8) {
         shapes = llama_linear_shapes(c, &n_slots);
         fp8_bytes = fp8_scratch_bytes_about(N, shapes, n_slots);
+        for (int i = 0; opt->zero_stage >= 3 && i < m->layout.n_tensors; i++) /* two layers' gathered codes */
+            fp8_bytes += m->layout.tensors[i].bucket == 1 ? 2 * (size_t)m->layout.tensors[i].numel : 0;
     }
     params_build(&m->params, c, &m->layout, opt->dist, &zopt, opt->offload, fp8_bytes);
     optimizer_build(&m->optimizer, &m->params, &m->layout);

@@ -206,7 +206,7 @@ static inline void params_free(LlamaParams *p)
  * not of the model (the 8B's 32 GB of staging became 2 GB). */
 static inline void params_upload_master(LlamaParams *p, const float *host_master)
 {
-    const Zero *z = &p->zero;
+    Zero *z = &p->zero;
     int64_t most = zero_plan_largest_bucket(&z->plan);
     uint16_t *hi = (uint16_t *)malloc_check((size_t)most * sizeof(uint16_t), "bf16 parameter staging");
     int16_t *lo = (int16_t *)malloc_check((size_t)most * sizeof(int16_t), "master residual staging");
@@ -232,6 +232,7 @@ static inline void params_upload_master(LlamaParams *p, const float *host_master
             CUDA_CHECK(cudaMemcpy(p->master_lo + z->state_at[b], lo + (begin - bk->offset),
                                   (size_t)(end - begin) * sizeof(int16_t), cudaMemcpyHostToDevice));
     }
+    zero_shares_written(z); /* what stage 3's slots hold, and its FP8 codes' scales, are of the old weights */
     free(hi);
     free(lo);
 }

@@ -301,6 +301,16 @@ static inline void dist_all_reduce_sum(const DistGroup *g, void *buf, int64_t co
     profile_pop(stream);
 }
 
+/* buf[count] floats = the largest over the group's ranks, in place (exact in any order). */
+static inline void dist_all_reduce_max(const DistGroup *g, float *buf, int64_t count, cudaStream_t stream)
+{
+    if (g->size == 1)
+        return;
+    profile_push(PROF_COMM, stream);
+    NCCL_CHECK(ncclAllReduce(buf, buf, (size_t)count, ncclFloat32, ncclMax, g->comm, stream));
+    profile_pop(stream);
+}
+
 /* recv[count] = sum over the group's ranks of send[g->rank * count, (g->rank + 1) * count). */
 static inline void dist_reduce_scatter_sum(const DistGroup *g, const void *send, void *recv, int64_t count,
                                            int element_bytes, cudaStream_t stream)

@@ -43,6 +43,8 @@
  * the staging slot, so every rank computes with the same decoded weights, its own
  * share's included, while the update keeps the exact ones. The gathers of new
  * weights over the replica group, and those for checkpoints, stay exact.
+ * With --fp8 per tensor the layer buckets travel as the very FP8 codes their
+ * Linear maps compute with (zero_fp8.h, included at the end): exact.
  *
  * Staging buffers: the first and last buckets have their own and keep them for
  * the whole step: the tied embedding is both the first weight read (embedding)
@@ -84,8 +86,9 @@ static_assert(ZERO_ALIGN % BLOCK_CODEC_SIZE == 0, "a rank's share must hold whol
 
 /* How gradients are summed over the ranks (--grad-reduce bf16|fp32|int8|e4m3, in that order). */
 typedef enum { ZERO_SUM_BF16, ZERO_SUM_FP32, ZERO_SUM_INT8, ZERO_SUM_E4M3 } ZeroSum;
-/* What stage 3's per-use gathers move (--weight-gather bf16|int8|e4m3, in that order). */
-typedef enum { ZERO_GATHER_BF16, ZERO_GATHER_INT8, ZERO_GATHER_E4M3 } ZeroGather;
+/* What stage 3's per-use gathers move (--weight-gather auto|bf16|int8|e4m3, in that order); auto is bf16 here (the
+ * model gathers FP8 codes instead where --fp8 allows it: zero_fp8.h). */
+typedef enum { ZERO_GATHER_AUTO, ZERO_GATHER_BF16, ZERO_GATHER_INT8, ZERO_GATHER_E4M3 } ZeroGather;
 
 /* Where stages 2 and 3 accumulate the micro-steps of a step. */
 typedef enum {
@@ -135,7 +138,13 @@ typedef struct {
     unsigned char *gather_pending; /* [n_buckets] the compute stream has not waited for that yet */
     cudaEvent_t comm_done, params_changed;
     int weight_holds[ZERO_SLOTS]; /* bucket gathered into each weight slot, -1: none */
+    struct ZeroFp8 *fp8;          /* stage 3 with --fp8: the layer buckets gathered as codes (zero_fp8.h), or NULL */
 } Zero;
+
+struct ZeroFp8;
+static inline void zero_fp8_gather(Zero *z, int b, int slot);
+static inline void zero_fp8_weights_changed(Zero *z);
+static inline void zero_fp8_free(Zero *z);
 
 /* acc[i] += x[i], summed in fp32 and rounded once; n a multiple of 8, both 16-byte aligned. */
 __global__ void zero_add_kernel(bf16 *__restrict__ acc, const bf16 *__restrict__ x, int64_t n8)
@@ -341,6 +350,8 @@ static inline void zero_configure(Zero *z, const Dist *dist, const ParamLayout *
         FAIL("zero_configure: %d micro-steps per step", opt->micro_steps);
     z->dist = dist;
     z->opt = *opt;
+    if (z->opt.gather == ZERO_GATHER_AUTO)
+        z->opt.gather = ZERO_GATHER_BF16;
     z->stage = opt->stage;
     z->plan = zero_plan(layout, dist->world);
     z->alone.size = 1;
@@ -512,6 +523,7 @@ static inline void zero_free(Zero *z)
         CUDA_CHECK(cudaEventDestroy(z->params_changed));
         CUDA_CHECK(cudaStreamDestroy(z->comm));
     }
+    zero_fp8_free(z);
     free(z->bucket_gathered);
     free(z->gather_pending);
     free(z->update_at);
@@ -596,16 +608,19 @@ static inline void zero_grads_done(Zero *z, int b, int micro, cudaStream_t compu
 static inline void zero_weights_fetch_(Zero *z, int b, int exact)
 {
     int slot = zero_slot(z, b), codes = z->opt.gather != ZERO_GATHER_BF16 && z->shard->size > 1;
-    if (z->stage < 3 || (z->weight_holds[slot] == b && !(codes && exact))) /* the slot's decoded weights: not exact */
-        return;
+    int fp8 = z->fp8 && slot >= 2; /* a layer bucket as FP8 codes: its bf16 W are not in the slot */
+    if (z->stage < 3 || (z->weight_holds[slot] == b && !((codes || fp8) && exact)))
+        return; /* a slot of decoded weights or codes is not the exact weights */
     const ZeroBucket *bk = &z->plan.buckets[b];
     CUDA_CHECK(cudaStreamWaitEvent(z->comm, z->weight_used[slot], 0));
-    if (codes && !exact)
+    if (fp8 && !exact)
+        zero_fp8_gather(z, b, slot);
+    else if (codes && !exact)
         zero_gather_codes_(z, z->shard, z->params + z->group_at[b], z->weight_staging[slot], bk->group_share);
     else
         dist_all_gather(z->shard, z->params + z->group_at[b], z->weight_staging[slot], bk->group_share, 2, z->comm);
     CUDA_CHECK(cudaEventRecord(z->weight_gathered[slot], z->comm));
-    z->weight_holds[slot] = codes && exact ? -1 : b;
+    z->weight_holds[slot] = (codes || fp8) && exact ? -1 : b;
 }
 
 static inline void zero_weights_fetch(Zero *z, int b)
@@ -664,6 +679,15 @@ static inline void zero_grads_reduced(Zero *z, cudaStream_t compute)
     CUDA_CHECK(cudaStreamWaitEvent(compute, z->comm_done, 0));
 }
 
+/* Stage 3's shares were written (an update, or weights loaded): what the slots hold, and the FP8 codes' scales, are
+ * of the old weights. */
+static inline void zero_shares_written(Zero *z)
+{
+    for (int s = 0; s < ZERO_SLOTS; s++)
+        z->weight_holds[s] = -1;
+    zero_fp8_weights_changed(z);
+}
+
 /* After AdamW changed this rank's weights (on the compute stream): stages 1 and 2
  * gather every bucket's new weights, which the next forward waits for bucket by
  * bucket; stage 3 gathers its group shares over the replica group and forgets
@@ -672,8 +696,7 @@ static inline void zero_params_changed(Zero *z, cudaStream_t compute)
 {
     CUDA_CHECK(cudaEventRecord(z->params_changed, compute));
     CUDA_CHECK(cudaStreamWaitEvent(z->comm, z->params_changed, 0));
-    for (int s = 0; s < ZERO_SLOTS; s++)
-        z->weight_holds[s] = -1;
+    zero_shares_written(z);
     if (z->dist->world == 1 || z->stage == 0)
         return;
     for (int b = 0; b < z->plan.n_buckets; b++) {
@@ -689,5 +712,7 @@ static inline void zero_params_changed(Zero *z, cudaStream_t compute)
         z->gather_pending[b] = 1;
     }
 }
+
+#include "llmc/parallel/zero_fp8.h"
 
 #endif /* LLMC_ZERO_H */

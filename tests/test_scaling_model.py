@@ -64,3 +64,31 @@ def test_quantized_runs_put_codes_on_the_wire_and_take_their_own_leases_one_gpu_
     assert by_run["fp32"]["gbytes"] == 4.0  # a record's own bytes field wins
     assert by_run["old"]["t_micro"] == pytest.approx(3.8 / 16)  # the undated one-GPU run
     assert by_run["int8"]["t_micro"] == pytest.approx(3.7 / 16)  # the same lease's
+
+
+def test_flat_stage_3_queues_the_last_micro_steps_sums_behind_its_gathers():
+    """Flat stage 3 on one link: micro-steps before the last take the longer of compute and gathers; the last one
+    also carries the gradient sums on the same link; the last bucket's share of the sums comes after it."""
+    p = step(3, "flat")
+    tg, tr = p["t_gather_micro"], p["t_grad"]
+    assert tg == pytest.approx(2 * 14 * (2.0 / 16) * 31 / 32) and tr == pytest.approx(2.0 * 31 / 32)
+    assert p["t_step"] == pytest.approx(max(0.5, tg) + max(0.5, tg + tr) + 0.15 * tr)
+    assert p["t_exposed"] == pytest.approx(p["t_step"] - 2 * 0.5)
+
+
+def test_fp8_runs_at_stage_3_gather_one_byte_codes_and_want_an_fp8_one_gpu_run():
+    """--fp8 at stage 3 gathers E4M3 codes (weight_gather fp8_codes, or auto in records since then; records from
+    before say nothing and gathered bf16); an fp8 run takes its one-GPU time from an fp8 run, not a bf16 one."""
+    recs = [_netscale("one_bf16", 1, 3700.0, 70000.0, "2026-11-27"),
+            _netscale("codes", 2, 5000.0, 50000.0, "2026-11-27", stage=3, precision="fp8", weight_gather="fp8_codes"),
+            _netscale("auto", 2, 5000.0, 50000.0, "2026-11-28", stage=3, precision="fp8", weight_gather="auto"),
+            _netscale("one_fp8", 1, 3000.0, 85000.0, "2026-11-28", precision="fp8"),
+            _netscale("before", 2, 5000.0, 50000.0, "2026-11-28", stage=3, precision="fp8"),
+            _netscale("bf16_auto", 2, 5000.0, 50000.0, "2026-11-28", stage=3, weight_gather="auto")]
+    recs.append(_netscale("one_bf16_28", 1, 3600.0, 71000.0, "2026-11-28"))
+    pts, skipped = scaling_model.trainer_points(recs)
+    by_run = {p["run"]: p for p in pts}
+    assert skipped == 1 and "codes" not in by_run  # no fp8 one-GPU run on its date
+    assert by_run["auto"]["wbytes"] == 1.0 and by_run["auto"]["t_micro"] == pytest.approx(3.0 / 16)
+    assert by_run["before"]["wbytes"] == 2.0 and by_run["bf16_auto"]["wbytes"] == 2.0
+    assert by_run["bf16_auto"]["t_micro"] == pytest.approx(3.6 / 16)

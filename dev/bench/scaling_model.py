@@ -18,7 +18,9 @@ Step time = one-GPU compute time + the communication that compute does not hide:
     (2/3 of a micro-step) except the last bucket (--tail-fraction of it), which nothing follows;
   weight all-gather after the update (stages 1, 2): hidden behind the first forward (1/3);
   stage 3's per-micro-step gathers (forward + backward): each micro-step takes the longer of its
-    compute and its gathers.
+    compute and its gathers; flat, the last micro-step's gradient sums share the gathers' link, so
+    that micro-step takes the longer of its compute and gathers + sums, and only the last bucket's
+    share of the sums (--tail-fraction) comes after it.
 Hierarchical (--shard-over host) collectives are the sum of their in-host and across-host parts.
 Compressed communication (issue 29: weights all-gathered as FP8 or int8 codes with a scale per
 block, gradients reduced quantized): --weight-bytes and --grad-bytes give the bytes per parameter
@@ -34,7 +36,7 @@ import statistics
 import sys
 
 COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce", "reduce_scatter_fp32")
-CHECKS = ("netscale", "scaling8b4", "scaling")
+CHECKS = ("netscale", "scaling8b4", "scaling", "fp8gather", "quantized_one_micro_step")
 POINT_FIELDS = ("stage", "mode", "hosts", "gpus_per_host", "micro_steps", "B", "T", "tokens_per_s_per_gpu")
 # the two predicted models: parameters, sequences per micro-step, sequence length and the
 # fallback one-GPU time per micro-step (H100) when no one_gpu record gives it
@@ -199,6 +201,12 @@ def step_time(stage, mode, hosts, gpn, micro, t_micro, nparams, links, lookup, t
         exposed = grad_exposed(parts["t_grad"])
         if stage == 3:
             parts["t_gather_micro"] = stage3_gathers("flat", n)
+            # one link: the last micro-step's sums queue behind its gathers (measured at one micro-step on the
+            # stand-in: a step of 1.41 s where compute, gathers and sums side by side give 0.96)
+            tg, last = parts["t_gather_micro"], max(t_micro, parts["t_gather_micro"] + parts["t_grad"])
+            parts["t_step"] = (micro - 1) * max(t_micro, tg) + last + tail * parts["t_grad"]
+            parts["t_exposed"] = parts["t_step"] - parts["t_compute"]
+            return parts
         else:
             parts["t_gather_after"] = t("all_gather", "flat", n, w)
             exposed += gather_exposed(parts["t_gather_after"])
@@ -226,7 +234,13 @@ def wire_bytes(r, flag_field, bytes_field):
     reductions: its own bytes field, else from its --weight-gather / --grad-reduce (int8, e4m3: codes), else bf16."""
     if bytes_field in r:
         return float(r[bytes_field])
-    return CODE_BYTES if r.get(flag_field) in ("int8", "e4m3") else 2.0
+    if r.get(flag_field) in ("int8", "e4m3"):
+        return CODE_BYTES
+    # --fp8 at stage 3 gathers its layers as their E4M3 codes, one byte a weight (llmc/parallel/zero_fp8.h): records
+    # say fp8_codes, or auto where the trainer chose them (records of the time before them say nothing)
+    fp8_codes = r.get(flag_field) == "fp8_codes" or (r.get(flag_field) == "auto" and r.get("precision") == "fp8"
+                                                     and r.get("stage") == 3)
+    return 1.0 if flag_field == "weight_gather" and fp8_codes else 2.0
 
 
 def trainer_points(recs):
@@ -235,14 +249,17 @@ def trainer_points(recs):
     pts, skipped = [], 0
     # a record without one_gpu takes the one-GPU run of the same model and shape among the records, of the same
     # lease where the records carry its date (compute speed differs between machines by a few %)
-    singles = {(r.get("model"), r.get("B"), r.get("T"), r.get("date")): {"ms": r["ms"],
-                                                                        "micro_steps": r.get("micro_steps")}
+    # and the same precision (an --fp8 run computes faster)
+    def single_key(r):
+        return (r.get("model"), r.get("B"), r.get("T"), r.get("date"), r.get("precision", "bf16"))
+
+    singles = {single_key(r): {"ms": r["ms"], "micro_steps": r.get("micro_steps")}
                for r in recs if r.get("check") in CHECKS and r.get("hosts") == 1 and r.get("gpus_per_host") == 1
                and "ms" in r}
     for r in recs:
         if r.get("check") not in CHECKS or (r.get("hosts") == 1 and r.get("gpus_per_host") == 1):
             continue
-        one = r.get("one_gpu") or singles.get((r.get("model"), r.get("B"), r.get("T"), r.get("date")))
+        one = r.get("one_gpu") or singles.get(single_key(r))
         nparams = r.get("params") or next((m["params"] for m in MODELS.values() if m["name"] == r.get("model")), None)
         if (any(k not in r for k in POINT_FIELDS) or r["mode"] not in ("flat", "host") or not nparams
                 or not isinstance(one, dict) or not one.get("ms")):

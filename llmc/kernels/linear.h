@@ -263,6 +263,12 @@ static inline float *fp8_grad_amax(Fp8Scratch *q)
     return q && q->recipe == FP8_TENSOR ? q->amax + FP8_G : NULL;
 }
 
+/* The output gradient's code format: per tensor E5M2 (one scale must cover the whole tensor's range), else E4M3. */
+static inline Fp8Format fp8_grad_format(const Fp8Scratch *q)
+{
+    return q->recipe == FP8_TENSOR ? FP8_E5M2 : FP8_E4M3;
+}
+
 /* One Linear's weight codes for a GEMM. */
 typedef struct {
     const uint8_t *codes;
@@ -369,10 +375,9 @@ static inline void linear_backward_input(bf16 *dinp, const bf16 *dout, const bf1
         return;
     }
     fp8_check_blocks(q, N, in, out_dim);
-    Fp8Format gf = FP8_E4M3;
+    Fp8Format gf = fp8_grad_format(q);
     int kind_dx = MATMUL_FP8;
     if (q->recipe == FP8_TENSOR) { /* dy's two layouts from one pass */
-        gf = FP8_E5M2;
         if (!amax_ready)
             fp8_amax(q->amax + FP8_G, dout, (int64_t)N * out_dim, s);
         fp8_quantize_transposed(q->g_t, q->sg_t, q->g, q->sg, dout, q->amax + FP8_G, N, out_dim, FP8_T_TENSOR, gf, s);
@@ -398,7 +403,7 @@ static inline void linear_backward_weight(bf16 *dweight, const bf16 *dout, const
         matmul_backward_weight(dweight, dout, x, N, in, out_dim, accumulate, s);
         return;
     }
-    Fp8Format gf = q->recipe == FP8_TENSOR ? FP8_E5M2 : FP8_E4M3;
+    Fp8Format gf = fp8_grad_format(q);
     int kind_dw = MATMUL_FP8;
     if (q->recipe == FP8_TENSOR) { /* x at its forward's scale */
         fp8_quantize_transposed(q->x_t, q->sx_t, NULL, NULL, x, fp8_input_amax(q, slot), N, in, FP8_T_TENSOR, FP8_E4M3,

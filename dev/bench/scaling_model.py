@@ -36,7 +36,7 @@ import statistics
 import sys
 
 COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce", "reduce_scatter_fp32")
-CHECKS = ("netscale", "scaling8b4", "scaling", "fp8gather", "quantized_one_micro_step")
+CHECKS = ("netscale", "scaling8b4", "scaling", "fp8gather", "quantized_one_micro_step", "qmatrix")
 POINT_FIELDS = ("stage", "mode", "hosts", "gpus_per_host", "micro_steps", "B", "T", "tokens_per_s_per_gpu")
 # the two predicted models: parameters, sequences per micro-step, sequence length and the
 # fallback one-GPU time per micro-step (H100) when no one_gpu record gives it

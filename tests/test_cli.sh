@@ -109,7 +109,7 @@ if [ -x ./train_llama ]; then
         ./train_llama --preset nano --grad-reduce fp16 --train "$good"
     expect "train_llama quantized sums at stage 0" "--grad-reduce int8 needs --zero-stage 1, 2 or 3" \
         ./train_llama --preset nano --grad-reduce int8 --zero-stage 0 --train "$good"
-    expect "train_llama unknown --weight-gather" "--weight-gather takes bf16, int8 or e4m3 (got 'fp8')" \
+    expect "train_llama unknown --weight-gather" "--weight-gather takes auto, bf16, int8 or e4m3 (got 'fp8')" \
         ./train_llama --preset nano --weight-gather fp8 --zero-stage 3 --train "$good"
     expect "train_llama quantized gathers below stage 3" "hint: add --zero-stage 3" \
         ./train_llama --preset nano --weight-gather e4m3 --zero-stage 2 --train "$good"

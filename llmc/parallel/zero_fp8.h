@@ -48,15 +48,22 @@ struct ZeroFp8 {
     int stale;                    /* the shares changed since amax was taken */
 };
 
+/* Where Linear map `map`'s W (its first tensor: q of the stacked q, k, v; gate of gate, up) starts in a layer
+ * bucket. */
+static inline int64_t zero_fp8_map_at(const Zero *z, const ParamLayout *layout, int map)
+{
+    static const int first[LINEAR_MAPS] = {LAYER_Q, LAYER_O, LAYER_GATE, LAYER_DOWN};
+    return layout->tensors[param_index_layer(layout, 0, first[map])].offset - z->plan.buckets[1].offset;
+}
+
 /* Whether the layer buckets can travel as FP8 codes: NULL if so, else why not. Each W's codes must start 16-byte
  * aligned (GEMM operands) and its sides be multiples of 16 (fp8_transpose_codes). */
 static inline const char *zero_fp8_unsupported(const Zero *z, const ParamLayout *layout, const LinearShape *shape)
 {
-    static const int first[LINEAR_MAPS] = {LAYER_Q, LAYER_O, LAYER_GATE, LAYER_DOWN};
     if (z->stage < 3 || z->plan.n_buckets < 3)
         return "only ZeRO stage 3 gathers weights at each use";
     for (int map = 0; map < LINEAR_MAPS; map++) {
-        int64_t at = layout->tensors[param_index_layer(layout, 0, first[map])].offset - z->plan.buckets[1].offset;
+        int64_t at = zero_fp8_map_at(z, layout, map);
         if (at % 16 || shape[map].in % 16 || shape[map].out % 16)
             return "a Linear W's codes would not start 16-byte aligned, or its sides are not multiples of 16";
     }
@@ -67,11 +74,10 @@ static inline const char *zero_fp8_unsupported(const Zero *z, const ParamLayout 
  * four W shapes. Allocates what the top says. */
 static inline void zero_fp8_enable(Zero *z, const ParamLayout *layout, const LinearShape *shape)
 {
-    static const int first[LINEAR_MAPS] = {LAYER_Q, LAYER_O, LAYER_GATE, LAYER_DOWN};
     const ZeroBucket *bk = &z->plan.buckets[1];
     struct ZeroFp8 *f = (struct ZeroFp8 *)calloc_check(1, sizeof(*f), "ZeRO FP8 gathers");
     for (int map = 0; map < LINEAR_MAPS; map++) {
-        f->maps[map].at = layout->tensors[param_index_layer(layout, 0, first[map])].offset - bk->offset;
+        f->maps[map].at = zero_fp8_map_at(z, layout, map);
         f->maps[map].n = shape[map].in * shape[map].out;
     }
     int64_t *rest = (int64_t *)malloc_check((size_t)bk->numel * sizeof(int64_t), "ZeRO FP8 gathers");

@@ -82,10 +82,16 @@ steps="${*:-build equivalence scaling}"
 results="$out/multi_gpu.jsonl"
 status=0
 run() { # name, command...: runs with a time limit, keeps the log
-    local name=$1
+    local name=$1 rc=0
     shift
     echo "--- $name: $*" >> "$out/commands.log"
-    timeout 300 "$@" > "$out/$name.log" 2>&1 || { echo "FAIL $name (exit $?)"; tail -5 "$out/$name.log"; status=1; }
+    # in the background, so that a TERM to this script (an outer time limit) reaches it: bash runs a trap only
+    # once the foreground command is done, and mpirun's ranks left running hold their GPUs' memory for the next run
+    timeout 300 "$@" > "$out/$name.log" 2>&1 &
+    trap "kill -TERM $! 2>/dev/null; wait $!; exit 143" TERM INT
+    wait $! || rc=$?
+    trap - TERM INT
+    [ $rc = 0 ] || { echo "FAIL $name (exit $rc)"; tail -5 "$out/$name.log"; status=1; }
 }
 mpi=(mpirun -np "$np" --bind-to none -x NCCL_NVLS_ENABLE)
 # the N GPUs as 2 stand-in hosts of N / 2 (NCCL_HOSTID per process)

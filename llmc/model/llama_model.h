@@ -268,7 +268,8 @@ static inline void llama_build(Llama *m, const LlamaConfig *config, const LlamaO
     if (opt->fp8) {
         shapes = llama_linear_shapes(c, &n_slots);
         fp8_bytes = fp8_scratch_bytes_about(N, shapes, n_slots);
-        for (int i = 0; opt->zero_stage >= 3 && i < m->layout.n_tensors; i++) /* two layers' gathered codes */
+        int gathered = opt->zero_stage >= 3 && opt->fp8 == FP8_TENSOR && opt->weight_gather == ZERO_GATHER_AUTO;
+        for (int i = 0; gathered && i < m->layout.n_tensors; i++) /* two layers' gathered codes, at most */
             fp8_bytes += m->layout.tensors[i].bucket == 1 ? 2 * (size_t)m->layout.tensors[i].numel : 0;
     }
     params_build(&m->params, c, &m->layout, opt->dist, &zopt, opt->offload, fp8_bytes);

@@ -70,6 +70,29 @@ static inline const char *zero_fp8_unsupported(const Zero *z, const ParamLayout 
     return NULL;
 }
 
+/* The places of a layer bucket's elements outside f's maps, in order, into rest (when not NULL), from the gaps
+ * before, between and after the maps: their count. A layer's norms and biases: a few thousand, where the bucket
+ * holds hundreds of millions of elements. */
+static inline int64_t zero_fp8_rest_(const struct ZeroFp8 *f, int64_t numel, int64_t *rest)
+{
+    ZeroFp8Map m[LINEAR_MAPS];
+    memcpy(m, f->maps, sizeof(m));
+    for (int i = 1; i < LINEAR_MAPS; i++) /* by where they start */
+        for (int j = i; j > 0 && m[j].at < m[j - 1].at; j--) {
+            ZeroFp8Map t = m[j];
+            m[j] = m[j - 1], m[j - 1] = t;
+        }
+    int64_t n = 0, from = 0;
+    for (int i = 0; i <= LINEAR_MAPS; i++) {
+        int64_t to = i < LINEAR_MAPS ? m[i].at : numel;
+        for (int64_t e = from; e < to; e++, n++)
+            if (rest)
+                rest[n] = e;
+        from = i < LINEAR_MAPS ? m[i].at + m[i].n : numel;
+    }
+    return n;
+}
+
 /* The layer buckets gathered as FP8 codes from now on (zero_fp8_unsupported must have said yes); shape: a layer's
  * four W shapes. Allocates what the top says. */
 static inline void zero_fp8_enable(Zero *z, const ParamLayout *layout, const LinearShape *shape)
@@ -80,14 +103,9 @@ static inline void zero_fp8_enable(Zero *z, const ParamLayout *layout, const Lin
         f->maps[map].at = zero_fp8_map_at(z, layout, map);
         f->maps[map].n = shape[map].in * shape[map].out;
     }
-    int64_t *rest = (int64_t *)malloc_check((size_t)bk->numel * sizeof(int64_t), "ZeRO FP8 gathers");
-    for (int64_t i = 0; i < bk->numel; i++) {
-        int in_map = 0;
-        for (int map = 0; map < LINEAR_MAPS; map++)
-            in_map |= i >= f->maps[map].at && i < f->maps[map].at + f->maps[map].n;
-        if (!in_map)
-            rest[f->n_rest++] = i;
-    }
+    f->n_rest = zero_fp8_rest_(f, bk->numel, NULL);
+    int64_t *rest = (int64_t *)malloc_check((size_t)(f->n_rest ? f->n_rest : 1) * sizeof(int64_t), "ZeRO FP8 gathers");
+    zero_fp8_rest_(f, bk->numel, rest);
     f->rest_at = (int64_t *)cuda_malloc_named((size_t)(f->n_rest ? f->n_rest : 1) * sizeof(int64_t),
                                               "ZeRO FP8 gathers: the rest's places");
     CUDA_CHECK(cudaMemcpy(f->rest_at, rest, (size_t)f->n_rest * sizeof(int64_t), cudaMemcpyHostToDevice));

@@ -96,6 +96,9 @@ run() { # name, command...: runs with a time limit, keeps the log
 mpi=(mpirun -np "$np" --bind-to none -x NCCL_NVLS_ENABLE)
 # the N GPUs as 2 stand-in hosts of N / 2 (NCCL_HOSTID per process)
 hosts2=(mpirun -np "$np" --bind-to none -x NCCL_NVLS_ENABLE -x GPUS_PER_HOST=$((np / 2)) scripts/as_hosts.sh)
+# two of them (CUDA_VISIBLE_DEVICES, or GPUs 0 and 1) as 2 stand-in hosts of 1 GPU
+one=(mpirun -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x GPUS_PER_HOST=1
+     -x CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0,1}" scripts/as_hosts.sh)
 # One record per run in the results: per-GPU throughput, MFU and memory of its log, the
 # median of the steps after the first two. Arguments: results file, check, log, label,
 # then name=value pairs for the record.
@@ -284,8 +287,6 @@ EOF
     netscale)
         # 0.5M tokens per step; the stand-in for separate hosts: NCCL_HOSTID per process (scripts/as_hosts.sh)
         big=(./train_llama --preset llama3.2-1b -B 8 -T 2048 --random-data --steps 6 --warmup 2)
-        one=(mpirun -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x GPUS_PER_HOST=1
-             -x CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0,1}" scripts/as_hosts.sh)
         two=(mpirun -np 4 --bind-to none -x NCCL_NVLS_ENABLE -x GPUS_PER_HOST=2 scripts/as_hosts.sh)
         common=(model=llama3.2-1b params=1235814400 B=8 T=2048 link=net)
         run ns_1gpu "${big[@]}" --total-batch 262144 --log "$out/ns_1gpu.jsonl"
@@ -376,8 +377,6 @@ EOF
         # issue 29: --fp8 at stage 3 with the layers' weights gathered as their FP8 codes (auto) against gathered in
         # bf16 (and quantized at each use), the 1B on 2 stand-in hosts x 1 GPU, at one micro-step and at 0.5M tokens
         big=(./train_llama --preset llama3.2-1b -B 8 -T 2048 --random-data --warmup 2 --fp8)
-        one=(mpirun -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x GPUS_PER_HOST=1
-             -x CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0,1}" scripts/as_hosts.sh)
         common=(model=llama3.2-1b params=1235814400 B=8 T=2048 precision=fp8 stage=3 mode=flat hosts=2 gpus_per_host=1)
         for batch in ${FG_BATCHES:-32768 524288}; do
             micro=$((batch / 32768))
@@ -416,8 +415,6 @@ EOF
         # x 1 GPU (one sum per 16 micro-steps, over sockets) and at one micro-step on all N GPUs over NVLink (a
         # sum every micro-step: the worst case)
         big=(./train_llama --preset llama3.2-1b -B 8 -T 2048 --random-data --warmup 2)
-        one=(mpirun -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x GPUS_PER_HOST=1
-             -x CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0,1}" scripts/as_hosts.sh)
         common=(model=llama3.2-1b params=1235814400 B=8 T=2048 stage=1 mode=flat)
         for sums in bf16 fp32; do
             run "f32_2x1_$sums" "${one[@]}" "${big[@]}" --steps 6 --total-batch 524288 --grad-reduce $sums \

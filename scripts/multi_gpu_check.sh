@@ -58,8 +58,8 @@
 #                a veth pair (one rank each, TCP rendezvous, no MPI), ZeRO 3 over
 #                hosts, against 1 GPU and the same run with NCCL_HOSTID alone
 #   qmatrix      issue 29's table: the 1B on the stand-in, stages 1-3 with and without --grad-reduce int8 and (stage 3)
-#                --weight-gather int8, at one micro-step and 0.5M tokens, 2 x 1 flat and 2 x 2 over hosts (QM_LAYOUTS,
-#                QM_BATCHES, QM_STAGES pick; all of it is about 40 runs of 30-90 s)
+#                --weight-gather int8, at one micro-step and at a 0.5M-token step, 2 x 1 flat and 2 x 2 over hosts
+#                (QM_LAYOUTS, QM_BATCHES="m1 b512k", QM_STAGES pick; all of it is about 34 runs of 30-70 s)
 #   fp8gather    issue 29: --fp8 at stage 3, the layers' weights gathered as FP8 codes against bf16, the 1B on 2
 #                stand-in hosts x 1 GPU at one micro-step and at 0.5M tokens (FG_BATCHES="32768" for the first only)
 #   qconvergence issue 29: dev/bench/convergence.sh on 2 GPUs, 1000 steps of the default corpus (carry
@@ -340,15 +340,17 @@ EOF
         fi;;
     qmatrix)
         # issue 29's table: the 1B on the stand-in, each stage with and without each quantized option (bf16; int8
-        # sums; at stage 3 int8 gathers, and both), at one micro-step and at 0.5M tokens, flat on 2 hosts x 1 and over
-        # hosts on 2 x 2 (np >= 4). QM_LAYOUTS="2x1 2x2", QM_BATCHES="1 16" (micro-steps), QM_STAGES="1 2 3" pick.
+        # sums; at stage 3 int8 gathers, and both), at one micro-step (m1) and at a 0.5M-token step (b512k: 16
+        # micro-steps a GPU on 2 x 1, 8 on 2 x 2), flat on 2 hosts x 1 and over hosts on 2 x 2 (np >= 4).
+        # QM_LAYOUTS="2x1 2x2", QM_BATCHES="m1 b512k", QM_STAGES="1 2 3" pick.
         base=(./train_llama --preset llama3.2-1b -B 8 -T 2048 --random-data --warmup 2)
         common=(model=llama3.2-1b params=1235814400 B=8 T=2048 link=net)
-        for micro in ${QM_BATCHES:-1 16}; do
-            steps=$([ "$micro" = 1 ] && echo 12 || echo 5)
-            run "qm_1gpu_m$micro" "${base[@]}" --steps $steps --total-batch $((16384 * micro)) \
-                --log "$out/qm_1gpu_m$micro.jsonl"
-            summarize "$results" qmatrix "$out/qm_1gpu_m$micro.jsonl" "qm_1gpu_m$micro" "${common[@]}" stage=1 \
+        for batch in ${QM_BATCHES:-m1 b512k}; do
+            steps=$([ "$batch" = m1 ] && echo 12 || echo 5)
+            micro=$([ "$batch" = m1 ] && echo 1 || echo 16) # one GPU: those of 2 x 1
+            run "qm_1gpu_$batch" "${base[@]}" --steps $steps --total-batch $((16384 * micro)) \
+                --log "$out/qm_1gpu_$batch.jsonl"
+            summarize "$results" qmatrix "$out/qm_1gpu_$batch.jsonl" "qm_1gpu_$batch" "${common[@]}" stage=1 \
                 mode=flat hosts=1 gpus_per_host=1 micro_steps=$micro link=none || status=1
             for layout in ${QM_LAYOUTS:-2x1 2x2}; do
                 per=${layout#2x}
@@ -357,16 +359,17 @@ EOF
                         scripts/as_hosts.sh)
                 mode=flat extra=()
                 [ "$per" -gt 1 ] && mode=host extra=(--shard-over host)
+                total=$([ "$batch" = m1 ] && echo $((16384 * 2 * per)) || echo 524288)
                 for z in ${QM_STAGES:-1 2 3}; do
                     options=("bf16:" "qgz:--grad-reduce int8")
                     [ "$z" = 3 ] && options+=("qwz:--weight-gather int8" "both:--grad-reduce int8 --weight-gather int8")
                     for o in "${options[@]}"; do
                         read -r -a flags <<< "${o#*:}"
-                        name="qm_z${z}_${layout}_m${micro}_${o%%:*}"
-                        run "$name" "${launch[@]}" "${base[@]}" --steps $steps --total-batch $((16384 * micro * 2 * per)) \
-                            --zero-stage $z "${extra[@]}" "${flags[@]}" --log "$out/$name.jsonl"
+                        name="qm_z${z}_${layout}_${batch}_${o%%:*}"
+                        run "$name" "${launch[@]}" "${base[@]}" --steps $steps --total-batch $total --zero-stage $z \
+                            "${extra[@]}" "${flags[@]}" --log "$out/$name.jsonl"
                         summarize "$results" qmatrix "$out/$name.jsonl" "$name" "${common[@]}" stage=$z mode=$mode \
-                            hosts=2 gpus_per_host=$per micro_steps=$micro \
+                            hosts=2 gpus_per_host=$per micro_steps=$((total / (16384 * 2 * per))) \
                             grad_reduce=$([[ "$o" == *grad-reduce* ]] && echo int8 || echo bf16) \
                             weight_gather=$([[ "$o" == *weight-gather* ]] && echo int8 || echo bf16) || status=1
                     done

@@ -426,16 +426,25 @@ def run_subprocess(cmd, timeout, log_base, env=None):
     """(returncode or 'timeout', stdout text, stderr text); the child's process group dies on timeout."""
     with open(log_base + ".out", "w") as fo, open(log_base + ".err", "w") as fe:
         p = subprocess.Popen(cmd, stdout=fo, stderr=fe, cwd=REPO, env=env, start_new_session=True)
+
+        def stop(signum, frame):
+            # an outer time limit or ^C ends this script: its own session would keep the child (and its GPU
+            # memory) alive for the next run, so the finally below ends it first
+            raise SystemExit(128 + signum)
+        handlers = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
             rc = p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             rc = "timeout"
-        # the child's own session: also ends helpers it left behind (e.g. compile workers holding memory)
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        p.wait()
+        finally:
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+            # the child's own session: also ends helpers it left behind (e.g. compile workers holding memory)
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            p.wait()
     with open(log_base + ".out") as fo, open(log_base + ".err") as fe:
         return rc, fo.read(), fe.read()
 

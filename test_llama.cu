@@ -316,7 +316,7 @@ static void test_fp8_linear_recipe(Fp8Recipe recipe, int N, int IC, int OC, cuda
     for (int kept = 0; kept < 2; kept++) {
         Fp8Scratch q;
         fp8_scratch_build(&q, recipe, N, &shape, 1, kept ? FP8_WEIGHTS_KEPT : FP8_WEIGHTS_MADE);
-        linear_forward(y_d, x_d, w_d, N, IC, OC, &q, 0, 0, s);
+        linear_forward(y_d, x_d, w_d, NULL, N, IC, OC, &q, 0, 0, s);
         linear_backward(dx_d, dw_d, dy_d, x_d, w_d, N, IC, OC, 0, &q, 0, 0, s);
         CUDA_CHECK(cudaStreamSynchronize(s));
         float *y1 = download_bf16(y_d, ny), *dx1 = download_bf16(dx_d, nx), *dw1 = download_bf16(dw_d, nw);

@@ -38,7 +38,8 @@
 #                stand-in hosts: the collectives' times for scaling_model.py
 #   scaling8b4   Llama 3.1 8B, T=8192, B=1 per GPU on 4 GPUs of one host: stages
 #                1 to 3 in bf16 and FP8 at a 0.5M-token batch, and 2 x 2 stand-in
-#                hosts over hosts against one host at a 1M-token batch
+#                hosts over hosts against one host at a 1M-token batch (PRECISIONS, STAGES,
+#                FP8_GATHERS, RECOMPUTE_8B, HOSTS_1M=0 pick)
 #   checkpoint   resume bit-identical to an uninterrupted run on the same GPU
 #                count (ZeRO 2, one optimizer file per rank), and on the same
 #                count under ZeRO 3 (state re-sharded across stages), resume of that
@@ -453,15 +454,17 @@ EOF
         ;;
     scaling8b4)
         # the 8B at T=8192 on 4 GPUs of one host; B=1, the largest that fits every stage
-        b8=(./train_llama --preset llama3.1-8b -B 1 -T 8192 --random-data --warmup 2)
-        common=(model=llama3.1-8b params=8030261248 B=1 T=8192)
+        # RECOMPUTE_8B=N: --recompute N (at 0 the norms and SwiGLU are kept, some 12 GB more a GPU at T=8192)
+        b8=(./train_llama --preset llama3.1-8b -B 1 -T 8192 --random-data --warmup 2
+            ${RECOMPUTE_8B:+--recompute $RECOMPUTE_8B})
+        common=(model=llama3.1-8b params=8030261248 B=1 T=8192 ${RECOMPUTE_8B:+recompute=$RECOMPUTE_8B})
         # FP8_GATHERS="auto bf16": stage 3 with --fp8 also gathering bf16 weights (the codes made at each use)
         for prec in ${PRECISIONS:-bf16 fp8}; do
             for z in ${STAGES:-1 2 3}; do
                 gathers=auto
                 [ "$prec" = fp8 ] && [ "$z" = 3 ] && gathers="${FP8_GATHERS:-auto}"
                 for gather in $gathers; do
-                    name="s8_z${z}_$prec$([ "$gather" = bf16 ] && echo _bf16_gather)"
+                    name="s8_z${z}_$prec$([ "$gather" = bf16 ] && echo _bf16_gather)${RECOMPUTE_8B:+_r$RECOMPUTE_8B}"
                     run "$name" "${mpi[@]}" "${b8[@]}" --steps "${STEPS_8B:-5}" --total-batch 524288 --zero-stage $z \
                         $([ "$prec" = fp8 ] && echo --fp8) --weight-gather "$gather" --log "$out/$name.jsonl"
                     summarize "$results" scaling8b4 "$out/$name.jsonl" "$name" "${common[@]}" stage=$z mode=flat \

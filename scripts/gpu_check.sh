@@ -99,11 +99,12 @@ for s in $steps; do
         # and 1 (--profile-step) against llmq's own breakdown (--debug-time-breakdown), both at 4 micro-steps a
         # step and profiled after some 7 s of load: the benches' sustained steps ran 4% slower than a profile of
         # the first second had said (docs/performance.md, issue 33 round 3)
-        for r in 0 1; do
+        for run in r0 r1 r1_fp8; do # and --fp8 (68.3k against llmq's published 73k)
+            r=${run:1:1}
             timeout 200 ./train_llama --preset qwen2.5-1.5b --random-data -B 16 -T 1024 --total-batch 65536 --steps 8 \
-                --warmup 1 --recompute $r --profile-step 7 --log "$out/qwen_r$r.jsonl" > "$out/qwen_r$r.log" 2>&1 ||
-                status=1
-            sed -n '/profile of step/,/idle/p' "$out/qwen_r$r.log"
+                --warmup 1 --recompute $r --profile-step 7 $([ "$run" = r1_fp8 ] && echo --fp8) \
+                --log "$out/qwen_$run.jsonl" > "$out/qwen_$run.log" 2>&1 || status=1
+            sed -n '/profile of step/,/idle/p' "$out/qwen_$run.log"
         done
         python3 scripts/llmq_inputs.py /tmp/llmq_qwen --model qwen2.5-1.5b --random-tokens 4194304 > /dev/null || status=1
         timeout 200 .carry/llmq/bin/train --model=/tmp/llmq_qwen/model --from-scratch \

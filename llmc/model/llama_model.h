@@ -246,8 +246,10 @@ static inline void llama_build(Llama *m, const LlamaConfig *config, const LlamaO
     m->layout = llama_param_layout(config);
     const LlamaConfig *c = config;
     int64_t N = llama_tokens(m), V = c->vocab_size;
-    /* the logits chunk lives in what the loss leaves free (llama_acts.h): as large as that, or the budget */
-    size_t free_at_loss = acts_loss_scratch_bytes(c, opt->B, opt->T, opt->recompute);
+    /* the logits chunk lives in what the loss leaves free (llama_acts.h): as large as that is at recompute 1 (the
+     * default), or the budget. The same rows at every level, so that the levels' gradients stay bit-identical (the
+     * lm_head's gradient is rounded once per chunk); at level 0, with fewer buffers free, it costs their difference. */
+    size_t free_at_loss = acts_loss_scratch_bytes(c, opt->B, opt->T, 1);
     m->logits_chunk = fused_classifier_chunk_rows(
         (int)N, (int)V, free_at_loss > opt->logits_budget_bytes ? free_at_loss : opt->logits_budget_bytes);
     acts_build(&m->acts, c, opt->B, opt->T, opt->recompute, (size_t)m->logits_chunk * V * sizeof(bf16));

@@ -29,8 +29,10 @@ def test_bf16_bytes_are_the_default(stage, mode):
 def test_halving_the_bytes_halves_the_collectives_that_move_them(stage, mode):
     base, half_w, half_g = step(stage, mode), step(stage, mode, wbytes=1.0), step(stage, mode, gbytes=1.0)
     assert half_w["t_grad"] == base["t_grad"] and half_g["t_grad"] == pytest.approx(base["t_grad"] / 2)
-    for part in ("t_gather_after", "t_gather_micro"):
-        assert half_g[part] == base[part] and half_w[part] == pytest.approx(base[part] / 2)
+    assert half_g["t_gather_micro"] == base["t_gather_micro"]
+    assert half_w["t_gather_micro"] == pytest.approx(base["t_gather_micro"] / 2)
+    # the gather of the updated weights after AdamW stays exact bf16 whatever stage 3's gathers move
+    assert half_g["t_gather_after"] == base["t_gather_after"] == half_w["t_gather_after"]
     assert half_w["t_step"] <= base["t_step"] and half_g["t_step"] <= base["t_step"]
 
 

@@ -166,9 +166,11 @@ def step_time(stage, mode, hosts, gpn, micro, t_micro, nparams, links, lookup, t
     "host" (the G GPUs of a host) and "across" (one GPU per host) to a link kind;
     lookup(collective, link) gives {"alpha", "beta"}; it is called only for groups of 2 or more,
     so a configuration never asks for a link it does not use. wbytes, gbytes: bytes per parameter
-    of the weights' gathers and the gradients' reductions (bf16: 2)."""
+    of stage 3's per-layer weight gathers and of the gradients' reductions (bf16: 2); the gather of the updated
+    weights after AdamW is always exact bf16."""
     n = hosts * gpn
-    w = wbytes * nparams  # bytes of all weights on the wire
+    w = wbytes * nparams  # bytes of all weights on the wire in stage 3's per-layer gathers
+    exact_w = 2.0 * nparams  # the updated weights' gather after AdamW is exact bf16 (codes only for stage 3's)
     g = gbytes * nparams  # and of all gradients
 
     def t(coll, group, nranks, nbytes):
@@ -208,16 +210,16 @@ def step_time(stage, mode, hosts, gpn, micro, t_micro, nparams, links, lookup, t
             parts["t_exposed"] = parts["t_step"] - parts["t_compute"]
             return parts
         else:
-            parts["t_gather_after"] = t("all_gather", "flat", n, w)
+            parts["t_gather_after"] = t("all_gather", "flat", n, exact_w)
             exposed += gather_exposed(parts["t_gather_after"])
     else:  # hierarchical: in-host over G ranks, then across hosts over H ranks with 1/G of the bytes
         parts["t_grad"] = t("reduce_scatter", "host", gpn, g) + t("reduce_scatter", "across", hosts, g / gpn)
         exposed = grad_exposed(parts["t_grad"])
-        parts["t_gather_after"] = t("all_gather", "across", hosts, w / gpn)
+        parts["t_gather_after"] = t("all_gather", "across", hosts, exact_w / gpn)
         if stage == 3:
             parts["t_gather_micro"] = stage3_gathers("host", gpn)
         else:
-            parts["t_gather_after"] += t("all_gather", "host", gpn, w)
+            parts["t_gather_after"] += t("all_gather", "host", gpn, exact_w)
         exposed += gather_exposed(parts["t_gather_after"])
     # stage 3: every micro-step is bound by the slower of its compute and its two gathers
     compute = micro * max(t_micro, parts["t_gather_micro"])
@@ -248,18 +250,23 @@ def trainer_points(recs):
     checks lacked some (e.g. the older 'scaling' records without stage, hosts, micro_steps)."""
     pts, skipped = [], 0
     # a record without one_gpu takes the one-GPU run of the same model and shape among the records, of the same
-    # lease where the records carry its date (compute speed differs between machines by a few %)
-    # and the same precision (an --fp8 run computes faster)
+    # lease where the records carry its date or lease (compute speed differs between machines by a few %), the
+    # same precision (an --fp8 run computes faster), and the same micro-steps where there is one (at one
+    # micro-step each step also pays the optimizer)
     def single_key(r):
-        return (r.get("model"), r.get("B"), r.get("T"), r.get("date"), r.get("precision", "bf16"))
+        return (r.get("model"), r.get("B"), r.get("T"), r.get("date"), r.get("lease"), r.get("precision", "bf16"))
 
-    singles = {single_key(r): {"ms": r["ms"], "micro_steps": r.get("micro_steps")}
-               for r in recs if r.get("check") in CHECKS and r.get("hosts") == 1 and r.get("gpus_per_host") == 1
-               and "ms" in r}
+    singles = {}
+    for r in recs:
+        if r.get("check") in CHECKS and r.get("hosts") == 1 and r.get("gpus_per_host") == 1 and "ms" in r:
+            one = {"ms": r["ms"], "micro_steps": r.get("micro_steps")}
+            singles[single_key(r)] = one
+            singles[single_key(r) + (r.get("micro_steps"),)] = one
     for r in recs:
         if r.get("check") not in CHECKS or (r.get("hosts") == 1 and r.get("gpus_per_host") == 1):
             continue
-        one = r.get("one_gpu") or singles.get(single_key(r))
+        one = (r.get("one_gpu") or singles.get(single_key(r) + (r.get("micro_steps"),)) or
+               singles.get(single_key(r)))
         nparams = r.get("params") or next((m["params"] for m in MODELS.values() if m["name"] == r.get("model")), None)
         if (any(k not in r for k in POINT_FIELDS) or r["mode"] not in ("flat", "host") or not nparams
                 or not isinstance(one, dict) or not one.get("ms")):

@@ -94,3 +94,17 @@ def test_fp8_runs_at_stage_3_gather_one_byte_codes_and_want_an_fp8_one_gpu_run()
     assert by_run["auto"]["wbytes"] == 1.0 and by_run["auto"]["t_micro"] == pytest.approx(3.0 / 16)
     assert by_run["before"]["wbytes"] == 2.0 and by_run["bf16_auto"]["wbytes"] == 2.0
     assert by_run["bf16_auto"]["t_micro"] == pytest.approx(3.6 / 16)
+
+
+def test_a_point_takes_the_one_gpu_run_of_its_lease_and_micro_steps():
+    def rec(run, hosts, micro, ms, lease):
+        return {"check": "qmatrix", "run": run, "model": "llama3.2-1b", "params": 1235814400, "stage": 1,
+                "mode": "flat", "hosts": hosts, "gpus_per_host": 1, "micro_steps": micro, "B": 8, "T": 2048,
+                "tokens_per_s_per_gpu": 1000.0, "ms": ms, "lease": lease}
+    recs = [rec("one_m1", 1, 1, 250.0, "b"), rec("one_m16", 1, 16, 3700.0, "b"), rec("other_lease", 1, 1, 300.0, "a"),
+            rec("p_m1", 2, 1, 900.0, "b"), rec("p_m16", 2, 16, 4400.0, "b"), rec("p_m8", 2, 8, 2300.0, "b")]
+    pts, skipped = scaling_model.trainer_points(recs)
+    t = {p["run"]: p["t_micro"] for p in pts}
+    assert skipped == 0 and t["p_m1"] == pytest.approx(0.250) and t["p_m16"] == pytest.approx(3.7 / 16)
+    # no one-GPU run at 8 micro-steps in lease b: its last one-GPU run, per micro-step
+    assert t["p_m8"] == pytest.approx(3.7 / 16)

@@ -316,7 +316,7 @@ static void test_fp8_linear_recipe(Fp8Recipe recipe, int N, int IC, int OC, cuda
     for (int kept = 0; kept < 2; kept++) {
         Fp8Scratch q;
         fp8_scratch_build(&q, recipe, N, &shape, 1, kept ? FP8_WEIGHTS_KEPT : FP8_WEIGHTS_MADE);
-        linear_forward(y_d, x_d, w_d, N, IC, OC, &q, 0, 0, s);
+        linear_forward(y_d, x_d, w_d, NULL, N, IC, OC, &q, 0, 0, s);
         linear_backward(dx_d, dw_d, dy_d, x_d, w_d, N, IC, OC, 0, &q, 0, 0, s);
         CUDA_CHECK(cudaStreamSynchronize(s));
         float *y1 = download_bf16(y_d, ny), *dx1 = download_bf16(dx_d, nx), *dw1 = download_bf16(dw_d, nw);
@@ -630,6 +630,67 @@ static void test_families_build(void)
     }
 }
 
+/* llama_acts.h's loss_scratch, host arithmetic only: for presets of every family and each recompute level, the
+ * buffers the loss leaves free are carved without overlap, 256-byte aligned, within the bytes counted, the
+ * recomputed ones shared by every layer; the logits chunk sized from them fits them. */
+static void test_loss_scratch_layout(void)
+{
+    const struct {
+        const char *preset;
+        int B, T;
+    } cases[] = {{"nano", 4, 64}, {"llama3.2-1b", 8, 2048}, {"qwen2.5-1.5b", 16, 1024}, {"qwen3-0.6b", 8, 1024}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        LlamaConfig c;
+        if (llama_preset(cases[i].preset, &c) != 0) {
+            check(0, "loss scratch: no preset %s", cases[i].preset);
+            continue;
+        }
+        for (int r = 0; r <= 3; r++) {
+            int64_t N = (int64_t)cases[i].B * cases[i].T, L = c.n_layer;
+            size_t bytes = acts_loss_scratch_bytes(&c, cases[i].B, cases[i].T, r);
+            Activations a;
+            memset(&a, 0, sizeof(a));
+            a.layers = (LayerActs *)calloc_check((size_t)L, sizeof(LayerActs), "layers");
+            char *base = (char *)(uintptr_t)((uint64_t)1 << 40); /* never dereferenced */
+            size_t carved = acts_loss_scratch_(&a, base, &c, N, r);
+            int64_t QKV = (int64_t)(c.n_head + 2 * c.n_kv_head) * c.head_dim;
+            const struct {
+                const bf16 *p;
+                int64_t n;
+                int wanted;
+            } parts[] = {{a.d_res, N * c.d_model, 1},
+                         {a.d_att_out, N * c.n_head * c.head_dim, 1},
+                         {a.d_qkv, N * QKV, 1},
+                         {a.d_swiglu, N * c.ffn_dim, 1},
+                         {a.layers[L - 1].ln_attn, N * c.d_model, r >= 1},
+                         {a.layers[L - 1].ln_mlp, N * c.d_model, r >= 1},
+                         {a.layers[L - 1].swiglu_out, N * c.ffn_dim, r >= 1},
+                         {a.layers[L - 1].gate_up, N * 2 * c.ffn_dim, r >= 2}};
+            int n = (int)(sizeof(parts) / sizeof(parts[0])), ok = carved == bytes;
+            for (int k = 0; k < n; k++) {
+                const char *p = (const char *)parts[k].p;
+                ok &= (p != NULL) == parts[k].wanted;
+                if (!p)
+                    continue;
+                ok &= p >= base && p + parts[k].n * 2 <= base + bytes && (uintptr_t)p % 256 == 0;
+                for (int j = 0; j < k; j++) {
+                    const char *q = (const char *)parts[j].p;
+                    ok &= !q || p >= q + parts[j].n * 2 || q >= p + parts[k].n * 2;
+                }
+            }
+            for (int64_t l = 0; l < L && r >= 1; l++)
+                ok &= a.layers[l].ln_attn == a.layers[L - 1].ln_attn && a.layers[l].ln_mlp == a.layers[L - 1].ln_mlp &&
+                      a.layers[l].swiglu_out == a.layers[L - 1].swiglu_out &&
+                      (r < 2 || a.layers[l].gate_up == a.layers[L - 1].gate_up);
+            int rows = fused_classifier_chunk_rows((int)N, c.vocab_size, bytes);
+            ok &= (size_t)rows * c.vocab_size * sizeof(bf16) <= bytes || rows < 128;
+            check(ok, "loss scratch of %s at %d x %d, recompute %d: %.1f MB, logits chunks of %d rows in it",
+                  cases[i].preset, cases[i].B, cases[i].T, r, bytes / 1e6, rows);
+            free(a.layers);
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     int device_count = 0;
@@ -638,6 +699,7 @@ int main(int argc, char **argv)
         return 1;
     }
     test_families_build();
+    test_loss_scratch_layout();
     matmul_setup();
     attention_setup();
     dist_init_single(&single_process);

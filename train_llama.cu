@@ -84,7 +84,9 @@ static const Flag FLAGS[] = {
          "per parameter instead of 14 (bf16 weights and gradients). With ZeRO each rank offloads the ranges it "
          "updates; the same bits as without"),
     FLAG_NUM("--logits-budget-mb", FLAG_FLOAT, Args, logits_budget_mb, 0, 1 << 20, FLAG_LO_OPEN,
-             "memory for one chunk of logits"),
+             "the least memory for one chunk of the lm_head's logits; the chunk takes the backward's scratch, free "
+             "while the loss is computed, where that is more (at recompute 1's size at every level: 855 MB at "
+             "Qwen2.5-1.5B, 16 x 1024): only a budget above that costs memory"),
     FLAG_NUM("--profile-step", FLAG_INT, Args, profile_step, 0, INT_MAX, FLAG_CLOSED,
              "print where step N's GPU time goes, by kernel class"),
     FLAG_SECTION("several GPUs (one process per GPU: mpirun, a scheduler, or scripts/launch_multi_gpu.sh)"),

@@ -3,7 +3,8 @@
  * reference on the same random bf16 operands, then their speed at Llama 3.2 1B
  * sizes next to a plain cuBLAS 8192^3 bf16 GEMM measured in the same run.
  *
- * Small odd shapes are checked in full; at Llama sizes (N = 8192 tokens) 4096
+ * forward runs twice, the second time with a bias added by cuBLASLt's epilogue
+ * (matmul_forward_bias). Small odd shapes are checked in full; at Llama sizes (N = 8192 tokens) 4096
  * output elements drawn at random are checked, each a full-length dot product.
  * forward and backward input outputs are poisoned (NaN) first. backward weight
  * (bf16) runs twice: accumulate = 0 over random garbage (100x the result's scale),
@@ -139,6 +140,24 @@ static void check_shape(Shape s, int full, double ref_tflops)
     }
     snprintf(what, sizeof(what), "matmul_forward %s", s.name);
     check_close(what, got, ref, m, 1e-2, 1.0);
+
+    /* forward with a bias (cuBLASLt's epilogue): out[n, o] = inp[n, :] . w[o, :] + bias[o], the same tolerance */
+    uint16_t *bias_b = (uint16_t *)malloc_check(O * 2, "bias");
+    float *bias = (float *)malloc_check(O * 4, "bias f");
+    fill_bf16(bias_b, bias, O, 1.0f);
+    bf16 *d_bias = (bf16 *)dev_upload(bias_b, O * 2);
+    poison(d_out, n_dout * 2);
+    matmul_forward_bias(d_out, d_inp, d_w, d_bias, s.N, s.in_dim, s.out_dim, 0);
+    download(host_b, d_out, n_dout * 2);
+    for (int64_t j = 0; j < m; j++) {
+        got[j] = bf16_float(host_b[idx[j]]);
+        ref[j] += bias[idx[j] % O];
+    }
+    snprintf(what, sizeof(what), "matmul_forward_bias %s", s.name);
+    check_close(what, got, ref, m, 1e-2, 1.0);
+    cuda_free(d_bias);
+    free(bias_b);
+    free(bias);
 
     /* backward input: dinp[n, i] = dout[n, :] . w[:, i] */
     poison(d_dinp, n_inp * 2);

@@ -137,14 +137,19 @@ __global__ void __launch_bounds__(1024) loss_sum_kernel(float *out, const float 
 }
 
 /* Rows per chunk so that the [chunk, V] bf16 logits fit in budget_bytes: a multiple of 128
- * (whole GEMM tiles) when the budget allows 128 rows, never more than N, at least 1. */
+ * (whole GEMM tiles) when the budget allows 128 rows, never more than N, at least 1; with as
+ * few chunks as the budget allows, of even size, so that the last is not a sliver (16,384 rows
+ * in chunks of at most 2,688: 7 of 2,432 and one of 1,792 rows, not 6 of 2,688 and one of 256). */
 static inline int fused_classifier_chunk_rows(int N, int V, size_t budget_bytes)
 {
     size_t rows = budget_bytes / ((size_t)V * sizeof(bf16));
-    if (rows >= 128)
-        rows = rows / 128 * 128;
-    if (rows > (size_t)N)
-        rows = (size_t)N;
+    if (rows >= (size_t)N)
+        return N;
+    if (rows >= 128) {
+        size_t chunks = ((size_t)N + rows / 128 * 128 - 1) / (rows / 128 * 128);
+        rows = ((size_t)N + chunks - 1) / chunks;
+        rows = (rows + 127) / 128 * 128; /* still within the budget: chunks was counted with a multiple of 128 */
+    }
     return rows < 1 ? 1 : (int)rows;
 }
 

@@ -2,7 +2,7 @@
  * linear.h: the GEMMs of one of a layer's Linear maps y = x W^T (x [N, in],
  * W [out, in], row-major) in the precision of the run: bf16 operands
  * (matmul.h), or FP8 operands with --fp8 (issue #15):
- *   forward          y  = q(x) @ q(W)^T
+ *   forward          y  = q(x) @ q(W)^T (+ b, a bias where the map has one)
  *   backward input   dx = q(dy) @ q(W)              (sums over out)
  *   backward weight  dW (= or +=) q(dy)^T @ q(x)    (sums over the tokens)
  * where q is an operand's FP8 codes times their dequantisation scales, in the
@@ -49,6 +49,7 @@
 #define LLMC_LINEAR_H
 
 #include "llmc/common/cuda_common.h"
+#include "llmc/kernels/bias.h"
 #include "llmc/kernels/fp8_quantize.h"
 #include "llmc/kernels/matmul.h"
 #include "llmc/model/linear_shapes.h"
@@ -335,14 +336,21 @@ static inline void fp8_check_blocks(const Fp8Scratch *q, int N, int in, int out_
         FAIL("FP8 block scaling needs tokens, in and out multiples of 128; got %d, %d, %d", N, in, out_dim);
 }
 
-/* out[N, out_dim] = x[N, in] @ w[out_dim, in]^T; q NULL: bf16 GEMM. slot: which Linear map this is (its saved amax,
- * which the backward of the same slot reads; its kept weight codes). amax_ready: x's producer wrote
- * fp8_input_amax(q, slot) already. */
-static inline void linear_forward(bf16 *out, const bf16 *x, const bf16 *w, int N, int in, int out_dim, Fp8Scratch *q,
-                                  int slot, int amax_ready, cudaStream_t s)
+/* out[N, out_dim] = x[N, in] @ w[out_dim, in]^T (+ bias[out_dim] unless NULL); q NULL: bf16 GEMM. slot: which Linear
+ * map this is (its saved amax, which the backward of the same slot reads; its kept weight codes). amax_ready: x's
+ * producer wrote fp8_input_amax(q, slot) already. The bias: in the bf16 GEMM's epilogue, before its rounding; with
+ * FP8, or a bias not 16-byte aligned (only where a layer's sizes are not multiples of 8), a pass of its own after. */
+static inline void linear_forward(bf16 *out, const bf16 *x, const bf16 *w, const bf16 *bias, int N, int in, int out_dim,
+                                  Fp8Scratch *q, int slot, int amax_ready, cudaStream_t s)
 {
     if (!q) {
+        if (bias && matmul_alignment(bias) >= 16) {
+            matmul_forward_bias(out, x, w, bias, N, in, out_dim, s);
+            return;
+        }
         matmul_forward(out, x, w, N, in, out_dim, s);
+        if (bias)
+            bias_forward(out, bias, N, out_dim, s);
         return;
     }
     fp8_check_blocks(q, N, in, out_dim);
@@ -358,6 +366,8 @@ static inline void linear_forward(bf16 *out, const bf16 *x, const bf16 *w, int N
         kind = q->recipe == FP8_BLOCK ? MATMUL_FP8_BLOCK : MATMUL_FP8_ROW;
     }
     matmul_fp8(out, q->x, FP8_E4M3, wq.codes, q->sx, wq.inv, N, in, out_dim, 0, kind, s);
+    if (bias)
+        bias_forward(out, bias, N, out_dim, s);
 }
 
 /* The backward in two halves, for a caller that makes x between them (SwiGLU's backward writes the down map's input

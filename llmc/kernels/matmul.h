@@ -2,6 +2,8 @@
  * matmul.h: the three GEMMs of a Linear layer y = x W^T through cuBLASLt, bf16
  * operands, fp32 accumulation. Row-major throughout; W is [out, in] (HF layout).
  *   forward          out[N, out]  = inp[N, in] @ W[out, in]^T           (bf16 out)
+ *                    (+ bias[out] before the rounding, matmul_forward_bias: cuBLASLt's bias epilogue, as torch's
+ *                    addmm does for a Linear with bias; one pass less over out than a separate bias kernel)
  *   backward input   dinp[N, in] (= or +=) dout[N, out] @ W[out, in]    (bf16 out)
  *   backward weight  dW[out, in] (= or +=) dout[N, out]^T @ inp[N, in]  (bf16 out)
  * Each reads its two operands (and its output when accumulating) and writes only its output.
@@ -54,6 +56,7 @@ enum {
     MATMUL_FORWARD,
     MATMUL_BACKWARD_INPUT,
     MATMUL_BACKWARD_WEIGHT,
+    MATMUL_FORWARD_BIAS,
     MATMUL_FP8,
     MATMUL_FP8_FAST,
     MATMUL_FP8_ROW,
@@ -62,7 +65,7 @@ enum {
     MATMUL_KINDS
 };
 static const char *const MATMUL_KIND_NAMES[MATMUL_KINDS] = {
-    "forward",     "backward input",           "backward weight", "FP8", "FP8 (fast accumulation)",
+    "forward",     "backward input",           "backward weight", "forward with bias", "FP8", "FP8 (fast accumulation)",
     "FP8 per-row", "FP8 1x128/128x128 blocks", "FP8 1x128 blocks"};
 
 #define MATMUL_WORKSPACE_BYTES ((size_t)32 << 20)
@@ -90,6 +93,8 @@ static inline void matmul_setup(void)
     /* (transpose A, transpose B) of each GEMM in cuBLASLt's column-major terms; see matmul_plan. */
     static const cublasOperation_t ops[3][2] = {
         {CUBLAS_OP_T, CUBLAS_OP_N}, {CUBLAS_OP_N, CUBLAS_OP_N}, {CUBLAS_OP_N, CUBLAS_OP_T}}; /* then all forward */
+    const cublasLtEpilogue_t bias_epilogue = CUBLASLT_EPILOGUE_BIAS;
+    const cudaDataType_t bias_type = CUDA_R_16BF;
     /* the FP8 kinds' scale modes: of A (w) and of B (x), and fast accumulation */
     static const struct {
         int32_t w_mode, x_mode;
@@ -104,10 +109,16 @@ static inline void matmul_setup(void)
     matmul_workspace = cuda_malloc_named(MATMUL_WORKSPACE_BYTES, "cuBLASLt workspace");
     for (int kind = 0; kind < MATMUL_KINDS; kind++) {
         cublasLtMatmulDesc_t d;
-        const cublasOperation_t *op = ops[kind < MATMUL_FP8 ? kind : MATMUL_FORWARD];
+        const cublasOperation_t *op = ops[kind <= MATMUL_BACKWARD_WEIGHT ? kind : MATMUL_FORWARD];
         CUBLAS_CHECK(cublasLtMatmulDescCreate(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSA, &op[0], sizeof(op[0])));
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSB, &op[1], sizeof(op[1])));
+        if (kind == MATMUL_FORWARD_BIAS) { /* the bias pointer is set per call (matmul_forward_bias) */
+            CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE, &bias_epilogue,
+                                                        sizeof(bias_epilogue)));
+            CUBLAS_CHECK(
+                cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+        }
         if (kind >= MATMUL_FP8) {
             int i = kind - MATMUL_FP8;
             CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &fp8[i].w_mode,
@@ -184,7 +195,7 @@ static inline const MatmulPlan *matmul_plan(int kind, int N, int in_dim, int out
     uint64_t n_tok = (uint64_t)N, in = (uint64_t)in_dim, out = (uint64_t)out_dim;
     /* rows, cols, leading dimension of A, B, C (= D) as stored, column-major */
     uint64_t dims[3][3];
-    if (kind == MATMUL_FORWARD || kind >= MATMUL_FP8) {
+    if (kind == MATMUL_FORWARD || kind >= MATMUL_FORWARD_BIAS) {
         uint64_t d3[3][3] = {{in, out, in}, {in, n_tok, in}, {out, n_tok, out}};
         memcpy(dims, d3, sizeof(dims));
     } else if (kind == MATMUL_BACKWARD_INPUT) {
@@ -252,6 +263,19 @@ static inline void matmul_forward(bf16 *out, const bf16 *inp, const bf16 *weight
                                   cudaStream_t stream)
 {
     matmul_run(MATMUL_FORWARD, out, weight, inp, N, in_dim, out_dim, 0.0f, stream);
+}
+
+/* out[N, out_dim] = inp[N, in_dim] @ weight[out_dim, in_dim]^T + bias[out_dim], the bias added to the fp32 sums
+ * before the one rounding to bf16. bias must be 16-byte aligned (cuBLASLt's epilogue reads it in vectors). */
+static inline void matmul_forward_bias(bf16 *out, const bf16 *inp, const bf16 *weight, const bf16 *bias, int N,
+                                       int in_dim, int out_dim, cudaStream_t stream)
+{
+    if (matmul_alignment(bias) < 16)
+        FAIL("matmul_forward_bias: the bias %p must be 16-byte aligned (cuBLASLt's epilogue rejects others)",
+             (const void *)bias);
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(matmul_desc[MATMUL_FORWARD_BIAS], CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                &bias, sizeof(bias)));
+    matmul_run(MATMUL_FORWARD_BIAS, out, weight, inp, N, in_dim, out_dim, 0.0f, stream);
 }
 
 /* dinp[N, in_dim] = dout[N, out_dim] @ weight[out_dim, in_dim]. Never accumulated:

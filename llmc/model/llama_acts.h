@@ -27,10 +27,20 @@
  * Backward scratch, one of each for all layers: d_res [N, C] (the residual
  * stream's gradient), d_ln [N, C], d_att_out [N, H D], d_qkv [N, (H+2KV) D],
  * d_swiglu [N, F], and the rmsnorm weight-gradient partials.
+ *
+ * Between the end of the forward and the start of the backward, while the
+ * classifier computes the loss, nothing reads d_res, d_att_out, d_qkv, d_swiglu
+ * or the one-for-all-layers buffers of what backward recomputes (ln_attn,
+ * ln_mlp, swiglu_out from level 1, gate_up from level 2): backward writes each
+ * before it reads it. They are one allocation, loss_scratch, which the
+ * classifier's logits chunk shares (llama_model.h): at least its bytes, so a
+ * chunk that fits in them costs no memory of its own (855 MB at Qwen2.5-1.5B's
+ * 16 x 1024 tokens, recompute 1).
  */
 #ifndef LLMC_LLAMA_ACTS_H
 #define LLMC_LLAMA_ACTS_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -55,7 +65,9 @@ typedef struct {
     bf16 *res_final, *ln_final, *branch;
     float *rstd_final;
     bf16 *d_res, *d_ln, *d_att_out, *d_qkv, *d_swiglu;
-    float *norm_scratch;           /* the norms' dweight partials, the q, k, v bias's, the q/k norms' */
+    float *norm_scratch; /* the norms' dweight partials, the q, k, v bias's, the q/k norms' */
+    void *loss_scratch;  /* what no one reads during the loss (see the top), the logits chunk's too */
+    size_t loss_scratch_bytes;
     void *owned[ACTS_MAX_BUFFERS]; /* every device buffer above comes from one of these */
     int n_owned;
 } Activations;
@@ -82,13 +94,60 @@ static inline char *acts_per_layer_(Activations *a, int L, size_t bytes, int sha
             (a)->layers[l_].field = (type *)(base_ + (size_t)l_ * stride_);                                            \
     } while (0)
 
-static inline void acts_build(Activations *a, const LlamaConfig *c, int B, int T, int recompute)
+/* The buffers free during the loss (see the top), carved one after another out of base (256-byte aligned pieces);
+ * base NULL: only counts. Returns their bytes. */
+static inline size_t acts_loss_scratch_(Activations *a, char *base, const LlamaConfig *c, int64_t N, int recompute)
+{
+    int64_t C = c->d_model, F = c->ffn_dim;
+    int64_t QKV = (int64_t)(c->n_head + 2 * c->n_kv_head) * c->head_dim, HD = (int64_t)c->n_head * c->head_dim;
+    struct {
+        int wanted;
+        int64_t elements;
+        bf16 **field;        /* a scratch buffer, or */
+        size_t layer_offset; /* a LayerActs field every layer shares */
+    } parts[] = {{1, N * C, &a->d_res, 0},
+                 {1, N * HD, &a->d_att_out, 0},
+                 {1, N * QKV, &a->d_qkv, 0},
+                 {1, N * F, &a->d_swiglu, 0},
+                 {recompute >= 1, N * C, NULL, offsetof(LayerActs, ln_attn)},
+                 {recompute >= 1, N * C, NULL, offsetof(LayerActs, ln_mlp)},
+                 {recompute >= 1, N * F, NULL, offsetof(LayerActs, swiglu_out)},
+                 {recompute >= 2, N * 2 * F, NULL, offsetof(LayerActs, gate_up)}};
+    size_t at = 0;
+    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
+        if (!parts[i].wanted)
+            continue;
+        bf16 *p = base ? (bf16 *)(base + at) : NULL;
+        if (parts[i].field)
+            *parts[i].field = p;
+        else
+            for (int l = 0; base && l < c->n_layer; l++)
+                *(bf16 **)((char *)&a->layers[l] + parts[i].layer_offset) = p;
+        at += ((size_t)parts[i].elements * sizeof(bf16) + 255) / 256 * 256;
+    }
+    return at;
+}
+
+/* The bytes of loss_scratch before the logits chunk's share: what llama_build can give the chunk for free. */
+static inline size_t acts_loss_scratch_bytes(const LlamaConfig *c, int B, int T, int recompute)
+{
+    Activations none;
+    memset(&none, 0, sizeof(none));
+    return acts_loss_scratch_(&none, NULL, c, (int64_t)B * T, recompute);
+}
+
+/* The activations of B x T tokens at the recompute level; loss_scratch at least loss_bytes (the logits chunk). */
+static inline void acts_build(Activations *a, const LlamaConfig *c, int B, int T, int recompute, size_t loss_bytes)
 {
     memset(a, 0, sizeof(*a));
     int L = c->n_layer;
     int64_t N = (int64_t)B * T, C = c->d_model, F = c->ffn_dim;
     int64_t QKV = (int64_t)(c->n_head + 2 * c->n_kv_head) * c->head_dim, HD = (int64_t)c->n_head * c->head_dim;
     a->layers = (LayerActs *)calloc_check((size_t)L, sizeof(LayerActs), "layer activations");
+    size_t scratch = acts_loss_scratch_(a, NULL, c, N, recompute);
+    a->loss_scratch_bytes = scratch > loss_bytes ? scratch : loss_bytes;
+    a->loss_scratch = acts_alloc_(a, a->loss_scratch_bytes, "backward scratch and logits chunk");
+    acts_loss_scratch_(a, (char *)a->loss_scratch, c, N, recompute);
     /* the residual stream: layer 0's input, then each layer's output (the last one is res_final) */
     a->layers[0].res_in = (bf16 *)acts_alloc_(a, (size_t)N * C * sizeof(bf16), "embedding output");
     bf16 *outputs = (bf16 *)acts_alloc_(a, (size_t)N * C * L * sizeof(bf16), "residual stream");
@@ -100,8 +159,10 @@ static inline void acts_build(Activations *a, const LlamaConfig *c, int B, int T
     ACTS_PER_LAYER(a, L, rstd_attn, float, N, whole, "rmsnorm statistics");
     ACTS_PER_LAYER(a, L, rstd_mlp, float, N, whole, "rmsnorm statistics");
     a->rstd_final = (float *)acts_alloc_(a, (size_t)N * sizeof(float), "rmsnorm statistics");
-    ACTS_PER_LAYER(a, L, ln_attn, bf16, N * C, recompute >= 1, "attention norm output");
-    ACTS_PER_LAYER(a, L, ln_mlp, bf16, N * C, recompute >= 1, "MLP norm output");
+    if (recompute < 1) { /* else in loss_scratch */
+        ACTS_PER_LAYER(a, L, ln_attn, bf16, N * C, 0, "attention norm output");
+        ACTS_PER_LAYER(a, L, ln_mlp, bf16, N * C, 0, "MLP norm output");
+    }
     ACTS_PER_LAYER(a, L, qkv, bf16, N * QKV, whole, "QKV activations");
     ACTS_PER_LAYER(a, L, att_out, bf16, N * HD, whole, "attention output");
     if (c->qk_norm) {
@@ -110,16 +171,14 @@ static inline void acts_build(Activations *a, const LlamaConfig *c, int B, int T
         ACTS_PER_LAYER(a, L, qk_rstd, float, N *heads, whole, "q and k norm statistics");
     }
     ACTS_PER_LAYER(a, L, att_stats, float, N * c->n_head, whole, "attention statistics");
-    ACTS_PER_LAYER(a, L, gate_up, bf16, N * 2 * F, recompute >= 2, "gate/up activations");
-    ACTS_PER_LAYER(a, L, swiglu_out, bf16, N * F, recompute >= 1, "SwiGLU output");
+    if (recompute < 2)
+        ACTS_PER_LAYER(a, L, gate_up, bf16, N * 2 * F, 0, "gate/up activations");
+    if (recompute < 1)
+        ACTS_PER_LAYER(a, L, swiglu_out, bf16, N * F, 0, "SwiGLU output");
     a->ln_final = (bf16 *)acts_alloc_(a, (size_t)N * C * sizeof(bf16), "final norm output");
     a->branch = (bf16 *)acts_alloc_(a, (size_t)N * C * sizeof(bf16), "residual branch");
 
-    a->d_res = (bf16 *)acts_alloc_(a, (size_t)N * C * sizeof(bf16), "residual gradient");
-    a->d_ln = (bf16 *)acts_alloc_(a, (size_t)N * C * sizeof(bf16), "norm output gradient");
-    a->d_att_out = (bf16 *)acts_alloc_(a, (size_t)N * HD * sizeof(bf16), "attention output gradient");
-    a->d_qkv = (bf16 *)acts_alloc_(a, (size_t)N * QKV * sizeof(bf16), "QKV gradient");
-    a->d_swiglu = (bf16 *)acts_alloc_(a, (size_t)N * F * sizeof(bf16), "SwiGLU gradient");
+    a->d_ln = (bf16 *)acts_alloc_(a, (size_t)N * C * sizeof(bf16), "norm output gradient"); /* the loss writes it */
     /* the norms' dweight partials, and the q, k, v bias's (Qwen2) */
     size_t norm_floats = rmsnorm_backward_scratch_floats((int)N, (int)C);
     size_t bias_floats = c->qkv_bias ? bias_backward_scratch_floats((int)N, (int)QKV) : 0;

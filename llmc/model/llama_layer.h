@@ -95,18 +95,18 @@ static inline void layer_forward_inner_(const LayerSpec *sp, const LayerTensors 
 {
     LayerActs *a = &acts->layers[l];
     int N = sp->N, C = sp->C, HD = sp->H * sp->D, fp8 = sp->fp8 != NULL;
-    linear_forward(a->qkv, a->ln_attn, w->qkv, N, C, layer_qkv_dim(sp), sp->fp8, linear_slot(l, LINEAR_QKV), fp8, s);
-    if (w->qkv_bias)
-        bias_forward(a->qkv, w->qkv_bias, N, layer_qkv_dim(sp), s);
+    linear_forward(a->qkv, a->ln_attn, w->qkv, w->qkv_bias, N, C, layer_qkv_dim(sp), sp->fp8,
+                   linear_slot(l, LINEAR_QKV), fp8, s);
     if (w->qk_norm)
         qk_norm_forward(a->qkv, a->qk_raw, a->qk_rstd, w->qk_norm, w->qk_norm + sp->D, N, sp->H, sp->KV, sp->D, sp->eps,
                         s);
     rope_forward(a->qkv, sp->freqs_cis, sp->positions, sp->B, sp->T, sp->H, sp->KV, sp->D, s);
     attention_forward(a->att_out, a->att_stats, a->qkv, sp->B, sp->T, sp->H, sp->KV, sp->D, sp->docs, s);
-    linear_forward(acts->branch, a->att_out, w->o, N, HD, C, sp->fp8, linear_slot(l, LINEAR_O), 0, s);
+    linear_forward(acts->branch, a->att_out, w->o, NULL, N, HD, C, sp->fp8, linear_slot(l, LINEAR_O), 0, s);
     fused_residual_rmsnorm_forward_amax(a->res_mid, a->ln_mlp, a->rstd_mlp, a->res_in, acts->branch, w->mlp_norm, N, C,
                                         sp->eps, fp8_input_amax(sp->fp8, linear_slot(l, LINEAR_GATE_UP)), s);
-    linear_forward(a->gate_up, a->ln_mlp, w->gate_up, N, C, 2 * sp->F, sp->fp8, linear_slot(l, LINEAR_GATE_UP), fp8, s);
+    linear_forward(a->gate_up, a->ln_mlp, w->gate_up, NULL, N, C, 2 * sp->F, sp->fp8, linear_slot(l, LINEAR_GATE_UP),
+                   fp8, s);
     swiglu_forward_amax(a->swiglu_out, a->gate_up, N, sp->F, fp8_input_amax(sp->fp8, linear_slot(l, LINEAR_DOWN)), s);
 }
 
@@ -127,7 +127,7 @@ static inline void layer_forward(const LayerSpec *sp, const LayerTensors *w, Act
 {
     layer_input_norm_(sp, w, acts, l, s);
     layer_forward_inner_(sp, w, acts, l, s);
-    linear_forward(acts->branch, acts->layers[l].swiglu_out, w->down, sp->N, sp->F, sp->C, sp->fp8,
+    linear_forward(acts->branch, acts->layers[l].swiglu_out, w->down, NULL, sp->N, sp->F, sp->C, sp->fp8,
                    linear_slot(l, LINEAR_DOWN), sp->fp8 != NULL, s);
 }
 
@@ -144,7 +144,7 @@ static inline void layer_mlp_backward(const LayerSpec *sp, const LayerTensors *w
     if (partly && sp->recompute >= 2) {
         rmsnorm_forward_amax(a->ln_mlp, a->rstd_mlp, a->res_mid, w->mlp_norm, N, C, sp->eps,
                              fp8_input_amax(sp->fp8, gate_up), s);
-        linear_forward(a->gate_up, a->ln_mlp, w->gate_up, N, C, 2 * F, sp->fp8, gate_up, fp8, s);
+        linear_forward(a->gate_up, a->ln_mlp, w->gate_up, NULL, N, C, 2 * F, sp->fp8, gate_up, fp8, s);
     }
     /* down's input gradient, then SwiGLU's backward (gate_up in place), which also writes swiglu_out again where it
      * was not kept (from the gate_up it reads anyway), then down's weight gradient from it */

@@ -59,7 +59,8 @@ typedef struct {
     int recompute;              /* 0: keep every activation; 1: recompute norms and SwiGLU; 2: also gate/up;
                                    3: keep only each layer's input (llama_acts.h) */
     int max_micro_steps;        /* micro-steps per optimizer step, at most */
-    size_t logits_budget_bytes; /* memory for one chunk of the classifier's logits */
+    size_t logits_budget_bytes; /* the least memory for one chunk of the classifier's logits (llama_acts.h may give
+                                   it more, from buffers free during the loss) */
     const Dist *dist;           /* the ranks, over which ZeRO shards */
     int zero_stage;             /* 0 to 3 (llmc/parallel/zero.h) */
     int fp8;                    /* Fp8Recipe: the layers' Linear maps on FP8 codes (linear.h), or 0 */
@@ -99,7 +100,7 @@ typedef struct {
     LlamaBatch batch;
     float *freqs_cis;  /* RoPE table [T, D/2, 2] */
     int logits_chunk;  /* rows of the classifier's logits at once */
-    bf16 *logits;      /* [logits_chunk, V] */
+    bf16 *logits;      /* [logits_chunk, V], in acts.loss_scratch */
     float *losses;     /* [N] per token */
     float *loss_parts; /* [max_micro_steps] each micro-step's summed loss */
     Fp8Scratch fp8;    /* with opt.fp8: the Linear maps' codes */
@@ -245,9 +246,14 @@ static inline void llama_build(Llama *m, const LlamaConfig *config, const LlamaO
     m->layout = llama_param_layout(config);
     const LlamaConfig *c = config;
     int64_t N = llama_tokens(m), V = c->vocab_size;
-    acts_build(&m->acts, c, opt->B, opt->T, opt->recompute);
-    m->logits_chunk = fused_classifier_chunk_rows((int)N, (int)V, opt->logits_budget_bytes);
-    m->logits = (bf16 *)cuda_malloc_named((size_t)m->logits_chunk * V * sizeof(bf16), "logits chunk");
+    /* the logits chunk lives in what the loss leaves free (llama_acts.h): as large as that is at recompute 1 (the
+     * default), or the budget. The same rows at every level, so that the levels' gradients stay bit-identical (the
+     * lm_head's gradient is rounded once per chunk); at level 0, with fewer buffers free, it costs their difference. */
+    size_t free_at_loss = acts_loss_scratch_bytes(c, opt->B, opt->T, 1);
+    m->logits_chunk = fused_classifier_chunk_rows(
+        (int)N, (int)V, free_at_loss > opt->logits_budget_bytes ? free_at_loss : opt->logits_budget_bytes);
+    acts_build(&m->acts, c, opt->B, opt->T, opt->recompute, (size_t)m->logits_chunk * V * sizeof(bf16));
+    m->logits = (bf16 *)m->acts.loss_scratch;
     m->losses = (float *)cuda_malloc_named((size_t)N * sizeof(float), "per-token losses");
     m->loss_parts = (float *)cuda_malloc_named((size_t)opt->max_micro_steps * sizeof(float), "micro-step losses");
     float *table = (float *)malloc_check((size_t)opt->T * c->head_dim * sizeof(float), "RoPE table");
@@ -290,7 +296,6 @@ static inline void llama_free(Llama *m)
     optimizer_free(&m->optimizer);
     acts_free(&m->acts);
     llama_batch_free(&m->batch);
-    cuda_free(m->logits);
     cuda_free(m->losses);
     cuda_free(m->loss_parts);
     cuda_free(m->freqs_cis);

@@ -51,7 +51,7 @@
 
 typedef struct {
     TrainFlags t;
-    int recompute, profile_step, fp8;
+    int recompute, profile_step, fp8, gemm_autotune;
     const char *fp8_recipe;
     float logits_budget_mb;
     int zero_stage, shard_group;
@@ -87,6 +87,10 @@ static const Flag FLAGS[] = {
              "the least memory for one chunk of the lm_head's logits; the chunk takes the backward's scratch, free "
              "while the loss is computed, where that is more (at recompute 1's size at every level: 855 MB at "
              "Qwen2.5-1.5B, 16 x 1024): only a budget above that costs memory"),
+    FLAG_NUM("--gemm-autotune", FLAG_INT, Args, gemm_autotune, 0, 1, FLAG_CLOSED,
+             "1: each large GEMM shape times cuBLASLt's first 8 algorithms on first use and keeps the fastest (its "
+             "first pick left 5-13% at Qwen2.5-1.5B's larger GEMMs on an H100); two runs may then pick differently and "
+             "differ in the last bits. 0: cuBLASLt's first pick, for runs that must match bit for bit"),
     FLAG_NUM("--profile-step", FLAG_INT, Args, profile_step, 0, INT_MAX, FLAG_CLOSED,
              "print where step N's GPU time goes, by kernel class"),
     FLAG_SECTION("several GPUs (one process per GPU: mpirun, a scheduler, or scripts/launch_multi_gpu.sh)"),
@@ -143,6 +147,7 @@ static Args default_args(void)
     a.t.run.log = "log/train_llama.jsonl";
     a.recompute = 1;
     a.logits_budget_mb = 512.0f;
+    a.gemm_autotune = 1;
     a.profile_step = -1;
     a.zero_stage = 1;
     a.launch.rank = a.launch.world = a.launch.local_rank = -1;
@@ -253,6 +258,7 @@ static void gpus_start(Gpus *g, const Args *a, const LlamaConfig *c)
                                   : "");
     }
     matmul_setup();
+    matmul_set_autotune(a->gemm_autotune);
     attention_setup();
     /* cuDNN's deterministic backward keeps dP in a B*H*T*T bf16 workspace: take it while
      * that stays small, else the atomic dQ backward, whose sums vary in the last bits */

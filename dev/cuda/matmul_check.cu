@@ -3,6 +3,9 @@
  * reference on the same random bf16 operands, then their speed at Llama 3.2 1B
  * sizes next to a plain cuBLAS 8192^3 bf16 GEMM measured in the same run.
  *
+ * With --autotune the same checks and timings run on the algorithms that
+ * matmul.h's autotuning picks (the Llama shapes are large enough to be tuned).
+ *
  * forward runs twice, the second time with a bias added by cuBLASLt's epilogue
  * (matmul_forward_bias). Small odd shapes are checked in full; at Llama sizes (N = 8192 tokens) 4096
  * output elements drawn at random are checked, each a full-length dot product.
@@ -273,6 +276,9 @@ int main(int argc, char **argv)
 {
     check_init(argc, argv, "matmul_check");
     matmul_setup();
+    for (int i = 1; i < argc; i++) /* --autotune: the algorithms the trainer's --gemm-autotune picks, checked and timed */
+        if (strcmp(argv[i], "--autotune") == 0)
+            matmul_set_autotune(1);
     Shape small[] = {{"odd 37x64->96", 37, 64, 96}, {"odd 129x200->56", 129, 200, 56}, {"odd 5x24->1000", 5, 24, 1000}};
     for (size_t i = 0; i < sizeof(small) / sizeof(small[0]); i++)
         check_shape(small[i], 1, 0.0);

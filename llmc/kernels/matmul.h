@@ -21,8 +21,18 @@
  * dimension), so the backward GEMMs run on transposed copies of their operands.
  *
  * A step issues the same few shapes over and over, so each (GEMM, shape,
- * operand types, pointer alignment) gets its layouts and heuristic algorithm
- * once and keeps them in a small table. All calls share one 32 MiB workspace (what cuBLAS
+ * operand types, pointer alignment) gets its layouts and algorithm once and
+ * keeps them in a small table. The algorithm is cuBLASLt's heuristic first pick
+ * unless autotuning is on (matmul_set_autotune; the trainer's --gemm-autotune):
+ * then each GEMM of at least MATMUL_TUNE_MIN_FLOP times the heuristic's first
+ * MATMUL_TUNE_CANDIDATES algorithms on its own operands at first use, with
+ * beta 0 and, for the weight gradient, beta 1 (later micro-steps add into it),
+ * and keeps the fastest where it beats the first pick by MATMUL_TUNE_MARGIN.
+ * On an H100 the first pick left 5-13% on the table at Qwen2.5-1.5B's larger
+ * shapes (dev/cuda/matmul_algos). The choice follows timings, so two runs may
+ * take different algorithms, whose sums round differently: runs that must
+ * match to the bit tune off. Tuning happens only where a plan is made with
+ * beta 0, when the output is about to be overwritten, so the trials may write it. All calls share one 32 MiB workspace (what cuBLAS
  * recommends for Hopper): GEMMs must not run concurrently on two streams.
  */
 #ifndef LLMC_MATMUL_H
@@ -79,14 +89,27 @@ typedef struct {
     cudaDataType_t a_type, b_type; /* bf16, or fp8 for MATMUL_FP8 */
     int align_bytes[4];            /* A, B, C, D: the heuristic may only pick kernels these pointers satisfy */
     cublasLtMatrixLayout_t layout[4];
-    cublasLtMatmulAlgo_t algo;
+    cublasLtMatmulAlgo_t algo;            /* for beta 0 */
+    cublasLtMatmulAlgo_t algo_accumulate; /* for beta 1 */
 } MatmulPlan;
+
+/* Autotuning (see the top): off unless matmul_set_autotune(1). */
+#define MATMUL_TUNE_CANDIDATES 8
+#define MATMUL_TUNE_MIN_FLOP 1e10 /* about 15 us at the GEMM rate: tiny GEMMs gain nothing worth the noise */
+#define MATMUL_TUNE_MARGIN 0.02   /* the fastest must be 2% ahead of the first pick, more than the timing noise */
+#define MATMUL_TUNE_RUNS 5        /* timed runs per candidate, after one untimed; the median counts */
 
 static cublasLtHandle_t matmul_handle = NULL;
 static void *matmul_workspace = NULL;
 static cublasLtMatmulDesc_t matmul_desc[MATMUL_KINDS];
 static MatmulPlan matmul_cache[MATMUL_CACHE_SIZE];
 static int matmul_cache_next = 0;
+static int matmul_autotune = 0;
+
+static inline void matmul_set_autotune(int on)
+{
+    matmul_autotune = on;
+}
 
 static inline void matmul_setup(void)
 {
@@ -165,17 +188,78 @@ static inline int matmul_alignment(const void *p)
     return align;
 }
 
+/* One GEMM of a plan, D = alpha A B + beta D (C is D, read only when beta != 0), with the given algorithm. */
+static inline cublasStatus_t matmul_launch(const MatmulPlan *plan, const cublasLtMatmulAlgo_t *algo, const void *a,
+                                           const void *b, void *d, float beta, cudaStream_t stream)
+{
+    const float alpha = 1.0f;
+    return cublasLtMatmul(matmul_handle, matmul_desc[plan->kind], &alpha, a, plan->layout[0], b, plan->layout[1],
+                          &beta, d, plan->layout[2], d, plan->layout[3], algo, matmul_workspace,
+                          MATMUL_WORKSPACE_BYTES, stream);
+}
+
+/* Median ms of MATMUL_TUNE_RUNS back-to-back runs of one algorithm after an untimed one; a negative value where
+ * cuBLASLt refuses it. */
+static inline float matmul_time_algo(const MatmulPlan *plan, const cublasLtMatmulAlgo_t *algo, const void *a,
+                                     const void *b, void *d, float beta, cudaStream_t stream)
+{
+    cudaEvent_t ev[MATMUL_TUNE_RUNS + 1];
+    float ms[MATMUL_TUNE_RUNS];
+    if (matmul_launch(plan, algo, a, b, d, beta, stream) != CUBLAS_STATUS_SUCCESS)
+        return -1.0f;
+    for (int r = 0; r <= MATMUL_TUNE_RUNS; r++)
+        CUDA_CHECK(cudaEventCreate(&ev[r]));
+    CUDA_CHECK(cudaEventRecord(ev[0], stream));
+    for (int r = 0; r < MATMUL_TUNE_RUNS; r++) {
+        CUBLAS_CHECK(matmul_launch(plan, algo, a, b, d, beta, stream));
+        CUDA_CHECK(cudaEventRecord(ev[r + 1], stream));
+    }
+    CUDA_CHECK(cudaEventSynchronize(ev[MATMUL_TUNE_RUNS]));
+    for (int r = 0; r < MATMUL_TUNE_RUNS; r++)
+        CUDA_CHECK(cudaEventElapsedTime(&ms[r], ev[r], ev[r + 1]));
+    for (int r = 0; r <= MATMUL_TUNE_RUNS; r++)
+        CUDA_CHECK(cudaEventDestroy(ev[r]));
+    for (int i = 1; i < MATMUL_TUNE_RUNS; i++) /* insertion sort of a handful */
+        for (int j = i; j > 0 && ms[j] < ms[j - 1]; j--) {
+            float t = ms[j];
+            ms[j] = ms[j - 1];
+            ms[j - 1] = t;
+        }
+    return ms[MATMUL_TUNE_RUNS / 2];
+}
+
+/* The fastest of the heuristic's candidates at this beta, if MATMUL_TUNE_MARGIN ahead of its first pick. */
+static inline cublasLtMatmulAlgo_t matmul_pick_algo(const MatmulPlan *plan, const cublasLtMatmulHeuristicResult_t *cand,
+                                                    int n_cand, const void *a, const void *b, void *d, float beta,
+                                                    cudaStream_t stream)
+{
+    float first = matmul_time_algo(plan, &cand[0].algo, a, b, d, beta, stream);
+    float best = first;
+    int pick = 0;
+    for (int i = 1; i < n_cand && first > 0.0f; i++) {
+        float ms = cand[i].state == CUBLAS_STATUS_SUCCESS ? matmul_time_algo(plan, &cand[i].algo, a, b, d, beta, stream)
+                                                          : -1.0f;
+        if (ms > 0.0f && ms < best) {
+            best = ms;
+            pick = i;
+        }
+    }
+    return best < first * (1.0f - (float)MATMUL_TUNE_MARGIN) ? cand[pick].algo : cand[0].algo;
+}
+
 /*
  * The cached plan of one GEMM, made on first use. Column-major view (m, n, k):
  *   forward          D[out, N] = op_T(A = W as [in, out]) @ (B = inp as [in, N]),         k = in
  *   backward input   D[in, N]  = (A = W as [in, out]) @ (B = dout as [out, N]),           k = out
  *   backward weight  D[in, out] = (A = inp as [in, N]) @ op_T(B = dout as [out, N]),      k = N
+ * C is D. a, b, d and beta are those of the call that makes the plan: with autotuning on and beta 0, the trials
+ * run on them (writing d, which that call overwrites next) on the call's stream.
  */
 static inline const MatmulPlan *matmul_plan(int kind, int N, int in_dim, int out_dim, cudaDataType_t a_type,
-                                            cudaDataType_t b_type, const void *a, const void *b, const void *c,
-                                            const void *d)
+                                            cudaDataType_t b_type, const void *a, const void *b, void *d, float beta,
+                                            cudaStream_t stream)
 {
-    int align[4] = {matmul_alignment(a), matmul_alignment(b), matmul_alignment(c), matmul_alignment(d)};
+    int align[4] = {matmul_alignment(a), matmul_alignment(b), matmul_alignment(d), matmul_alignment(d)};
     for (int i = 0; i < MATMUL_CACHE_SIZE; i++) {
         const MatmulPlan *p = &matmul_cache[i];
         if (p->in_use && p->kind == kind && p->N == N && p->in_dim == in_dim && p->out_dim == out_dim &&
@@ -230,10 +314,11 @@ static inline const MatmulPlan *matmul_plan(int kind, int N, int in_dim, int out
         uint32_t v = (uint32_t)align[i];
         CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &v, sizeof(v)));
     }
-    cublasLtMatmulHeuristicResult_t heuristic;
+    cublasLtMatmulHeuristicResult_t cand[MATMUL_TUNE_CANDIDATES];
     int found = 0;
     CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(matmul_handle, matmul_desc[kind], plan->layout[0], plan->layout[1],
-                                                plan->layout[2], plan->layout[3], pref, 1, &heuristic, &found));
+                                                plan->layout[2], plan->layout[3], pref,
+                                                matmul_autotune ? MATMUL_TUNE_CANDIDATES : 1, cand, &found));
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     if (found == 0) {
         FAIL("cuBLASLt has no algorithm for the %s GEMM with N %d, in %d, out %d "
@@ -241,20 +326,21 @@ static inline const MatmulPlan *matmul_plan(int kind, int N, int in_dim, int out
              "  hint: keep activation and weight pointers 16-byte aligned; rerun with CUBLASLT_LOG_LEVEL=5",
              MATMUL_KIND_NAMES[kind], N, in_dim, out_dim, align[0], align[1], align[2], align[3]);
     }
-    plan->algo = heuristic.algo;
+    plan->algo = plan->algo_accumulate = cand[0].algo;
+    if (matmul_autotune && beta == 0.0f && found > 1 && 2.0 * n_tok * in * out >= MATMUL_TUNE_MIN_FLOP) {
+        plan->algo = matmul_pick_algo(plan, cand, found, a, b, d, 0.0f, stream);
+        if (kind == MATMUL_BACKWARD_WEIGHT || kind >= MATMUL_FP8) /* the kinds that accumulate */
+            plan->algo_accumulate = matmul_pick_algo(plan, cand, found, a, b, d, 1.0f, stream);
+    }
     return plan;
 }
 
 static inline void matmul_run(int kind, void *d, const void *a, const void *b, int N, int in_dim, int out_dim,
                               float beta, cudaStream_t stream)
 {
-    const void *c = d; /* C is D (in place): read only when beta != 0 */
-    const MatmulPlan *plan = matmul_plan(kind, N, in_dim, out_dim, CUDA_R_16BF, CUDA_R_16BF, a, b, c, d);
-    const float alpha = 1.0f;
+    const MatmulPlan *plan = matmul_plan(kind, N, in_dim, out_dim, CUDA_R_16BF, CUDA_R_16BF, a, b, d, beta, stream);
     profile_push(PROF_GEMM, stream);
-    CUBLAS_CHECK(cublasLtMatmul(matmul_handle, matmul_desc[kind], &alpha, a, plan->layout[0], b, plan->layout[1], &beta,
-                                c, plan->layout[2], d, plan->layout[3], &plan->algo, matmul_workspace,
-                                MATMUL_WORKSPACE_BYTES, stream));
+    CUBLAS_CHECK(matmul_launch(plan, beta != 0.0f ? &plan->algo_accumulate : &plan->algo, a, b, d, beta, stream));
     profile_pop(stream);
 }
 
@@ -322,12 +408,10 @@ static inline void matmul_fp8(bf16 *out, const uint8_t *x, Fp8Format x_format, c
         cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_inv_scale, sizeof(w_inv_scale)));
     CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_inv_scale, sizeof(x_inv_scale)));
-    const MatmulPlan *plan = matmul_plan(kind, N, in_dim, out_dim, CUDA_R_8F_E4M3, x_type, w, x, out, out);
-    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    const float beta = accumulate ? 1.0f : 0.0f;
+    const MatmulPlan *plan = matmul_plan(kind, N, in_dim, out_dim, CUDA_R_8F_E4M3, x_type, w, x, out, beta, stream);
     profile_push(PROF_GEMM, stream);
-    CUBLAS_CHECK(cublasLtMatmul(matmul_handle, desc, &alpha, w, plan->layout[0], x, plan->layout[1], &beta, out,
-                                plan->layout[2], out, plan->layout[3], &plan->algo, matmul_workspace,
-                                MATMUL_WORKSPACE_BYTES, stream));
+    CUBLAS_CHECK(matmul_launch(plan, accumulate ? &plan->algo_accumulate : &plan->algo, w, x, out, beta, stream));
     profile_pop(stream);
 }
 

@@ -139,7 +139,8 @@ for s in $steps; do
         make -j"$(nproc)" gpu > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; echo "FAIL build"; exit 1; }
         grep -q -- "-DUSE_MPI" "$out/build.log" && echo "build ok (with MPI)" || echo "build ok (without MPI)";;
     equivalence)
-        small=(./train_llama --preset small -T 256 --random-data --steps 20 --warmup 2 --lr 1e-3)
+        # --gemm-autotune 0 here and wherever runs are compared bit for bit: each takes cuBLASLt's first pick
+        small=(./train_llama --preset small -T 256 --random-data --steps 20 --warmup 2 --lr 1e-3 --gemm-autotune 0)
         run eq_1gpu "${small[@]}" -B 4 --log "$out/eq_1gpu.jsonl"
         for z in 0 1 2 3; do
             run "eq_mpirun_z$z" "${mpi[@]}" "${small[@]}" -B $((4 / np)) --zero-stage $z --log "$out/eq_mpirun_z$z.jsonl"
@@ -186,7 +187,7 @@ sys.exit(1 if bad else 0)
 EOF
         ;;
     modes)
-        small=(./train_llama --preset small -T 256 --random-data --steps 20 --warmup 2 --lr 1e-3)
+        small=(./train_llama --preset small -T 256 --random-data --steps 20 --warmup 2 --lr 1e-3 --gemm-autotune 0)
         accum=(-T 128 -B $((4 / np)) --total-batch 1024)
         [ -f "$out/eq_1gpu.jsonl" ] || run eq_1gpu "${small[@]}" -B 4 --log "$out/eq_1gpu.jsonl"
         [ -f "$out/eq_1gpu_t128.jsonl" ] || run eq_1gpu_t128 "${small[@]}" -T 128 -B 4 --total-batch 1024 \
@@ -486,7 +487,7 @@ EOF
     netns)
         # two hosts as two network namespaces on this machine (scripts/two_host_netns.sh), against the same run
         # with NCCL_HOSTID alone and against 1 GPU (the equivalence step's batch of 4 x 256 tokens)
-        small=(./train_llama --preset small -T 256 --random-data --steps 20 --warmup 2 --lr 1e-3)
+        small=(./train_llama --preset small -T 256 --random-data --steps 20 --warmup 2 --lr 1e-3 --gemm-autotune 0)
         [ -f "$out/eq_1gpu.jsonl" ] || run eq_1gpu "${small[@]}" -B 4 --log "$out/eq_1gpu.jsonl"
         bash scripts/two_host_netns.sh "$out/netns_z3" || status=1
         run netns_hostid_z3 mpirun -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x GPUS_PER_HOST=1 \
@@ -559,7 +560,7 @@ for name, label in runs:
 EOF
         ;;
     checkpoint)
-        nano=(./train_llama --preset nano -T 128 --random-data --steps 12 --warmup 2 --lr 1e-3 --keep 0)
+        nano=(./train_llama --preset nano -T 128 --random-data --steps 12 --warmup 2 --lr 1e-3 --keep 0 --gemm-autotune 0)
         ck="$out/ckpt"
         rm -rf "$ck" "$out"/ck_*.jsonl # the kills below watch these logs: an old one would fire them early
         run ck_full "${mpi[@]}" "${nano[@]}" -B $((4 / np)) --zero-stage 2 --checkpoint-dir "$ck/full" \

@@ -25,7 +25,7 @@ else
 fi
 [ -x ./train_llama ] || { echo "two_host_netns.sh: build ./train_llama first (make gpu)" >&2; exit 2; }
 flags=("$@")
-[ ${#flags[@]} -gt 0 ] || flags=(--preset small -T 256 -B 2 --random-data --steps 20 --warmup 2 --lr 1e-3
+[ ${#flags[@]} -gt 0 ] || flags=(--preset small -T 256 -B 2 --random-data --steps 20 --warmup 2 --lr 1e-3 --gemm-autotune 0
                                  --zero-stage 3 --shard-over host)
 ns=(llmc_host0 llmc_host1)
 cleanup() {

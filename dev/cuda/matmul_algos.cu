@@ -49,8 +49,8 @@ static bf16 *random_bf16(size_t n, float scale)
     return d;
 }
 
-static void time_kind(const Shape *s, int kind, float beta, bf16 *x[SETS], bf16 *w[SETS], bf16 *y[SETS],
-                      bf16 *dw[SETS], int algos)
+static void time_kind(const Shape *s, int kind, float beta, bf16 *x[SETS], bf16 *w[SETS], bf16 *y[SETS], bf16 *dw[SETS],
+                      int algos)
 {
     AlgoRun r;
     memset(&r, 0, sizeof(r));
@@ -92,8 +92,8 @@ static void time_kind(const Shape *s, int kind, float beta, bf16 *x[SETS], bf16 
     char what[96];
     snprintf(what, sizeof(what), "%s %s%s", s->name, MATMUL_KIND_NAMES[kind],
              kind == MATMUL_BACKWARD_WEIGHT ? (beta != 0.0f ? " (+=)" : " (=)") : "");
-    printf("BENCH %-44s first %8.4f ms %6.1f TFLOP/s | best of %2d: #%d %8.4f ms %6.1f TFLOP/s | %+5.1f%%\n", what, first,
-           flops / (first * 1e-3) / 1e12, found, best_i, best, flops / (best * 1e-3) / 1e12,
+    printf("BENCH %-44s first %8.4f ms %6.1f TFLOP/s | best of %2d: #%d %8.4f ms %6.1f TFLOP/s | %+5.1f%%\n", what,
+           first, flops / (first * 1e-3) / 1e12, found, best_i, best, flops / (best * 1e-3) / 1e12,
            100.0 * (first / best - 1.0));
 }
 
@@ -109,12 +109,16 @@ int main(int argc, char **argv)
     matmul_setup();
     static const Shape shapes[] = {
         /* Qwen2.5-1.5B: C 1536, q 1536 + k, v 2 x 256, FFN 8960 (gate and up in one), V 151,936, 2,432-row chunks */
-        {"qwen qkv", 16384, 1536, 2048},          {"qwen o", 16384, 1536, 1536},
-        {"qwen gate_up", 16384, 1536, 17920},     {"qwen down", 16384, 8960, 1536},
+        {"qwen qkv", 16384, 1536, 2048},
+        {"qwen o", 16384, 1536, 1536},
+        {"qwen gate_up", 16384, 1536, 17920},
+        {"qwen down", 16384, 8960, 1536},
         {"qwen lm_head chunk", 2432, 1536, 151936},
         /* Llama 3.2 1B: C 2048, q 2048 + k, v 2 x 512, FFN 8192, V 128,256, 3,328-row chunks */
-        {"llama1b qkv", 16384, 2048, 3072},       {"llama1b o", 16384, 2048, 2048},
-        {"llama1b gate_up", 16384, 2048, 16384},  {"llama1b down", 16384, 8192, 2048},
+        {"llama1b qkv", 16384, 2048, 3072},
+        {"llama1b o", 16384, 2048, 2048},
+        {"llama1b gate_up", 16384, 2048, 16384},
+        {"llama1b down", 16384, 8192, 2048},
         {"llama1b lm_head chunk", 3328, 2048, 128256},
     };
     for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {

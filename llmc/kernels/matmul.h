@@ -32,8 +32,8 @@
  * shapes (dev/cuda/matmul_algos). The choice follows timings, so two runs may
  * take different algorithms, whose sums round differently: runs that must
  * match to the bit tune off. Tuning happens only where a plan is made with
- * beta 0, when the output is about to be overwritten, so the trials may write it. All calls share one 32 MiB workspace (what cuBLAS
- * recommends for Hopper): GEMMs must not run concurrently on two streams.
+ * beta 0, when the output is about to be overwritten, so the trials may write it. All calls share one 32 MiB workspace
+ * (what cuBLAS recommends for Hopper): GEMMs must not run concurrently on two streams.
  */
 #ifndef LLMC_MATMUL_H
 #define LLMC_MATMUL_H
@@ -193,9 +193,9 @@ static inline cublasStatus_t matmul_launch(const MatmulPlan *plan, const cublasL
                                            const void *b, void *d, float beta, cudaStream_t stream)
 {
     const float alpha = 1.0f;
-    return cublasLtMatmul(matmul_handle, matmul_desc[plan->kind], &alpha, a, plan->layout[0], b, plan->layout[1],
-                          &beta, d, plan->layout[2], d, plan->layout[3], algo, matmul_workspace,
-                          MATMUL_WORKSPACE_BYTES, stream);
+    return cublasLtMatmul(matmul_handle, matmul_desc[plan->kind], &alpha, a, plan->layout[0], b, plan->layout[1], &beta,
+                          d, plan->layout[2], d, plan->layout[3], algo, matmul_workspace, MATMUL_WORKSPACE_BYTES,
+                          stream);
 }
 
 /* Median ms of MATMUL_TUNE_RUNS back-to-back runs of one algorithm after an untimed one; a negative value where

@@ -18,7 +18,7 @@ FOREIGN = {"--np", "--host", "--bind-to", "--no-deps", "--only-binary", "--platf
            "--debug-time-breakdown"}  # (the last five: llmq's, a peer's)
 # where the docs name outputs of a run, not files of the repository
 GENERATED = ("data/shards", "log/", "runs/", "ckpt/", "checkpoints/", "third_party/", "build/")
-BUILT = re.compile(r"^dev/cuda/[\w*]+_check$|^dev/bench/nccl_bench$")  # programs that `make` builds
+BUILT = re.compile(r"^dev/cuda/([\w*]+_check|matmul_algos)$|^dev/bench/nccl_bench$")  # programs that `make` builds
 
 
 def doc_text(path):

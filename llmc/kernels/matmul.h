@@ -32,8 +32,9 @@
  * shapes (dev/cuda/matmul_algos). The choice follows timings, so two runs may
  * take different algorithms, whose sums round differently: runs that must
  * match to the bit tune off. Tuning happens only where a plan is made with
- * beta 0, when the output is about to be overwritten, so the trials may write it. All calls share one 32 MiB workspace
- * (what cuBLAS recommends for Hopper): GEMMs must not run concurrently on two streams.
+ * beta 0, when the output is about to be overwritten, so the trials may write
+ * it. All calls share one 32 MiB workspace (what cuBLAS recommends for Hopper):
+ * GEMMs must not run concurrently on two streams.
  */
 #ifndef LLMC_MATMUL_H
 #define LLMC_MATMUL_H

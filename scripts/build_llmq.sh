@@ -12,6 +12,8 @@
 # USE_NVML=OFF (no nvml.h here; only its GPU-stats report is lost), cuFile absent (its
 # fallback), BUILD_TESTS=OFF, CMAKE_CUDA_ARCHITECTURES=90. RPATH: $ORIGIN/../lib and
 # /usr/local/cuda/lib64 (cudart, cublasLt, cudnn, nccl come from the system there).
+# llmq asks for CUDA 20, which Debian's CMake 3.25 cannot give nvcc: CMAKE=/path/to/cmake names a newer one
+# (the cmake wheel's, 3.31, works).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -35,6 +37,26 @@ unpack "${CLI11_GIT:-}" "${CLI11_REF:-v2.6.1}" "${CLI11_SRC:-$DEPS/cli11}"
 unpack "${FMT_GIT:-}" "${FMT_REF:-12.0.0}" "${FMT_SRC:-$DEPS/fmt}"
 unpack "${CATCH2_GIT:-}" "${CATCH2_REF:-v3.6.0}" "${CATCH2_SRC:-$DEPS/catch2}"
 
+# llmq's worker threads store an exception and the main thread's rethrow ends in std::terminate without its text
+# (issue 30: "Thread 0 exited with uncaught exception"); print what() where the worker catches it
+comm=$SRC/src/utilities/comm.cpp
+if ! grep -q "uncaught exception: %s" "$comm"; then
+    python3 - "$comm" << 'PY'
+import sys
+p = sys.argv[1]
+s = open(p).read()
+old = "            } catch(...) {\n                std::lock_guard<std::mutex> lock(bar->Mutex);"
+new = ("            } catch(const std::exception& e) {\n"
+       "                fprintf(stderr, \"Thread %d: uncaught exception: %s\\n\", i, e.what());\n"
+       "                fflush(stderr);\n"
+       "                std::lock_guard<std::mutex> lock(bar->Mutex);\n"
+       "                bar->Exceptions[i] = std::current_exception();\n" + old)
+if s.count(old) != 1:
+    sys.exit(f"build_llmq.sh: {p} no longer has the catch the exception print goes into")
+open(p, "w").write(s.replace(old, new))
+PY
+fi
+
 export PATH=/usr/local/cuda/bin:$PATH
 ${CMAKE:-cmake} -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
@@ -50,5 +72,8 @@ ${CMAKE:-cmake} -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
     '-DCMAKE_INSTALL_RPATH=$ORIGIN/../lib;$ORIGIN;/usr/local/cuda/lib64'
 ${CMAKE:-cmake} --build "$BUILD" --parallel "$JOBS" --target train export-checkpoint
 ${CMAKE:-cmake} --install "$BUILD"
-git --git-dir="${LLMQ_GIT:-/nonexistent}" rev-parse "${LLMQ_REF:-fp8-opt-bugfix}" > "$PREFIX/LLMQ_COMMIT" 2> /dev/null || true
+# the commit built, where the git directory is given (a rebuild of the unpacked tree keeps the file it has)
+if [ -n "${LLMQ_GIT:-}" ]; then
+    git --git-dir="$LLMQ_GIT" rev-parse "${LLMQ_REF:-fp8-opt-bugfix}" > "$PREFIX/LLMQ_COMMIT"
+fi
 ls -la "$PREFIX/bin" "$PREFIX/lib"

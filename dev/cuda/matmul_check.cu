@@ -276,8 +276,8 @@ int main(int argc, char **argv)
 {
     check_init(argc, argv, "matmul_check");
     matmul_setup();
-    for (int i = 1; i < argc;
-         i++) /* --autotune: the algorithms the trainer's --gemm-autotune picks, checked and timed */
+    /* --autotune: the algorithms the trainer's --gemm-autotune picks, checked and timed */
+    for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--autotune") == 0)
             matmul_set_autotune(1);
     Shape small[] = {{"odd 37x64->96", 37, 64, 96}, {"odd 129x200->56", 129, 200, 56}, {"odd 5x24->1000", 5, 24, 1000}};

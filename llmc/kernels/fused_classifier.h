@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(1024) loss_sum_kernel(float *out, const float 
 /* Rows per chunk so that the [chunk, V] bf16 logits fit in budget_bytes: a multiple of 128
  * (whole GEMM tiles) when the budget allows 128 rows, never more than N, at least 1; with as
  * few chunks as the budget allows, of even size, so that the last is not a sliver (16,384 rows
- * in chunks of at most 2,688: 7 of 2,432 and one of 1,792 rows, not 6 of 2,688 and one of 256). */
+ * in chunks of at most 2,688: 6 of 2,432 and one of 1,792 rows, not 6 of 2,688 and one of 256). */
 static inline int fused_classifier_chunk_rows(int N, int V, size_t budget_bytes)
 {
     size_t rows = budget_bytes / ((size_t)V * sizeof(bf16));

@@ -519,6 +519,11 @@ int main(int argc, char **argv)
         printf("mean after the first step: %.0f tok/s (%.0f per GPU), MFU %.1f%%\n", loop.tokens_per_s_mean,
                loop.tokens_per_s_mean / world,
                100.0 * loop.tokens_per_s_mean / world * run.flops_per_token / PEAK_BF16_FLOPS);
+    if (a.gemm_autotune) {
+        char line[256];
+        matmul_tune_summary(line, sizeof(line), t->run.steps - loop.start_step);
+        printf("%s\n", line);
+    }
 
     CUDA_CHECK(cudaFreeHost(tokens));
     CUDA_CHECK(cudaFreeHost(h_parts));

@@ -92,13 +92,16 @@ typedef struct {
     cublasLtMatrixLayout_t layout[4];
     cublasLtMatmulAlgo_t algo;            /* for beta 0 */
     cublasLtMatmulAlgo_t algo_accumulate; /* for beta 1 */
+    float tuned_ms[2];                    /* autotuning's saving per launch over the first pick, beta 0 and 1 */
+    int64_t launches[2];                  /* the launches at beta 0 and 1 */
 } MatmulPlan;
 
 /* Autotuning (see the top): off unless matmul_set_autotune(1). */
 #define MATMUL_TUNE_CANDIDATES 8
 #define MATMUL_TUNE_MIN_FLOP 1e10 /* about 15 us at the GEMM rate: tiny GEMMs gain nothing worth the noise */
 #define MATMUL_TUNE_MARGIN 0.02   /* the fastest must be 2% ahead of the first pick, more than the timing noise */
-#define MATMUL_TUNE_RUNS 5        /* timed runs per candidate, after one untimed; the median counts */
+#define MATMUL_TUNE_RUNS 5        /* timed runs per candidate, taking turns; the median counts */
+#define MATMUL_TUNE_WARM_MS 25.0f /* the first candidate alone first: the clocks rise from idle */
 
 static cublasLtHandle_t matmul_handle = NULL;
 static void *matmul_workspace = NULL;
@@ -106,6 +109,10 @@ static cublasLtMatmulDesc_t matmul_desc[MATMUL_KINDS];
 static MatmulPlan matmul_cache[MATMUL_CACHE_SIZE];
 static int matmul_cache_next = 0;
 static int matmul_autotune = 0;
+/* What autotuning did (matmul_tune_summary): choices timed, and those that left the first pick. */
+static struct {
+    int timed, switched;
+} matmul_tune_stats;
 
 static inline void matmul_set_autotune(int on)
 {
@@ -199,53 +206,100 @@ static inline cublasStatus_t matmul_launch(const MatmulPlan *plan, const cublasL
                           stream);
 }
 
-/* Median ms of MATMUL_TUNE_RUNS back-to-back runs of one algorithm after an untimed one; a negative value where
- * cuBLASLt refuses it. */
-static inline float matmul_time_algo(const MatmulPlan *plan, const cublasLtMatmulAlgo_t *algo, const void *a,
-                                     const void *b, void *d, float beta, cudaStream_t stream)
-{
-    cudaEvent_t ev[MATMUL_TUNE_RUNS + 1];
-    float ms[MATMUL_TUNE_RUNS];
-    if (matmul_launch(plan, algo, a, b, d, beta, stream) != CUBLAS_STATUS_SUCCESS)
-        return -1.0f;
-    for (int r = 0; r <= MATMUL_TUNE_RUNS; r++)
-        CUDA_CHECK(cudaEventCreate(&ev[r]));
-    CUDA_CHECK(cudaEventRecord(ev[0], stream));
-    for (int r = 0; r < MATMUL_TUNE_RUNS; r++) {
-        CUBLAS_CHECK(matmul_launch(plan, algo, a, b, d, beta, stream));
-        CUDA_CHECK(cudaEventRecord(ev[r + 1], stream));
-    }
-    CUDA_CHECK(cudaEventSynchronize(ev[MATMUL_TUNE_RUNS]));
-    for (int r = 0; r < MATMUL_TUNE_RUNS; r++)
-        CUDA_CHECK(cudaEventElapsedTime(&ms[r], ev[r], ev[r + 1]));
-    for (int r = 0; r <= MATMUL_TUNE_RUNS; r++)
-        CUDA_CHECK(cudaEventDestroy(ev[r]));
-    for (int i = 1; i < MATMUL_TUNE_RUNS; i++) /* insertion sort of a handful */
-        for (int j = i; j > 0 && ms[j] < ms[j - 1]; j--) {
-            float t = ms[j];
-            ms[j] = ms[j - 1];
-            ms[j - 1] = t;
-        }
-    return ms[MATMUL_TUNE_RUNS / 2];
-}
-
-/* The fastest of the heuristic's candidates at this beta, if MATMUL_TUNE_MARGIN ahead of its first pick. */
+/* The fastest of the heuristic's candidates at this beta, if MATMUL_TUNE_MARGIN ahead of its first pick (a
+ * candidate cuBLASLt refuses at launch is left out). The first plans are made as the step starts, while the clocks
+ * still rise from idle: the first candidate runs for MATMUL_TUNE_WARM_MS first, and the candidates' timed runs
+ * take turns (each round times every candidate once; the median of MATMUL_TUNE_RUNS rounds counts), so a drift
+ * of the clocks falls on all of them alike instead of favouring the ones timed last. */
 static inline cublasLtMatmulAlgo_t matmul_pick_algo(const MatmulPlan *plan, const cublasLtMatmulHeuristicResult_t *cand,
                                                     int n_cand, const void *a, const void *b, void *d, float beta,
-                                                    cudaStream_t stream)
+                                                    cudaStream_t stream, float *saved_ms)
 {
-    float first = matmul_time_algo(plan, &cand[0].algo, a, b, d, beta, stream);
-    float best = first;
+    int ok[MATMUL_TUNE_CANDIDATES] = {0}, n_ok = 0;
+    for (int i = 0; i < n_cand; i++) {
+        ok[i] = cand[i].state == CUBLAS_STATUS_SUCCESS &&
+                matmul_launch(plan, &cand[i].algo, a, b, d, beta, stream) == CUBLAS_STATUS_SUCCESS;
+        n_ok += ok[i];
+    }
+    if (!ok[0] || n_ok < 2)
+        return cand[0].algo;
+    cudaEvent_t ev[MATMUL_TUNE_CANDIDATES * MATMUL_TUNE_RUNS + 1];
+    int n_ev = n_ok * MATMUL_TUNE_RUNS + 1;
+    for (int e = 0; e < n_ev; e++)
+        CUDA_CHECK(cudaEventCreate(&ev[e]));
+    float warm_ms = 0.0f;
+    for (int round = 0; warm_ms < MATMUL_TUNE_WARM_MS && round < 100; round++) {
+        CUDA_CHECK(cudaEventRecord(ev[0], stream));
+        for (int r = 0; r < 4; r++)
+            CUBLAS_CHECK(matmul_launch(plan, &cand[0].algo, a, b, d, beta, stream));
+        CUDA_CHECK(cudaEventRecord(ev[1], stream));
+        CUDA_CHECK(cudaEventSynchronize(ev[1]));
+        float ms;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+        warm_ms += ms;
+    }
+    /* back to back, an event between launches: launch k runs from ev[k] to ev[k + 1] */
+    CUDA_CHECK(cudaEventRecord(ev[0], stream));
+    int e = 0;
+    for (int r = 0; r < MATMUL_TUNE_RUNS; r++)
+        for (int i = 0; i < n_cand; i++)
+            if (ok[i]) {
+                CUBLAS_CHECK(matmul_launch(plan, &cand[i].algo, a, b, d, beta, stream));
+                CUDA_CHECK(cudaEventRecord(ev[++e], stream));
+            }
+    CUDA_CHECK(cudaEventSynchronize(ev[n_ev - 1]));
+    float ms[MATMUL_TUNE_CANDIDATES][MATMUL_TUNE_RUNS];
+    e = 0;
+    for (int r = 0; r < MATMUL_TUNE_RUNS; r++)
+        for (int i = 0; i < n_cand; i++)
+            if (ok[i]) {
+                CUDA_CHECK(cudaEventElapsedTime(&ms[i][r], ev[e], ev[e + 1]));
+                e++;
+            }
+    for (int k = 0; k < n_ev; k++)
+        CUDA_CHECK(cudaEventDestroy(ev[k]));
+    float first = 0.0f, best = 0.0f;
     int pick = 0;
-    for (int i = 1; i < n_cand && first > 0.0f; i++) {
-        float ms = cand[i].state == CUBLAS_STATUS_SUCCESS ? matmul_time_algo(plan, &cand[i].algo, a, b, d, beta, stream)
-                                                          : -1.0f;
-        if (ms > 0.0f && ms < best) {
-            best = ms;
+    for (int i = 0; i < n_cand; i++) {
+        if (!ok[i])
+            continue;
+        float *m = ms[i];
+        for (int x = 1; x < MATMUL_TUNE_RUNS; x++) /* insertion sort of a handful */
+            for (int y = x; y > 0 && m[y] < m[y - 1]; y--) {
+                float t = m[y];
+                m[y] = m[y - 1];
+                m[y - 1] = t;
+            }
+        float median = m[MATMUL_TUNE_RUNS / 2];
+        if (i == 0)
+            first = best = median;
+        else if (median < best) {
+            best = median;
             pick = i;
         }
     }
-    return best < first * (1.0f - (float)MATMUL_TUNE_MARGIN) ? cand[pick].algo : cand[0].algo;
+    matmul_tune_stats.timed++;
+    if (best >= first * (1.0f - (float)MATMUL_TUNE_MARGIN))
+        return cand[0].algo;
+    matmul_tune_stats.switched++;
+    *saved_ms = first - best;
+    return cand[pick].algo;
+}
+
+/* One line on what autotuning did, for the run's output: the choices, and the GPU time the tuned picks saved over
+ * the first ones by the trials' timings, per step of `steps` (the launches so far over that many steps): the
+ * prediction to hold against the measured step. */
+static inline void matmul_tune_summary(char *line, size_t size, int steps)
+{
+    double saved = 0.0;
+    for (int i = 0; i < MATMUL_CACHE_SIZE; i++)
+        if (matmul_cache[i].in_use)
+            for (int k = 0; k < 2; k++)
+                saved += (double)matmul_cache[i].tuned_ms[k] * (double)matmul_cache[i].launches[k];
+    snprintf(line, size,
+             "GEMM autotuning: %d choices timed, %d left cuBLASLt's first pick; by the trials' timings they save "
+             "%.1f ms a step",
+             matmul_tune_stats.timed, matmul_tune_stats.switched, steps > 0 ? saved / steps : 0.0);
 }
 
 /*
@@ -256,13 +310,13 @@ static inline cublasLtMatmulAlgo_t matmul_pick_algo(const MatmulPlan *plan, cons
  * C is D. a, b, d and beta are those of the call that makes the plan: with autotuning on and beta 0, the trials
  * run on them (writing d, which that call overwrites next) on the call's stream.
  */
-static inline const MatmulPlan *matmul_plan(int kind, int N, int in_dim, int out_dim, cudaDataType_t a_type,
+static inline MatmulPlan *matmul_plan(int kind, int N, int in_dim, int out_dim, cudaDataType_t a_type,
                                             cudaDataType_t b_type, const void *a, const void *b, void *d, float beta,
                                             cudaStream_t stream)
 {
     int align[4] = {matmul_alignment(a), matmul_alignment(b), matmul_alignment(d), matmul_alignment(d)};
     for (int i = 0; i < MATMUL_CACHE_SIZE; i++) {
-        const MatmulPlan *p = &matmul_cache[i];
+        MatmulPlan *p = &matmul_cache[i];
         if (p->in_use && p->kind == kind && p->N == N && p->in_dim == in_dim && p->out_dim == out_dim &&
             p->a_type == a_type && p->b_type == b_type && memcmp(p->align_bytes, align, sizeof(align)) == 0) {
             return p;
@@ -276,6 +330,7 @@ static inline const MatmulPlan *matmul_plan(int kind, int N, int in_dim, int out
     MatmulPlan *plan = &matmul_cache[matmul_cache_next];
     matmul_cache_next = (matmul_cache_next + 1) % MATMUL_CACHE_SIZE;
     matmul_plan_release(plan);
+    memset(plan, 0, sizeof(*plan));
 
     uint64_t n_tok = (uint64_t)N, in = (uint64_t)in_dim, out = (uint64_t)out_dim;
     /* rows, cols, leading dimension of A, B, C (= D) as stored, column-major */
@@ -329,9 +384,9 @@ static inline const MatmulPlan *matmul_plan(int kind, int N, int in_dim, int out
     }
     plan->algo = plan->algo_accumulate = cand[0].algo;
     if (matmul_autotune && beta == 0.0f && found > 1 && 2.0 * n_tok * in * out >= MATMUL_TUNE_MIN_FLOP) {
-        plan->algo = matmul_pick_algo(plan, cand, found, a, b, d, 0.0f, stream);
+        plan->algo = matmul_pick_algo(plan, cand, found, a, b, d, 0.0f, stream, &plan->tuned_ms[0]);
         if (kind == MATMUL_BACKWARD_WEIGHT || kind >= MATMUL_FP8) /* the kinds that accumulate */
-            plan->algo_accumulate = matmul_pick_algo(plan, cand, found, a, b, d, 1.0f, stream);
+            plan->algo_accumulate = matmul_pick_algo(plan, cand, found, a, b, d, 1.0f, stream, &plan->tuned_ms[1]);
     }
     return plan;
 }
@@ -339,7 +394,8 @@ static inline const MatmulPlan *matmul_plan(int kind, int N, int in_dim, int out
 static inline void matmul_run(int kind, void *d, const void *a, const void *b, int N, int in_dim, int out_dim,
                               float beta, cudaStream_t stream)
 {
-    const MatmulPlan *plan = matmul_plan(kind, N, in_dim, out_dim, CUDA_R_16BF, CUDA_R_16BF, a, b, d, beta, stream);
+    MatmulPlan *plan = matmul_plan(kind, N, in_dim, out_dim, CUDA_R_16BF, CUDA_R_16BF, a, b, d, beta, stream);
+    plan->launches[beta != 0.0f]++;
     profile_push(PROF_GEMM, stream);
     CUBLAS_CHECK(matmul_launch(plan, beta != 0.0f ? &plan->algo_accumulate : &plan->algo, a, b, d, beta, stream));
     profile_pop(stream);
@@ -410,7 +466,8 @@ static inline void matmul_fp8(bf16 *out, const uint8_t *x, Fp8Format x_format, c
     CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_inv_scale, sizeof(x_inv_scale)));
     const float beta = accumulate ? 1.0f : 0.0f;
-    const MatmulPlan *plan = matmul_plan(kind, N, in_dim, out_dim, CUDA_R_8F_E4M3, x_type, w, x, out, beta, stream);
+    MatmulPlan *plan = matmul_plan(kind, N, in_dim, out_dim, CUDA_R_8F_E4M3, x_type, w, x, out, beta, stream);
+    plan->launches[accumulate != 0]++;
     profile_push(PROF_GEMM, stream);
     CUBLAS_CHECK(matmul_launch(plan, accumulate ? &plan->algo_accumulate : &plan->algo, w, x, out, beta, stream));
     profile_pop(stream);

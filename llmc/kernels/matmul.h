@@ -311,8 +311,8 @@ static inline void matmul_tune_summary(char *line, size_t size, int steps)
  * run on them (writing d, which that call overwrites next) on the call's stream.
  */
 static inline MatmulPlan *matmul_plan(int kind, int N, int in_dim, int out_dim, cudaDataType_t a_type,
-                                            cudaDataType_t b_type, const void *a, const void *b, void *d, float beta,
-                                            cudaStream_t stream)
+                                      cudaDataType_t b_type, const void *a, const void *b, void *d, float beta,
+                                      cudaStream_t stream)
 {
     int align[4] = {matmul_alignment(a), matmul_alignment(b), matmul_alignment(d), matmul_alignment(d)};
     for (int i = 0; i < MATMUL_CACHE_SIZE; i++) {

@@ -34,7 +34,8 @@
 #                its per-micro-step variant run only when it names 3); the 2 x 1 runs
 #                take the first two of CUDA_VISIBLE_DEVICES (default 0,1); NETSCALE_P2P_CHUNK=BYTES adds
 #                stage 1's int8 run with NCCL_P2P_NET_CHUNKSIZE at that size
-#   nccl         dev/bench/nccl_bench over one host's GPUs, 2 x 1 and 2 x 2
+#   nccl         dev/bench/nccl_bench over one host's GPUs, 2 x 1 (and again with 8 channels per network peer
+#                for the all-to-all) and 2 x 2
 #                stand-in hosts: the collectives' times for scaling_model.py
 #   scaling8b4   Llama 3.1 8B, T=8192, B=1 per GPU on 4 GPUs of one host: stages
 #                1 to 3 in bf16 and FP8 at a 0.5M-token batch, and 2 x 2 stand-in
@@ -440,6 +441,12 @@ EOF
         timeout 300 mpirun -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x GPUS_PER_HOST=1 -x CUDA_VISIBLE_DEVICES=0,1 \
             scripts/as_hosts.sh "${nb[@]}" --max-mib 256 --label "2x1 hostid" >> "$out/nccl.jsonl" \
             2> "$out/nccl_2x1.log" || status=1
+        # the int8 sums' all-to-all is NCCL's grouped sends and receives, which cross the network on
+        # NCCL_NCHANNELS_PER_NET_PEER channels where the ring collectives take all of theirs: the same 2 x 1 with 8
+        timeout 300 env NCCL_NCHANNELS_PER_NET_PEER=8 mpirun -np 2 --bind-to none -x NCCL_NVLS_ENABLE \
+            -x NCCL_NCHANNELS_PER_NET_PEER -x GPUS_PER_HOST=1 -x CUDA_VISIBLE_DEVICES=0,1 scripts/as_hosts.sh \
+            "${nb[@]}" --max-mib 256 --label "2x1 hostid, 8 channels per net peer" >> "$out/nccl.jsonl" \
+            2> "$out/nccl_2x1_p2p8.log" || status=1
         if [ "$np" -ge 4 ]; then
             timeout 300 "${hosts2[@]}" "${nb[@]}" --max-mib 256 --label "2x$((np / 2)) hostid" >> "$out/nccl.jsonl" \
                 2> "$out/nccl_2x2.log" || status=1

@@ -1,6 +1,7 @@
 /*
  * nccl_bench.cu: the time of each collective the trainer runs (bf16 all-gather,
- * reduce-scatter and all-reduce; fp32 reduce-scatter for --grad-reduce fp32) over
+ * reduce-scatter and all-reduce; fp32 reduce-scatter for --grad-reduce fp32; the
+ * byte all-to-all of --grad-reduce int8|e4m3, NCCL's grouped sends and receives) over
  * each of its process groups (llmc/parallel/distributed.h: all ranks, a host's, across
  * hosts), at sizes from 1 MiB to 1 GiB, for dev/bench/scaling_model.py's fit of
  * latency + bytes / bandwidth.
@@ -12,7 +13,7 @@
  * each timed by the CUDA events between it and the next on its stream; all
  * groups of a kind run at once (every host's group together), as in training.
  * Rank 0 prints one JSON line per point: collective, group, ranks, bytes (the
- * whole buffer: the gathered output or the scattered input), seconds, and NCCL's
+ * whole buffer: the gathered output, the scattered input, or what a rank sends to all), seconds, and NCCL's
  * bus bandwidth convention (bytes x (n - 1) / n / seconds). The buffers hold
  * random bits, not zeros.
  *
@@ -36,10 +37,11 @@ __global__ void fill_random_bits(uint32_t *p, int64_t n, uint32_t seed)
     }
 }
 
-typedef enum { AG, RS, AR, RS32 } Collective;
-static const char *NAMES[] = {"all_gather", "reduce_scatter", "all_reduce", "reduce_scatter_fp32"};
+typedef enum { AG, RS, AR, RS32, A2A } Collective;
+static const char *NAMES[] = {"all_gather", "reduce_scatter", "all_reduce", "reduce_scatter_fp32", "all_to_all"};
 
-static void launch(Collective c, const DistGroup *g, void *buf, int64_t bytes, cudaStream_t s)
+/* recv: the all-to-all's output, as large as buf */
+static void launch(Collective c, const DistGroup *g, void *buf, void *recv, int64_t bytes, cudaStream_t s)
 {
     int64_t elems = bytes / (c == RS32 ? 4 : 2), per_rank = elems / g->size;
     char *base = (char *)buf;
@@ -55,6 +57,9 @@ static void launch(Collective c, const DistGroup *g, void *buf, int64_t bytes, c
         break;
     case AR:
         dist_all_reduce_sum(g, buf, elems, 2, s);
+        break;
+    case A2A:
+        dist_all_to_all(g, buf, recv, bytes / g->size, s);
         break;
     }
 }
@@ -85,7 +90,7 @@ int main(int argc, char **argv)
     if (d.rank == 0)
         fprintf(stderr, "nccl_bench: %d ranks on %s (hosts told by %s)\n", d.world, hosts, d.host_source);
     size_t max_bytes = (size_t)max_mib << 20;
-    void *buf = cuda_malloc_named(max_bytes, "bench buffer");
+    void *buf = cuda_malloc_named(max_bytes, "bench buffer"), *recv = cuda_malloc_named(max_bytes, "all-to-all output");
     fill_random_bits<<<1024, 256>>>((uint32_t *)buf, (int64_t)(max_bytes / 4), 1234u + d.rank);
     CUDA_CHECK_LAST();
     cudaStream_t s;
@@ -102,15 +107,15 @@ int main(int argc, char **argv)
         const DistGroup *g = groups[gi];
         if (g->size <= 1 || (gi > 0 && g->comm == d.all.comm))
             continue; /* a group of one, or the world again */
-        for (int c = AG; c <= RS32; c++) {
+        for (int c = AG; c <= A2A; c++) {
             for (size_t bytes = (size_t)1 << 20; bytes <= max_bytes; bytes *= 4) {
                 /* a whole number of 16-byte elements per rank */
                 size_t unit = (size_t)g->size * 16, b = bytes / unit * unit;
                 for (int w = 0; w < 3; w++)
-                    launch((Collective)c, g, buf, (int64_t)b, s);
+                    launch((Collective)c, g, buf, recv, (int64_t)b, s);
                 CUDA_CHECK(cudaEventRecord(marks[0], s));
                 for (int k = 0; k < iters; k++) {
-                    launch((Collective)c, g, buf, (int64_t)b, s);
+                    launch((Collective)c, g, buf, recv, (int64_t)b, s);
                     CUDA_CHECK(cudaEventRecord(marks[k + 1], s));
                 }
                 CUDA_CHECK(cudaEventSynchronize(marks[iters]));
@@ -134,6 +139,7 @@ int main(int argc, char **argv)
     free(marks);
     CUDA_CHECK(cudaStreamDestroy(s));
     cuda_free(buf);
+    cuda_free(recv);
     dist_finalize(&d);
     return 0;
 }

@@ -7,7 +7,7 @@
  * and prints the first one's time, the fastest one's and the gain. matmul.h
  * takes the first for beta 0 and 1 alike; this says what that leaves.
  * Timing: check_common.h's median of back-to-back runs over two input sets of
- * fresh random bf16 values.
+ * fresh random bf16 values (uniform, made on the GPU).
  *   dev/cuda/matmul_algos [--seed N] [--algos K]
  */
 #include "dev/cuda/check_common.h"
@@ -38,14 +38,24 @@ static void run_algo(void *ctx, int set)
                                 r->plan->layout[3], r->algo, matmul_workspace, MATMUL_WORKSPACE_BYTES, 0));
 }
 
+/* Fresh random bf16 values, uniform in [-scale, scale), made on the GPU (a hash of the index and a seed from the
+ * run's RNG): the host's normal draws took minutes for the lm_head's 370M values. */
+__global__ void fill_uniform_bf16(bf16 *p, int64_t n, uint64_t seed, float scale)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        uint64_t z = (uint64_t)i * 0x9E3779B97F4A7C15ull + seed;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        p[i] = __float2bfloat16(((float)(z >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * scale);
+    }
+}
+
 static bf16 *random_bf16(size_t n, float scale)
 {
-    uint16_t *h = (uint16_t *)malloc(n * sizeof(uint16_t));
-    if (!h)
-        FAIL("out of host memory for %zu values", n);
-    fill_bf16(h, NULL, (int64_t)n, scale);
-    bf16 *d = (bf16 *)dev_upload(h, n * sizeof(uint16_t));
-    free(h);
+    bf16 *d = (bf16 *)dev_alloc(n * sizeof(bf16));
+    fill_uniform_bf16<<<1024, 256>>>(d, (int64_t)n, rng_next(), scale);
+    CUDA_CHECK_LAST();
     return d;
 }
 

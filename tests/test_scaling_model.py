@@ -108,3 +108,25 @@ def test_a_point_takes_the_one_gpu_run_of_its_lease_and_micro_steps():
     assert skipped == 0 and t["p_m1"] == pytest.approx(0.250) and t["p_m16"] == pytest.approx(3.7 / 16)
     # no one-GPU run at 8 micro-steps in lease b: its last one-GPU run, per micro-step
     assert t["p_m8"] == pytest.approx(3.7 / 16)
+
+
+def test_quantized_sums_take_the_all_to_all_points_where_there_are_some():
+    """Gradient bytes other than bf16's 2 are ZeRO++'s all-to-all: timed by nccl_bench's all_to_all fit of the link
+    where it has points, else as a reduce-scatter of the codes (and the notes say so); bf16 sums stay ring ones."""
+    slow = {"alpha": 0.0, "beta": 4e-9}  # an all-to-all at a quarter of the ring's bandwidth
+    fits = {("reduce_scatter", "net"): LINK, ("all_gather", "net"): LINK, ("all_to_all", "net"): slow,
+            ("reduce_scatter", "nvlink"): LINK, ("all_gather", "nvlink"): LINK}
+    notes = set()
+    lookup = scaling_model.make_measured_lookup(fits, LINK, notes, {"run": "test"})
+
+    def grad(mode, gbytes):
+        return scaling_model.step_time(1, mode, hosts=4, gpn=8, micro=2, t_micro=0.5, nparams=P, links=LINKS,
+                                       lookup=lookup, tail=0.15, gbytes=gbytes)["t_grad"]
+
+    codes = 1.0 + 4.0 / 128
+    assert grad("flat", 2.0) == pytest.approx(2.0 * 31 / 32)  # the ring's fit
+    assert grad("flat", codes) == pytest.approx(4 * codes * 31 / 32)  # the all-to-all's, at the codes' bytes
+    assert not notes
+    # over hosts: in-host over NVLink (no all_to_all points there: a reduce-scatter of the codes), across over net
+    assert grad("host", codes) == pytest.approx(codes * 7 / 8 + 4 * codes / 8 * 3 / 4)
+    assert notes == {"quantized sums over nvlink: no all_to_all points, timed as a reduce-scatter of the codes"}

@@ -27,15 +27,17 @@ block, gradients reduced quantized): --weight-bytes and --grad-bytes give the by
 on the wire (bf16: 2; codes of one byte with an fp32 scale per 128: 1.03125) and the predictions
 are made with and without them, the gain beside each; a trainer record may carry its own
 weight_bytes_per_param / grad_bytes_per_param. A quantized reduction (ZeRO++'s all-to-all with
-fp32 sums) is modelled as a reduce-scatter of the compressed bytes; the quantisation kernels'
-time is not modelled.
+fp32 sums, gradient bytes other than 2) takes nccl_bench's all_to_all points where there are some
+for its link (NCCL's grouped sends and receives, which need not move bytes as fast as its rings),
+else it is modelled as a reduce-scatter of the compressed bytes; the quantisation kernels' time is
+not modelled.
 """
 import argparse
 import json
 import statistics
 import sys
 
-COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce", "reduce_scatter_fp32")
+COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce", "reduce_scatter_fp32", "all_to_all")
 CHECKS = ("netscale", "scaling8b4", "scaling", "fp8gather", "quantized_one_micro_step", "qmatrix")
 POINT_FIELDS = ("stage", "mode", "hosts", "gpus_per_host", "micro_steps", "B", "T", "tokens_per_s_per_gpu")
 # the two predicted models: parameters, sequences per micro-step, sequence length and the
@@ -169,6 +171,7 @@ def step_time(stage, mode, hosts, gpn, micro, t_micro, nparams, links, lookup, t
     of stage 3's per-layer weight gathers and of the gradients' reductions (bf16: 2); the gather of the updated
     weights after AdamW is always exact bf16."""
     n = hosts * gpn
+    rs = "reduce_scatter" if gbytes == 2.0 else "quantized_sum"  # what lookup() resolves (all_to_all_or_rs)
     w = wbytes * nparams  # bytes of all weights on the wire in stage 3's per-layer gathers
     exact_w = 2.0 * nparams  # the updated weights' gather after AdamW is exact bf16 (codes only for stage 3's)
     g = gbytes * nparams  # and of all gradients
@@ -199,7 +202,7 @@ def step_time(stage, mode, hosts, gpn, micro, t_micro, nparams, links, lookup, t
         parts["t_grad"] = t("all_reduce", "flat", n, g)
         exposed = grad_exposed(parts["t_grad"])
     elif mode == "flat":
-        parts["t_grad"] = t("reduce_scatter", "flat", n, g)
+        parts["t_grad"] = t(rs, "flat", n, g)
         exposed = grad_exposed(parts["t_grad"])
         if stage == 3:
             parts["t_gather_micro"] = stage3_gathers("flat", n)
@@ -213,7 +216,7 @@ def step_time(stage, mode, hosts, gpn, micro, t_micro, nparams, links, lookup, t
             parts["t_gather_after"] = t("all_gather", "flat", n, exact_w)
             exposed += gather_exposed(parts["t_gather_after"])
     else:  # hierarchical: in-host over G ranks, then across hosts over H ranks with 1/G of the bytes
-        parts["t_grad"] = t("reduce_scatter", "host", gpn, g) + t("reduce_scatter", "across", hosts, g / gpn)
+        parts["t_grad"] = t(rs, "host", gpn, g) + t(rs, "across", hosts, g / gpn)
         exposed = grad_exposed(parts["t_grad"])
         parts["t_gather_after"] = t("all_gather", "across", hosts, exact_w / gpn)
         if stage == 3:
@@ -301,9 +304,21 @@ def point_links(p):
     return links
 
 
+def all_to_all_or_rs(coll, link, fits, notes):
+    """The collective a quantized sum ("quantized_sum", step_time) is timed as over link: all_to_all where
+    nccl_bench measured it there, else reduce_scatter (said in notes); any other collective as it is."""
+    if coll != "quantized_sum":
+        return coll
+    if ("all_to_all", link) in fits:
+        return "all_to_all"
+    notes.add(f"quantized sums over {link}: no all_to_all points, timed as a reduce-scatter of the codes")
+    return "reduce_scatter"
+
+
 def make_measured_lookup(fits, nvlink_default, notes, ctx):
     """Fitted parameters for the measured points; ctx["run"] names the point asking (for errors)."""
     def lookup(coll, link):
+        coll = all_to_all_or_rs(coll, "net" if link == "net_mixed" else link, fits, notes)
         if (coll, link) in fits:
             return fits[(coll, link)]
         if link == "net_mixed" and (coll, "net") in fits:
@@ -337,6 +352,7 @@ def predict(args, fits, pts):
     def lookup(coll, link):
         if link in ("net", "net_mixed"):  # a ring over all N*8 GPUs is bound by each GPU's own NIC
             return net
+        coll = all_to_all_or_rs(coll, "nvlink", fits, set())
         if args.nvlink_given or (coll, "nvlink") not in fits:
             nv_src[coll] = "options"
             return nv_default

@@ -2,7 +2,7 @@
 # On the GPU machine: build the CUDA programs, run test_llama against the
 # reference dumps, run every dev/cuda kernel check, and time a few training
 # steps of the Llama 3.2 1B shape. Logs go to $OUT (or /tmp/gpu_check).
-# Usage: scripts/gpu_check.sh [build] [test] [pytest] [train] [kernels] [bench] [attention] [memory] [settings] [longest] [level3] [bestb] [long8b] [offload8b] [qwen] [profile] [robust]
+# Usage: scripts/gpu_check.sh [build] [test] [pytest] [train] [kernels] [bench] [attention] [memory] [settings] [longest] [level3] [bestb] [long8b] [offload8b] [qwen] [autotune] [profile] [robust]
 #   (default: build test train kernels bench; train needs data/shards carried along)
 set -u
 cd "$(dirname "$0")/.."
@@ -114,6 +114,17 @@ for s in $steps; do
             --matmul-dtype=bf16 --lmhead-chunks=4 --debug-time-breakdown --log-file=/tmp/llmq_qwen/bf16.json \
             > "$out/llmq_bf16.log" 2>&1 || status=1
         grep -v "^\s*$" "$out/llmq_bf16.log" | tail -30;;
+    autotune)
+        # --gemm-autotune's gain, one binary with and without, alternating (dev/bench/ab_throughput.sh, 3 rounds):
+        # Qwen2.5-1.5B 16 x 1024 r1 at 4 micro-steps, bf16 and --fp8, and the 1B at B=8; each tuned run's last
+        # line is the tuning's own prediction of what it saves a step
+        qwen="--preset qwen2.5-1.5b --random-data -B 16 -T 1024 --total-batch 65536 --steps 10 --recompute 1"
+        for run in "qwen:$qwen" "qwen_fp8:$qwen --fp8" "llama1b:--preset llama3.2-1b --random-data -B 8 -T 2048 --steps 12"; do
+            read -r -a flags <<< "${run#*:}"
+            A_FLAGS="--gemm-autotune 0" B_FLAGS="--gemm-autotune 1" OUT="$out/autotune_${run%%:*}" \
+                bash dev/bench/ab_throughput.sh ./train_llama ./train_llama 3 "${flags[@]}" | tail -5 || status=1
+            grep -h "GEMM autotuning" "$out/autotune_${run%%:*}"/ab_B_*.log | head -3
+        done;;
     bench)
         for r in 1 2; do
             timeout 200 ./train_llama --preset llama3.2-1b -B 4 -T 2048 --random-data --steps 12 --warmup 2 \

@@ -73,16 +73,8 @@ static void time_kind(const Shape *s, int kind, float beta, bf16 *x[SETS], bf16 
     }
     r.plan = matmul_plan(kind, s->N, s->in, s->out, CUDA_R_16BF, CUDA_R_16BF, r.a[0], r.b[0], r.d[0], 0.0f, 0);
 
-    cublasLtMatmulPreference_t pref;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    size_t ws = MATMUL_WORKSPACE_BYTES;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
     cublasLtMatmulHeuristicResult_t found_algos[ALGOS_MAX];
-    int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(matmul_handle, matmul_desc[kind], r.plan->layout[0], r.plan->layout[1],
-                                                r.plan->layout[2], r.plan->layout[3], pref, algos, found_algos,
-                                                &found));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    int found = matmul_heuristics(r.plan, found_algos, algos); /* the list matmul.h's plans choose from */
 
     double flops = 2.0 * s->N * (double)s->in * s->out;
     float first = 0.0f, best = 1e30f;

@@ -302,6 +302,29 @@ static inline void matmul_tune_summary(char *line, size_t size, int steps)
              matmul_tune_stats.timed, matmul_tune_stats.switched, steps > 0 ? saved / steps : 0.0);
 }
 
+/* cuBLASLt's heuristic list for a plan's GEMM, best first by its estimate: up to n algorithms that fit the workspace
+ * and the plan's pointer alignments, into cand; returns how many. */
+static inline int matmul_heuristics(const MatmulPlan *plan, cublasLtMatmulHeuristicResult_t *cand, int n)
+{
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws = MATMUL_WORKSPACE_BYTES;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    static const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++) {
+        uint32_t v = (uint32_t)plan->align_bytes[i];
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &v, sizeof(v)));
+    }
+    int found = 0;
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(matmul_handle, matmul_desc[plan->kind], plan->layout[0],
+                                                plan->layout[1], plan->layout[2], plan->layout[3], pref, n, cand,
+                                                &found));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    return found;
+}
+
 /*
  * The cached plan of one GEMM, made on first use. Column-major view (m, n, k):
  *   forward          D[out, N] = op_T(A = W as [in, out]) @ (B = inp as [in, N]),         k = in
@@ -359,23 +382,8 @@ static inline MatmulPlan *matmul_plan(int kind, int N, int in_dim, int out_dim, 
     plan->out_dim = out_dim;
     memcpy(plan->align_bytes, align, sizeof(align));
 
-    cublasLtMatmulPreference_t pref;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    size_t ws = MATMUL_WORKSPACE_BYTES;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-    static const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-    for (int i = 0; i < 4; i++) {
-        uint32_t v = (uint32_t)align[i];
-        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &v, sizeof(v)));
-    }
     cublasLtMatmulHeuristicResult_t cand[MATMUL_TUNE_CANDIDATES];
-    int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(matmul_handle, matmul_desc[kind], plan->layout[0], plan->layout[1],
-                                                plan->layout[2], plan->layout[3], pref,
-                                                matmul_autotune ? MATMUL_TUNE_CANDIDATES : 1, cand, &found));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    int found = matmul_heuristics(plan, cand, matmul_autotune ? MATMUL_TUNE_CANDIDATES : 1);
     if (found == 0) {
         FAIL("cuBLASLt has no algorithm for the %s GEMM with N %d, in %d, out %d "
              "(pointer alignments %d/%d/%d/%d bytes)\n"

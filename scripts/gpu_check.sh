@@ -117,7 +117,7 @@ for s in $steps; do
     autotune)
         # --gemm-autotune's gain, one binary with and without, alternating (dev/bench/ab_throughput.sh, 3 rounds):
         # Qwen2.5-1.5B 16 x 1024 r1 at 4 micro-steps, bf16 and --fp8, and the 1B at B=8; each tuned run's last
-        # line is the tuning's own prediction of what it saves a step
+        # line is what the trials, timed alone, say the picks save a step
         qwen="--preset qwen2.5-1.5b --random-data -B 16 -T 1024 --total-batch 65536 --steps 10 --recompute 1"
         for run in "qwen:$qwen" "qwen_fp8:$qwen --fp8" "llama1b:--preset llama3.2-1b --random-data -B 8 -T 2048 --steps 12"; do
             read -r -a flags <<< "${run#*:}"

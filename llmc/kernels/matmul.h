@@ -287,8 +287,9 @@ static inline cublasLtMatmulAlgo_t matmul_pick_algo(const MatmulPlan *plan, cons
 }
 
 /* One line on what autotuning did, for the run's output: the choices, and the GPU time the tuned picks saved over
- * the first ones by the trials' timings, per step of `steps` (the launches so far over that many steps): the
- * prediction to hold against the measured step. */
+ * the first ones by the trials' timings, per step of `steps` (the launches so far over that many steps). Inside a
+ * step they save less: a fifth to a half of that at Qwen2.5-1.5B and the 1B on an H100 (docs/performance.md,
+ * issue 33 round 5), for reasons not known. */
 static inline void matmul_tune_summary(char *line, size_t size, int steps)
 {
     double saved = 0.0;
@@ -297,8 +298,8 @@ static inline void matmul_tune_summary(char *line, size_t size, int steps)
             for (int k = 0; k < 2; k++)
                 saved += (double)matmul_cache[i].tuned_ms[k] * (double)matmul_cache[i].launches[k];
     snprintf(line, size,
-             "GEMM autotuning: %d choices timed, %d left cuBLASLt's first pick; by the trials' timings they save "
-             "%.1f ms a step",
+             "GEMM autotuning: %d choices timed, %d left cuBLASLt's first pick (%.1f ms a step faster timed alone; "
+             "less inside a step)",
              matmul_tune_stats.timed, matmul_tune_stats.switched, steps > 0 ? saved / steps : 0.0);
 }
 

@@ -38,22 +38,29 @@ unpack "${FMT_GIT:-}" "${FMT_REF:-12.0.0}" "${FMT_SRC:-$DEPS/fmt}"
 unpack "${CATCH2_GIT:-}" "${CATCH2_REF:-v3.6.0}" "${CATCH2_SRC:-$DEPS/catch2}"
 
 # llmq's worker threads store an exception and the main thread's rethrow ends in std::terminate without its text
-# (issue 30: "Thread 0 exited with uncaught exception"); print what() where the worker catches it
+# (issue 30: "Thread 0 exited with uncaught exception"); print what() where the worker catches it, and the type's
+# name where it is no std::exception (the Qwen FP8 and 1B failures are of that kind)
 comm=$SRC/src/utilities/comm.cpp
-if ! grep -q "uncaught exception: %s" "$comm"; then
+if ! grep -q "uncaught exception of type %s" "$comm"; then
     python3 - "$comm" << 'PY'
 import sys
 p = sys.argv[1]
 s = open(p).read()
-old = "            } catch(...) {\n                std::lock_guard<std::mutex> lock(bar->Mutex);"
-new = ("            } catch(const std::exception& e) {\n"
-       "                fprintf(stderr, \"Thread %d: uncaught exception: %s\\n\", i, e.what());\n"
-       "                fflush(stderr);\n"
-       "                std::lock_guard<std::mutex> lock(bar->Mutex);\n"
-       "                bar->Exceptions[i] = std::current_exception();\n" + old)
+store = "                std::lock_guard<std::mutex> lock(bar->Mutex);\n                bar->Exceptions[i] = std::current_exception();\n"
+old = "            } catch(...) {\n" + store
+what = ("            } catch(const std::exception& e) {\n"
+        "                fprintf(stderr, \"Thread %d: uncaught exception: %s\\n\", i, e.what());\n"
+        "                fflush(stderr);\n" + store)
+other = ("            } catch(...) {\n"
+         "                std::type_info *type = abi::__cxa_current_exception_type();\n"
+         "                fprintf(stderr, \"Thread %d: uncaught exception of type %s\\n\", i, type ? type->name() : \"?\");\n"
+         "                fflush(stderr);\n" + store)
 if s.count(old) != 1:
     sys.exit(f"build_llmq.sh: {p} no longer has the catch the exception print goes into")
-open(p, "w").write(s.replace(old, new))
+s = s.replace(what, "")  # an earlier version of this patch
+s = s.replace(old, what + other)
+s = s.replace("#include <stdexcept>\n", "#include <stdexcept>\n#include <cxxabi.h>\n#include <typeinfo>\n", 1)
+open(p, "w").write(s)
 PY
 fi
 

@@ -4,6 +4,7 @@ the GPU machine, which cannot download them: a model directory with only config.
 takes its shape from it) and llmq's token files, from this project's shards or random tokens.
 
   python3 scripts/llmq_inputs.py OUT --model qwen2.5-1.5b --random-tokens 4000000
+  python3 scripts/llmq_inputs.py OUT --model llama3.1-8b --layers 8 --random-tokens 4000000
   python3 scripts/llmq_inputs.py OUT --model llama3.2-1b --train 'data/shards/corpus_train_*.bin' \\
       --val 'data/shards/corpus_val_*.bin'
 
@@ -34,6 +35,14 @@ MODELS = {
         "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                          "original_max_position_embeddings": 8192},
         "tie_word_embeddings": True, "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
+        "initializer_range": 0.02, "torch_dtype": "bfloat16", "bos_token_id": 128000, "eos_token_id": 128001},
+    "llama3.1-8b": {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 128256, "hidden_size": 4096,
+        "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "head_dim": 128, "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
+        "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 8192},
+        "tie_word_embeddings": False, "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
         "initializer_range": 0.02, "torch_dtype": "bfloat16", "bos_token_id": 128000, "eos_token_id": 128001},
     "qwen2.5-1.5b": {
         "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": 151936, "hidden_size": 1536,
@@ -85,10 +94,15 @@ def main(argv=None):
     p.add_argument("--val", metavar="GLOB", help="and its val shards")
     p.add_argument("--random-tokens", type=int, metavar="N", help="instead: N random tokens each (a throughput run)")
     p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--layers", type=int, metavar="L", help="the model cut to its first L layers (the 8B cut to 8)")
     args = p.parse_args(argv)
     if (args.random_tokens is None) == (args.train is None):
         p.error("give --train (and --val) or --random-tokens")
-    config = MODELS[args.model]
+    config = dict(MODELS[args.model])
+    if args.layers is not None:
+        if not 1 <= args.layers <= config["num_hidden_layers"]:
+            p.error(f"--layers {args.layers}: {args.model} has 1 to {config['num_hidden_layers']}")
+        config["num_hidden_layers"] = args.layers
     vocab = config["vocab_size"]
     os.makedirs(os.path.join(args.out, "model"), exist_ok=True)
     with open(os.path.join(args.out, "model", "config.json"), "w") as f:

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _spec = importlib.util.spec_from_file_location("llmq_inputs", os.path.join(ROOT, "scripts", "llmq_inputs.py"))
@@ -33,3 +34,13 @@ def test_from_shards(tmp_path):
     llmq_inputs.main([str(tmp_path / "out"), "--model", "llama3.2-1b", "--train", str(tmp_path / "s_train_*.bin")])
     _, _, vocab, tokens = llmq_inputs.read_token_file(str(tmp_path / "out" / "train.bin"))
     assert vocab == 128256 and np.array_equal(tokens, np.asarray(prepare.read_shard(str(shard))[1]))
+
+
+def test_cut_model(tmp_path):
+    # the 8B cut to 8 layers, as bench_e2e's llama3.1-8b-cut: untied, the rest of the published config kept
+    llmq_inputs.main([str(tmp_path), "--model", "llama3.1-8b", "--layers", "8", "--random-tokens", "100"])
+    config = json.load(open(tmp_path / "model" / "config.json"))
+    assert config["num_hidden_layers"] == 8 and config["hidden_size"] == 4096 and not config["tie_word_embeddings"]
+    assert llmq_inputs.MODELS["llama3.1-8b"]["num_hidden_layers"] == 32  # the table itself is not changed
+    with pytest.raises(SystemExit):
+        llmq_inputs.main([str(tmp_path), "--model", "llama3.2-1b", "--layers", "17", "--random-tokens", "100"])

@@ -96,7 +96,8 @@ MODELS = {
     # longer T show where each system stops. 12 layers (55 GiB static) still fits HF at T=2048, 14 barely.
     "llama3.1-8b-cut": dict(vocab=128256, hidden=4096, layers=32, heads=32, kv_heads=8, head_dim=128, ffn=14336,
                             tied=False, rope_theta=500000.0, rope_factor=8.0, rope_low=1.0, rope_high=4.0,
-                            rope_orig=8192, max_pos=131072, eps=1e-5, preset="llama3.1-8b", default_layers=8),
+                            rope_orig=8192, max_pos=131072, eps=1e-5, preset="llama3.1-8b", default_layers=8,
+                            llmq="llama3.1-8b"),
     # Qwen2.5 1.5B (its HF config.json): biases on q, k and v, tied, plain RoPE; llmq's headline model
     "qwen2.5-1.5b": dict(family="qwen2", vocab=151936, hidden=1536, layers=28, heads=12, kv_heads=2, head_dim=128,
                          ffn=8960, tied=True, qkv_bias=True, rope_theta=1000000.0, rope_factor=None,
@@ -279,8 +280,6 @@ def llmq_cmd(args, run, inputs, log_path):
            "--ckpt-interval=1000000", "--out-dir=" + os.path.join(inputs, "out"), "--log-file=" + log_path]
     if run["system"] == "llmq":
         cmd.append("--lmhead-chunks=4")
-    if run["layers"] != s["default_layers"]:
-        raise ValueError("llmq takes its shape from config.json: no cut models")
     return cmd
 
 
@@ -503,11 +502,12 @@ def train_llama_result(args, run, rc, text, jsonl):
 def llmq_inputs(args, run, logs):
     """The model directory (config.json alone) and random token files llmq trains on, made once per model by
     scripts/llmq_inputs.py in the logs folder."""
-    d = os.path.join(logs, "llmq_inputs_" + run["model"])
+    d = os.path.join(logs, "llmq_inputs_%s_L%d" % (run["model"], run["layers"]))
     if not os.path.exists(os.path.join(d, "eval.bin")):
         need = (run["warmup"] + run["steps"] + 2) * run["accum"] * run["B"] * run["T"]
         subprocess.run([args.python, os.path.join(REPO, "scripts", "llmq_inputs.py"), d, "--model",
-                        run["shape"]["llmq"], "--random-tokens", str(max(need, 1 << 22))], check=True)
+                        run["shape"]["llmq"], "--layers", str(run["layers"]), "--random-tokens",
+                        str(max(need, 1 << 22))], check=True)
     return d
 
 

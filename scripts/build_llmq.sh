@@ -64,6 +64,23 @@ open(p, "w").write(s)
 PY
 fi
 
+# The gradient norm launches a grid of ceil(count / 512) blocks for every gradient tensor, and a model without
+# q, k, v biases (Llama) has empty bias tensors: a grid of 0 blocks, cudaErrorInvalidValue at global_norm.cu:120
+# (issue 30; found by the exception print above). An empty tensor adds nothing to the norm, so it returns first.
+norm=$SRC/src/kernels/global_norm.cu
+if ! grep -q "empty tensor adds nothing" "$norm"; then
+    python3 - "$norm" << 'PY'
+import sys
+p = sys.argv[1]
+s = open(p).read()
+old = "    const int block_size = 512;\n    const int max_grid_size = get_max_num_block_sums(dp);\n"
+if s.count(old) != 1:
+    sys.exit(f"build_llmq.sh: {p} no longer has the launch the empty-tensor return goes before")
+s = s.replace(old, "    if (count == 0) return; // an empty tensor adds nothing to the norm\n" + old)
+open(p, "w").write(s)
+PY
+fi
+
 export PATH=/usr/local/cuda/bin:$PATH
 ${CMAKE:-cmake} -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \

@@ -2,7 +2,7 @@
 # On the GPU machine: build the CUDA programs, run test_llama against the
 # reference dumps, run every dev/cuda kernel check, and time a few training
 # steps of the Llama 3.2 1B shape. Logs go to $OUT (or /tmp/gpu_check).
-# Usage: scripts/gpu_check.sh [build] [test] [pytest] [train] [kernels] [bench] [attention] [memory] [settings] [longest] [level3] [bestb] [long8b] [offload8b] [qwen] [autotune] [profile] [robust]
+# Usage: scripts/gpu_check.sh [build] [test] [pytest] [train] [kernels] [bench] [attention] [memory] [settings] [longest] [level3] [bestb] [long8b] [offload8b] [qwen] [cut8b] [autotune] [profile] [robust]
 #   (default: build test train kernels bench; train needs data/shards carried along)
 set -u
 cd "$(dirname "$0")/.."
@@ -114,6 +114,21 @@ for s in $steps; do
             --matmul-dtype=bf16 --lmhead-chunks=4 --debug-time-breakdown --log-file=/tmp/llmq_qwen/bf16.json \
             > "$out/llmq_bf16.log" 2>&1 || status=1
         grep -v "^\s*$" "$out/llmq_bf16.log" | tail -30;;
+    cut8b)
+        # issue 30: where the 8B cut to 8 layers (8 x 2048, one micro-step) spends its step, train_llama
+        # (--profile-step) against llmq (--debug-time-breakdown), which is ahead of it there in bf16
+        timeout 200 ./train_llama --preset llama3.1-8b --n-layer 8 --random-data -B 8 -T 2048 --steps 8 --warmup 1 \
+            --profile-step 6 --log "$out/cut8b_train_llama.jsonl" > "$out/cut8b_train_llama.log" 2>&1 || status=1
+        sed -n '/profile of step/,/idle/p' "$out/cut8b_train_llama.log"
+        python3 scripts/llmq_inputs.py /tmp/llmq_cut8b --model llama3.1-8b --layers 8 --random-tokens 4194304 \
+            > /dev/null || status=1
+        timeout 200 .carry/llmq/bin/train --model=/tmp/llmq_cut8b/model --from-scratch \
+            --train-file=/tmp/llmq_cut8b/train.bin --eval-file=/tmp/llmq_cut8b/eval.bin --seq-length=2048 \
+            --batch-size=8 --grad-accumulation=1 --steps=8 --gpus=1 --model-dtype=bf16 --opt-m-dtype=bf16 \
+            --opt-v-dtype=bf16 --eval-every-n-steps=1000000 --ckpt-interval=1000000 --out-dir=/tmp/llmq_cut8b/out \
+            --use-cuda-graphs --matmul-dtype=bf16 --lmhead-chunks=4 --debug-time-breakdown \
+            --log-file=/tmp/llmq_cut8b/bf16.json > "$out/cut8b_llmq.log" 2>&1 || status=1
+        grep -v "^\s*$" "$out/cut8b_llmq.log" | tail -30;;
     autotune)
         # --gemm-autotune's gain, one binary with and without, alternating (dev/bench/ab_throughput.sh, 3 rounds):
         # Qwen2.5-1.5B 16 x 1024 r1 at 4 micro-steps, bf16 and --fp8, and the 1B at B=8; each tuned run's last

@@ -37,15 +37,28 @@ unpack "${CLI11_GIT:-}" "${CLI11_REF:-v2.6.1}" "${CLI11_SRC:-$DEPS/cli11}"
 unpack "${FMT_GIT:-}" "${FMT_REF:-12.0.0}" "${FMT_SRC:-$DEPS/fmt}"
 unpack "${CATCH2_GIT:-}" "${CATCH2_REF:-v3.6.0}" "${CATCH2_SRC:-$DEPS/catch2}"
 
-# llmq's worker threads store an exception and the main thread's rethrow ends in std::terminate without its text
-# (issue 30: "Thread 0 exited with uncaught exception"); print what() where the worker catches it, and the type's
-# name where it is no std::exception (the Qwen FP8 and 1B failures are of that kind)
-comm=$SRC/src/utilities/comm.cpp
-if ! grep -q "uncaught exception of type %s" "$comm"; then
-    python3 - "$comm" << 'PY'
+# patch_once FILE MARKER WHAT: unless MARKER is in FILE already, applies the edits that the Python on stdin lists
+# (edits = [(old, new), ...], each old found exactly once), or stops saying that FILE no longer has WHAT
+patch_once() {
+    grep -q "$2" "$1" && return 0
+    python3 -c '
 import sys
-p = sys.argv[1]
-s = open(p).read()
+path, what = sys.argv[1], sys.argv[2]
+env = {}
+exec(sys.stdin.read(), env)
+s = open(path).read()
+for old, new in env["edits"]:
+    if s.count(old) != 1:
+        sys.exit(f"build_llmq.sh: {path} no longer has {what}")
+    s = s.replace(old, new)
+open(path, "w").write(s)
+' "$1" "$3" || exit 1
+}
+
+# llmq's worker threads store an exception and the main thread's rethrow ends in std::terminate without its text
+# (issue 30: "Thread 0 exited with uncaught exception"); print what() where the worker catches it, or the type's
+# name where it is no std::exception. The text goes to stderr, above the step output a log of both shows.
+patch_once "$SRC/src/utilities/comm.cpp" "uncaught exception of type %s" "the catch the exception print goes into" << 'PY'
 store = "                std::lock_guard<std::mutex> lock(bar->Mutex);\n                bar->Exceptions[i] = std::current_exception();\n"
 old = "            } catch(...) {\n" + store
 what = ("            } catch(const std::exception& e) {\n"
@@ -55,31 +68,18 @@ other = ("            } catch(...) {\n"
          "                std::type_info *type = abi::__cxa_current_exception_type();\n"
          "                fprintf(stderr, \"Thread %d: uncaught exception of type %s\\n\", i, type ? type->name() : \"?\");\n"
          "                fflush(stderr);\n" + store)
-if s.count(old) != 1:
-    sys.exit(f"build_llmq.sh: {p} no longer has the catch the exception print goes into")
-s = s.replace(what, "")  # an earlier version of this patch
-s = s.replace(old, what + other)
-s = s.replace("#include <stdexcept>\n", "#include <stdexcept>\n#include <cxxabi.h>\n#include <typeinfo>\n", 1)
-open(p, "w").write(s)
+edits = [(old, what + other),
+         ("#include <stdexcept>\n", "#include <stdexcept>\n#include <cxxabi.h>\n#include <typeinfo>\n")]
 PY
-fi
 
 # The gradient norm launches a grid of ceil(count / 512) blocks for every gradient tensor, and a model without
 # q, k, v biases (Llama) has empty bias tensors: a grid of 0 blocks, cudaErrorInvalidValue at global_norm.cu:120
 # (issue 30; found by the exception print above). An empty tensor adds nothing to the norm, so it returns first.
-norm=$SRC/src/kernels/global_norm.cu
-if ! grep -q "empty tensor adds nothing" "$norm"; then
-    python3 - "$norm" << 'PY'
-import sys
-p = sys.argv[1]
-s = open(p).read()
+patch_once "$SRC/src/kernels/global_norm.cu" "empty tensor adds nothing" "the launch the empty-tensor return goes before" \
+    << 'PY'
 old = "    const int block_size = 512;\n    const int max_grid_size = get_max_num_block_sums(dp);\n"
-if s.count(old) != 1:
-    sys.exit(f"build_llmq.sh: {p} no longer has the launch the empty-tensor return goes before")
-s = s.replace(old, "    if (count == 0) return; // an empty tensor adds nothing to the norm\n" + old)
-open(p, "w").write(s)
+edits = [(old, "    if (count == 0) return; // an empty tensor adds nothing to the norm\n" + old)]
 PY
-fi
 
 export PATH=/usr/local/cuda/bin:$PATH
 ${CMAKE:-cmake} -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \

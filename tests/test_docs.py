@@ -14,8 +14,10 @@ SOURCES = [p for ext in ("c", "cu", "h", "py", "sh") for p in glob.glob(os.path.
 FOREIGN = {"--np", "--host", "--bind-to", "--no-deps", "--only-binary", "--platform", "--python-version",
            "--implementation", "--target", "--no-index", "--no-compile", "--no-cache-dir", "--upgrade", "--dry-run",
            "--leak-check", "--error-exitcode", "--print-limit", "--tool", "--names", "--out", "--title", "--help",
-           "--use-cuda-graphs", "--from-scratch", "--matmul-dtype", "--lmhead-chunks",
-           "--debug-time-breakdown"}  # (the last five: llmq's, a peer's)
+           "--query-gpu",  # nvidia-smi's
+           # llmq's, a peer's
+           "--use-cuda-graphs", "--from-scratch", "--matmul-dtype", "--lmhead-chunks", "--debug-time-breakdown",
+           "--model-dtype", "--opt-m-dtype", "--opt-v-dtype"}
 # where the docs name outputs of a run, not files of the repository
 GENERATED = ("data/shards", "log/", "runs/", "ckpt/", "checkpoints/", "third_party/", "build/")
 BUILT = re.compile(r"^dev/cuda/([\w*]+_check|matmul_algos)$|^dev/bench/nccl_bench$")  # programs that `make` builds

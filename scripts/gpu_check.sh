@@ -2,7 +2,7 @@
 # On the GPU machine: build the CUDA programs, run test_llama against the
 # reference dumps, run every dev/cuda kernel check, and time a few training
 # steps of the Llama 3.2 1B shape. Logs go to $OUT (or /tmp/gpu_check).
-# Usage: scripts/gpu_check.sh [build] [test] [pytest] [train] [kernels] [bench] [attention] [memory] [settings] [longest] [level3] [bestb] [long8b] [offload8b] [qwen] [cut8b] [autotune] [profile] [robust]
+# Usage: scripts/gpu_check.sh [build] [test] [pytest] [train] [kernels] [bench] [attention] [memory] [settings] [longest] [level3] [bestb] [long8b] [offload8b] [qwen] [cut8b] [clocks] [autotune] [profile] [robust]
 #   (default: build test train kernels bench; train needs data/shards carried along)
 set -u
 cd "$(dirname "$0")/.."
@@ -129,6 +129,31 @@ for s in $steps; do
             --use-cuda-graphs --matmul-dtype=bf16 --lmhead-chunks=4 --debug-time-breakdown \
             --log-file=/tmp/llmq_cut8b/bf16.json > "$out/cut8b_llmq.log" 2>&1 || status=1
         grep -v "^\s*$" "$out/cut8b_llmq.log" | tail -30;;
+    clocks)
+        # a step ~15 ms slower about once a second, on the wall clock (docs/performance.md, issue 30): the 1B's
+        # step times beside the GPU's SM clock, power and clock-event reasons, sampled every 50 ms
+        nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active \
+            --format=csv,noheader,nounits -lms 50 > "$out/clocks.csv" 2>&1 &
+        smi=$!
+        timeout 200 ./train_llama --preset llama3.2-1b --random-data -B 8 -T 2048 --steps 40 \
+            --log "$out/clocks_1b.jsonl" > "$out/clocks_1b.log" 2>&1 || status=1
+        kill $smi
+        python3 - "$out/clocks_1b.jsonl" "$out/clocks.csv" << 'EOF'
+import collections, json, statistics, sys
+ms = [json.loads(l)["ms"] for l in open(sys.argv[1]) if '"loss"' in l][1:]
+med = statistics.median(ms)
+print("steps after the first: median %.1f ms; slower than the median by 5%%+: %s" % (
+    med, [i + 2 for i, m in enumerate(ms) if m > 1.05 * med]))
+rows = [[f.strip() for f in l.split(",")] for l in open(sys.argv[2]) if l.count(",") >= 4]
+busy = [r for r in rows if float(r[2]) > 300]  # samples while training (power above 300 W)
+if busy:
+    sm = [float(r[1]) for r in busy]
+    print("while busy (%d samples): SM clock %d-%d MHz (median %d), power %.0f-%.0f W" % (
+        len(busy), min(sm), max(sm), statistics.median(sm), min(float(r[2]) for r in busy),
+        max(float(r[2]) for r in busy)))
+    print("clock-event reasons:", dict(collections.Counter(r[4] for r in busy)))
+EOF
+        ;;
     autotune)
         # --gemm-autotune's gain, one binary with and without, alternating (dev/bench/ab_throughput.sh, 3 rounds):
         # Qwen2.5-1.5B 16 x 1024 r1 at 4 micro-steps, bf16 and --fp8, and the 1B at B=8; each tuned run's last

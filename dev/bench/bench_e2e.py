@@ -73,6 +73,7 @@ import datetime
 import json
 import math
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -511,6 +512,32 @@ def llmq_inputs(args, run, logs):
     return d
 
 
+LLMQ_CAUGHT = re.compile(r"Thread \d+: uncaught exception(?::| of type) (.+)")
+
+
+def llmq_caught(text):
+    """What llmq's worker thread caught, as scripts/build_llmq.sh's patch prints it to stderr, or None."""
+    m = LLMQ_CAUGHT.search(text)
+    return m.group(1).strip()[:300] if m else None
+
+
+def llmq_failure(args, cmd, status, text, log_base):
+    """A failed llmq run's status, naming its first error. Under CUDA graphs an exception unwinds through the
+    capture and only the allocator's cudaErrorStreamCaptureUnsupported is printed, so such a run is repeated once
+    without graphs (at most 120 s) for the error that started it."""
+    caught = llmq_caught(text)
+    if caught:
+        return "failed: " + caught
+    if "--use-cuda-graphs" not in cmd or not status.startswith("failed: "):
+        return status
+    rc, out, err = run_subprocess([c for c in cmd if c != "--use-cuda-graphs"], min(args.timeout, 120),
+                                  log_base + ".no_graphs")
+    if rc == 0:
+        return status + " (without CUDA graphs it trains)"
+    cause = llmq_caught(out + "\n" + err) or last_error_line(out + "\n" + err)
+    return "failed: %s (without CUDA graphs; with them: %s)" % (cause, status[len("failed: "):])
+
+
 def run_llmq(args, run, log_base):
     """llmq's own log: a JSON line per step with its duration_ms; the peak device memory is nvidia-smi's
     memory.used of the GPU, sampled every 0.2 s (llmq allocates its buffers up front, so it is close to its
@@ -544,7 +571,9 @@ def run_llmq(args, run, log_base):
     except (OSError, ValueError):
         pass
     rec["status"] = failed_status(args, run, rc, out + "\n" + err, steps)
-    if rec["status"] is None:
+    if rec["status"] is not None:
+        rec["status"] = llmq_failure(args, cmd, rec["status"], out + "\n" + err, log_base)
+    else:
         ms = [st["duration_ms"] for st in steps[run["warmup"]:]]
         times = step_times(ms)
         rec.update(status="ok", **times, tokens_per_s=steps[-1]["step_tokens"] / (times["step_ms_median"] / 1e3),

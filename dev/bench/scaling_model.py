@@ -403,6 +403,9 @@ def md_table(headers, rows):
             + ["| " + " | ".join(str(c) for c in r) + " |" for r in rows])
 
 
+PLOT_NAMED_POINTS = 8  # measured points per panel up to which the plot names each
+
+
 def plot(path, preds, points):
     try:
         import matplotlib
@@ -421,9 +424,12 @@ def plot(path, preds, points):
                     label=f"ZeRO {stage} {mode}")
         meas = [p for p in points if p["model"] == m["name"]]
         if meas:
+            # names only where they stay legible: beyond a few points at one host count they overlap (the
+            # tables and the JSON name every point)
+            named = len(meas) <= PLOT_NAMED_POINTS
             ax.scatter([p["hosts"] for p in meas], [p["measured"] for p in meas], color="black", marker="x",
-                       zorder=5, label="measured (own G, micro)")
-            for p in meas:
+                       zorder=5, label="measured (own G, micro)" + ("" if named else "; names in the JSON"))
+            for p in meas if named else []:
                 ax.annotate(p["run"], (p["hosts"], p["measured"]), fontsize=6, xytext=(3, 3),
                             textcoords="offset points")
         ax.set_xscale("log", base=2)

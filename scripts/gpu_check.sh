@@ -11,6 +11,20 @@ mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0
 steps="${*:-build test train kernels bench}"
 status=0
+# llmq_breakdown NAME SEQ BATCH ACCUM MODEL-ARGS...: llmq (.carry/llmq, scripts/build_llmq.sh) at its benchmark's
+# bf16 settings for 8 steps on random tokens of the model scripts/llmq_inputs.py makes from MODEL-ARGS, with its
+# own --debug-time-breakdown, into $out/NAME.log (its last 30 lines shown)
+llmq_breakdown() {
+    local name=$1 seq=$2 batch=$3 accum=$4 d=/tmp/$1
+    shift 4
+    python3 scripts/llmq_inputs.py "$d" "$@" --random-tokens 4194304 > /dev/null || status=1
+    timeout 200 .carry/llmq/bin/train --model="$d/model" --from-scratch --train-file="$d/train.bin" \
+        --eval-file="$d/eval.bin" --seq-length="$seq" --batch-size="$batch" --grad-accumulation="$accum" --steps=8 \
+        --gpus=1 --model-dtype=bf16 --opt-m-dtype=bf16 --opt-v-dtype=bf16 --eval-every-n-steps=1000000 \
+        --ckpt-interval=1000000 --out-dir="$d/out" --use-cuda-graphs --matmul-dtype=bf16 --lmhead-chunks=4 \
+        --debug-time-breakdown --log-file="$d/bf16.json" > "$out/$name.log" 2>&1 || status=1
+    grep -v "^\s*$" "$out/$name.log" | tail -30
+}
 for s in $steps; do
     case "$s" in
     build)
@@ -106,29 +120,14 @@ for s in $steps; do
                 --log "$out/qwen_$run.jsonl" > "$out/qwen_$run.log" 2>&1 || status=1
             sed -n '/profile of step/,/idle/p' "$out/qwen_$run.log"
         done
-        python3 scripts/llmq_inputs.py /tmp/llmq_qwen --model qwen2.5-1.5b --random-tokens 4194304 > /dev/null || status=1
-        timeout 200 .carry/llmq/bin/train --model=/tmp/llmq_qwen/model --from-scratch \
-            --train-file=/tmp/llmq_qwen/train.bin --eval-file=/tmp/llmq_qwen/eval.bin --seq-length=1024 --batch-size=16 \
-            --grad-accumulation=4 --steps=8 --gpus=1 --model-dtype=bf16 --opt-m-dtype=bf16 --opt-v-dtype=bf16 \
-            --eval-every-n-steps=1000000 --ckpt-interval=1000000 --out-dir=/tmp/llmq_qwen/out --use-cuda-graphs \
-            --matmul-dtype=bf16 --lmhead-chunks=4 --debug-time-breakdown --log-file=/tmp/llmq_qwen/bf16.json \
-            > "$out/llmq_bf16.log" 2>&1 || status=1
-        grep -v "^\s*$" "$out/llmq_bf16.log" | tail -30;;
+        llmq_breakdown llmq_bf16 1024 16 4 --model qwen2.5-1.5b;;
     cut8b)
         # issue 30: where the 8B cut to 8 layers (8 x 2048, one micro-step) spends its step, train_llama
         # (--profile-step) against llmq (--debug-time-breakdown), which is ahead of it there in bf16
         timeout 200 ./train_llama --preset llama3.1-8b --n-layer 8 --random-data -B 8 -T 2048 --steps 8 --warmup 1 \
             --profile-step 6 --log "$out/cut8b_train_llama.jsonl" > "$out/cut8b_train_llama.log" 2>&1 || status=1
         sed -n '/profile of step/,/idle/p' "$out/cut8b_train_llama.log"
-        python3 scripts/llmq_inputs.py /tmp/llmq_cut8b --model llama3.1-8b --layers 8 --random-tokens 4194304 \
-            > /dev/null || status=1
-        timeout 200 .carry/llmq/bin/train --model=/tmp/llmq_cut8b/model --from-scratch \
-            --train-file=/tmp/llmq_cut8b/train.bin --eval-file=/tmp/llmq_cut8b/eval.bin --seq-length=2048 \
-            --batch-size=8 --grad-accumulation=1 --steps=8 --gpus=1 --model-dtype=bf16 --opt-m-dtype=bf16 \
-            --opt-v-dtype=bf16 --eval-every-n-steps=1000000 --ckpt-interval=1000000 --out-dir=/tmp/llmq_cut8b/out \
-            --use-cuda-graphs --matmul-dtype=bf16 --lmhead-chunks=4 --debug-time-breakdown \
-            --log-file=/tmp/llmq_cut8b/bf16.json > "$out/cut8b_llmq.log" 2>&1 || status=1
-        grep -v "^\s*$" "$out/cut8b_llmq.log" | tail -30;;
+        llmq_breakdown cut8b_llmq 2048 8 1 --model llama3.1-8b --layers 8;;
     clocks)
         # a step ~15 ms slower about once a second, on the wall clock (docs/performance.md, issue 30): the 1B's
         # step times beside the GPU's SM clock, power and clock-event reasons, sampled every 50 ms

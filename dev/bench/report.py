@@ -639,7 +639,8 @@ def multi_gpu_section(results_dir):
              "on every rank; train_llama under mpirun, torchtitan 0.2.2 under torchrun (torch.compile, selective "
              "activation checkpointing unless the record says otherwise, bf16 parameters with fp32 gradient "
              "reductions; float8 tensorwise all-gathers float8 weights). Tokens/s and MFU per GPU (the median "
-             "step), peak memory of rank 0 (allocations, the CUDA context excluded).", ""]
+             "step); memory of rank 0: the peak of its allocations, and the device memory in use (what "
+             "nvidia-smi shows: the CUDA context, libraries' workspaces and PyTorch's cached blocks too).", ""]
     def key(r):
         return r["model"], r.get("layers"), r.get("gpu"), r["gpus"], r["B"], r["T"], r.get("grad_accum", 1)
     for k in sorted(set(key(r) for r in recs), key=str):
@@ -651,12 +652,12 @@ def multi_gpu_section(results_dir):
         for r in sorted(rs, key=lambda r: (not r["system"].startswith("train_llama"), r["system"])):
             if ok(r):
                 rows.append([multi_gpu_name(r["system"]), "{:,.0f}".format(r["tokens_per_s_per_gpu"]),
-                             "%.1f%%" % (100 * r["mfu"]), "%.1f GiB" % r["peak_mem_gib"] if r.get("peak_mem_gib")
-                             else ""])
+                             "%.1f%%" % (100 * r["mfu"])] +
+                            ["%.1f GiB" % r[k] if r.get(k) else "" for k in ("peak_mem_gib", "device_mem_gib")])
             else:
                 rows.append([multi_gpu_name(r["system"]), "OOM" if str(r["status"]).startswith("OOM")
-                             else r["status"][:60], "", ""])
-        lines += [md_table(["system", "tokens/s per GPU", "MFU", "peak memory"], rows), ""]
+                             else r["status"][:60], "", "", ""])
+        lines += [md_table(["system", "tokens/s per GPU", "MFU", "peak allocated", "device memory"], rows), ""]
         for what, mine, theirs in (("bf16", lambda s: re.match(r"train_llama_z\d$", s),
                                     lambda s: s in ("titan_fsdp", "titan_hsdp")),
                                    ("FP8", lambda s: re.match(r"train_llama_fp8_z\d$", s),

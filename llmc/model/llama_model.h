@@ -82,6 +82,8 @@ typedef struct {
     int n_buckets;
     int *h_bucket_token, *h_bucket_start, *h_positions; /* pinned host slots, [max_micro_steps] plans */
     int *h_workspace;
+    const int *h_tokens; /* the caller's host tokens of the micro-batch set, until its plan is made */
+    int micro;           /* the micro-step set, whose plan slot they go to */
     /* with opt.doc_mask: the micro-batch's documents (attention.h's ragged sequences, RoPE positions) */
     AttentionDocs docs;
     int *doc_positions;                                 /* device: [N]; docs holds the lengths and starts */
@@ -352,27 +354,39 @@ static inline void llama_set_documents(Llama *m, const int *tokens, int micro, c
     attention_documents_offsets(&b->docs, m->config.n_head, m->config.n_kv_head, m->config.head_dim, s);
 }
 
-/* Copies micro-batch `micro` of the step to the device and plans its embedding
- * backward. Each micro-batch has its own host plan slot, so no host buffer is
- * reused before the end-of-step sync and nothing here waits for the GPU. */
+/* Copies micro-batch `micro` of the step to the device. Its embedding backward
+ * plan is made later, by llama_plan_embedding_backward once the forward pass is
+ * queued, so that the host's 0.5 ms of planning (16,384 tokens) overlaps the GPU
+ * instead of delaying a step's first kernel; `tokens` must stay valid until then. */
 static inline void llama_set_batch(Llama *m, const int *tokens, const int *targets, int micro, cudaStream_t s)
 {
     LlamaBatch *b = &m->batch;
     int64_t N = llama_tokens(m);
-    int *bucket_token = b->h_bucket_token + (int64_t)micro * N;
-    int *bucket_start = b->h_bucket_start + (int64_t)micro * (N + 1);
-    int *positions = b->h_positions + (int64_t)micro * N;
-    b->n_buckets = embedding_backward_plan_host(bucket_token, bucket_start, positions, tokens, (int)N,
-                                                m->config.vocab_size, b->h_workspace);
+    b->h_tokens = tokens;
+    b->micro = micro;
     CUDA_CHECK(cudaMemcpyAsync(b->tokens, tokens, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, s));
     CUDA_CHECK(cudaMemcpyAsync(b->targets, targets, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, s));
+    if (m->opt.doc_mask)
+        llama_set_documents(m, tokens, micro, s);
+}
+
+/* The embedding backward plan of the micro-batch set (embedding.h), made on the
+ * host into the micro-step's own pinned slot, so no host buffer is reused before
+ * the end-of-step sync and nothing here waits for the GPU. */
+static inline void llama_plan_embedding_backward(Llama *m, cudaStream_t s)
+{
+    LlamaBatch *b = &m->batch;
+    int64_t N = llama_tokens(m);
+    int *bucket_token = b->h_bucket_token + (int64_t)b->micro * N;
+    int *bucket_start = b->h_bucket_start + (int64_t)b->micro * (N + 1);
+    int *positions = b->h_positions + (int64_t)b->micro * N;
+    b->n_buckets = embedding_backward_plan_host(bucket_token, bucket_start, positions, b->h_tokens, (int)N,
+                                                m->config.vocab_size, b->h_workspace);
     CUDA_CHECK(
         cudaMemcpyAsync(b->bucket_token, bucket_token, (size_t)b->n_buckets * sizeof(int), cudaMemcpyHostToDevice, s));
     CUDA_CHECK(cudaMemcpyAsync(b->bucket_start, bucket_start, (size_t)(b->n_buckets + 1) * sizeof(int),
                                cudaMemcpyHostToDevice, s));
     CUDA_CHECK(cudaMemcpyAsync(b->positions, positions, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, s));
-    if (m->opt.doc_mask)
-        llama_set_documents(m, tokens, micro, s);
 }
 
 /* Forward through the final norm (ln_final) of sp->B rows (at most the
@@ -461,6 +475,7 @@ static inline void llama_micro_step(Llama *m, float inv_count, int micro, cudaSt
                                       m->batch.targets, N, c->d_model, c->vocab_size, m->logits_chunk, inv_count,
                                       accumulate, s);
     loss_sum(m->loss_parts + micro, m->losses, N, s);
+    llama_plan_embedding_backward(m, s); /* the host plans while the GPU runs the forward pass */
     llama_backward(m, micro, accumulate, s);
 }
 

@@ -2,8 +2,10 @@
  * fused_classifier_check: llmc/kernels/fused_classifier.h (chunked lm_head + cross-entropy
  * + backward) against a double-precision CPU reference, with ignored (-100) rows,
  * ragged last chunks, and vocabularies whose rows are not 16-byte aligned
- * (V = 1000, 777); the forward-only variant and loss_sum; then timing at Llama 3
- * sizes (N = 8192, C = 2048, V = 128256) for three chunk sizes.
+ * (V = 1000, 777; the general kernel) and Qwen's V = 151936 (the cluster kernel, 7
+ * blocks a row); the forward-only variant and loss_sum; then at Llama 3 sizes (N = 8192,
+ * C = 2048, V = 128256) the cluster kernel against the general one on the same logits,
+ * and timing for three chunk sizes and of each kernel.
  *
  * The kernel computes softmax from bf16 logits (the GEMM's output) and rounds
  * dlogits to bf16 before the two backward GEMMs. The reference does the same
@@ -315,12 +317,52 @@ static void run_forward_only(void *ctx, int set)
     (void)set;
     fused_classifier_forward(b->loss, b->scratch, b->x, b->w, b->targets, b->N, b->C, b->V, b->chunk, 0);
 }
-static void run_rows_kernel(void *ctx, int set)
+static void run_rows_cluster(void *ctx, int set)
 {
     Bench *b = (Bench *)ctx;
     (void)set;
-    cross_entropy_rows_kernel<1><<<b->chunk, XENT_BLOCK>>>(b->loss, b->scratch, b->targets, b->V, b->inv_count);
-    CUDA_CHECK_LAST();
+    cross_entropy_rows(b->loss, b->scratch, b->targets, b->chunk, b->V, b->inv_count, 1, 0, 0);
+}
+static void run_rows_general(void *ctx, int set)
+{
+    Bench *b = (Bench *)ctx;
+    (void)set;
+    cross_entropy_rows(b->loss, b->scratch, b->targets, b->chunk, b->V, b->inv_count, 1, 1, 0);
+}
+
+/* The cluster kernel (one read of each row) against the general one (two) on the same logits: the same math
+ * merged in another order, so losses within 1e-5 relative (fp32 sums of 128,256 terms in two groupings) and
+ * gradients within one bf16 ulp (2^-7 relative; a value near a rounding boundary may round either way) plus
+ * 1e-9 (exp of very negative logits: both near 0). */
+static void check_cluster_vs_general(Bench *b, int rows)
+{
+    int64_t n = (int64_t)rows * b->V;
+    bf16 *copy = (bf16 *)dev_alloc(n * 2);
+    float *loss2 = (float *)dev_alloc((int64_t)rows * 4);
+    fused_classifier_logits(b->scratch, b->x, b->w, rows, b->C, b->V, 0);
+    CUDA_CHECK(cudaMemcpy(copy, b->scratch, n * 2, cudaMemcpyDeviceToDevice));
+    cross_entropy_rows(b->loss, b->scratch, b->targets, rows, b->V, b->inv_count, 1, 0, 0);
+    cross_entropy_rows(loss2, copy, b->targets, rows, b->V, b->inv_count, 1, 1, 0);
+    float *l1 = (float *)malloc_check((size_t)rows * 4, "losses"), *l2 = (float *)malloc_check((size_t)rows * 4, "l2");
+    uint16_t *g1 = (uint16_t *)malloc_check(n * 2, "grads"), *g2 = (uint16_t *)malloc_check(n * 2, "grads");
+    download(l1, b->loss, (int64_t)rows * 4);
+    download(l2, loss2, (int64_t)rows * 4);
+    download(g1, b->scratch, n * 2);
+    download(g2, copy, n * 2);
+    check_close("cluster vs general kernel: losses (V=128256)", l1, l2, rows, 1e-5, 0.0);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float a = bf16_float(g1[i]), c = bf16_float(g2[i]);
+        bad += fabsf(a - c) > 0x1p-7f * fabsf(c) + 1e-9f;
+    }
+    check(bad == 0, "cluster vs general kernel: gradients within one bf16 ulp (V=128256): %lld of %lld off",
+          (long long)bad, (long long)n);
+    cuda_free(copy);
+    cuda_free(loss2);
+    free(l1);
+    free(l2);
+    free(g1);
+    free(g2);
 }
 
 /* Llama 3 classifier: correctness of a few rows end to end, then timing per chunk size. */
@@ -397,7 +439,12 @@ static void check_large(int N, int C, int V)
     float ms = bench_median_ms(run_forward_only, &b, 1);
     printf("BENCH %-48s %9.3f ms %7.1f TFLOP/s (1 GEMM)\n", "fused forward only (eval)", ms,
            flops / 3.0 / (ms * 1e-3) / 1e12);
-    bench_report("cross_entropy_rows_kernel, one chunk", run_rows_kernel, &b, 1, 3.0 * b.chunk * (double)V * 2);
+    check_cluster_vs_general(&b, 512);
+    /* the bytes each must move: the cluster kernel reads a row once and writes it, the general one reads it twice */
+    bench_report("cross-entropy rows, cluster kernel, one chunk", run_rows_cluster, &b, 1,
+                 2.0 * b.chunk * (double)V * 2);
+    bench_report("cross-entropy rows, general kernel, one chunk", run_rows_general, &b, 1,
+                 3.0 * b.chunk * (double)V * 2);
 
     cuda_free(b.x);
     cuda_free(b.w);
@@ -434,6 +481,7 @@ int main(int argc, char **argv)
     check_small(300, 64, 1000, 128); /* ragged last chunk of 44 */
     check_small(257, 96, 777, 100);  /* rows start off 16-byte boundaries; chunk not a multiple of 128 */
     check_small(64, 32, 777, 64);    /* one chunk */
+    check_small(40, 16, 151936, 32); /* Qwen's vocabulary: clusters of 7 blocks, the target in any of them */
     check_large(8192, 2048, 128256);
     matmul_teardown();
     return check_summary();

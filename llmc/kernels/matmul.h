@@ -400,14 +400,23 @@ static inline MatmulPlan *matmul_plan(int kind, int N, int in_dim, int out_dim, 
     return plan;
 }
 
-static inline void matmul_run(int kind, void *d, const void *a, const void *b, int N, int in_dim, int out_dim,
-                              float beta, cudaStream_t stream)
+/* One GEMM of any kind and operand types through its cached plan: beta 0 writes d, beta 1 adds to it (each with
+ * its own algorithm when autotuned); counted for matmul_tune_summary. */
+static inline void matmul_run_typed(int kind, void *d, const void *a, const void *b, cudaDataType_t a_type,
+                                    cudaDataType_t b_type, int N, int in_dim, int out_dim, float beta,
+                                    cudaStream_t stream)
 {
-    MatmulPlan *plan = matmul_plan(kind, N, in_dim, out_dim, CUDA_R_16BF, CUDA_R_16BF, a, b, d, beta, stream);
+    MatmulPlan *plan = matmul_plan(kind, N, in_dim, out_dim, a_type, b_type, a, b, d, beta, stream);
     plan->launches[beta != 0.0f]++;
     profile_push(PROF_GEMM, stream);
     CUBLAS_CHECK(matmul_launch(plan, beta != 0.0f ? &plan->algo_accumulate : &plan->algo, a, b, d, beta, stream));
     profile_pop(stream);
+}
+
+static inline void matmul_run(int kind, void *d, const void *a, const void *b, int N, int in_dim, int out_dim,
+                              float beta, cudaStream_t stream)
+{
+    matmul_run_typed(kind, d, a, b, CUDA_R_16BF, CUDA_R_16BF, N, in_dim, out_dim, beta, stream);
 }
 
 /* out[N, out_dim] = inp[N, in_dim] @ weight[out_dim, in_dim]^T */
@@ -474,12 +483,7 @@ static inline void matmul_fp8(bf16 *out, const uint8_t *x, Fp8Format x_format, c
         cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_inv_scale, sizeof(w_inv_scale)));
     CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_inv_scale, sizeof(x_inv_scale)));
-    const float beta = accumulate ? 1.0f : 0.0f;
-    MatmulPlan *plan = matmul_plan(kind, N, in_dim, out_dim, CUDA_R_8F_E4M3, x_type, w, x, out, beta, stream);
-    plan->launches[accumulate != 0]++;
-    profile_push(PROF_GEMM, stream);
-    CUBLAS_CHECK(matmul_launch(plan, accumulate ? &plan->algo_accumulate : &plan->algo, w, x, out, beta, stream));
-    profile_pop(stream);
+    matmul_run_typed(kind, out, w, x, CUDA_R_8F_E4M3, x_type, N, in_dim, out_dim, accumulate ? 1.0f : 0.0f, stream);
 }
 
 #endif /* LLMC_MATMUL_H */

@@ -69,7 +69,8 @@
 #                int8 / e4m3 (stage 3) and both: train and val loss within 0.5% (about 6 runs x 1-2 min)
 #   peers        issue 30: dev/bench/bench_multi_gpu.py on the N GPUs, Llama 3.1 8B at T=8192, B=1: train_llama's
 #                ZeRO 1-3 (bf16, --fp8) against torchtitan's FSDP2 and HSDP (compile, float8 tensorwise; its
-#                wheels from .whl/ into /tmp/site); PEERS_SYSTEMS="..." runs some of them (all take ~15 min)
+#                wheels from .whl/ into /tmp/site); PEERS_SYSTEMS="..." runs some of them (all take about 10 min on
+#                H100s), PEERS_RECOMPUTE=N train_llama's at --recompute N (its rows named so beside the default's)
 # Usage: scripts/multi_gpu_check.sh [build] [equivalence] [modes] [scaling] [scaling8b] [netscale] [nccl]
 #        [scaling8b4] [fp32sums] [netns] [checkpoint] [qmatrix] [fp8gather] [qconvergence] [peers]
 set -u
@@ -414,7 +415,8 @@ EOF
         [ -d /tmp/site/torchtitan ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl ||
             status=1
         PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}" timeout 3000 python3 dev/bench/bench_multi_gpu.py \
-            --gpus "$np" --out "$out/multi_gpu_peers.jsonl" --logs-dir "$out/peers" ${PEERS_SYSTEMS:+--systems $PEERS_SYSTEMS} ||
+            --gpus "$np" --out "$out/multi_gpu_peers.jsonl" --logs-dir "$out/peers" ${PEERS_SYSTEMS:+--systems $PEERS_SYSTEMS} \
+            ${PEERS_RECOMPUTE:+--recompute $PEERS_RECOMPUTE} ||
             status=1;;
     fp32sums)
         # what --grad-reduce fp32 costs: the 1B with bf16 and fp32 sums, at a 0.5M-token batch on 2 stand-in hosts

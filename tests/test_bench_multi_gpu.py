@@ -49,3 +49,13 @@ def test_torchtitan_results_a_failure_wins(tmp_path):
     assert mg.result_of(args, run, 0, ok + "\n" + bad, "")["status"] == "failed: RuntimeError: boom"
     assert mg.result_of(args, run, 1, "", "torch.OutOfMemoryError: CUDA out of memory")["status"] == "OOM"
     assert mg.result_of(args, run, "timeout", "", "")["status"].startswith("timeout")
+
+
+def test_another_recompute_level_gets_its_own_logs(tmp_path, capsys):
+    """--recompute 2 (memory against torchtitan's selective checkpointing): train_llama's command and log names say
+    it, so its rows neither overwrite the default's logs nor read them; torchtitan's command does not take it."""
+    assert mg.main(["--gpus", "4", "--recompute", "2", "--systems", "train_llama_fp8_z3", "titan_fsdp",
+                    "--logs-dir", str(tmp_path), "--dry-run"]) == 0
+    mine, theirs = capsys.readouterr().out.strip().splitlines()
+    assert "--recompute 2" in mine and "train_llama_fp8_z3_llama3.1-8b-cut_L32_4gpu_B1_T8192_r2.jsonl" in mine
+    assert "recompute" not in theirs and "_r2" not in theirs

@@ -66,11 +66,15 @@ def test_the_multi_gpu_table_and_the_best_of_each_side(tmp_path):
                  peak_mem_gib=70.0, git_commit="abcdef0"),
             dict(ok, system="titan_fsdp", tokens_per_s=32000.0, tokens_per_s_per_gpu=8000.0, mfu=0.48,
                  peak_mem_gib=60.0),
-            dict(common, system="titan_fsdp_float8", status="OOM")]
+            dict(common, system="titan_fsdp_float8", status="OOM"),
+            dict(ok, system="train_llama_z3", recompute=2, tokens_per_s=36000.0, tokens_per_s_per_gpu=9000.0, mfu=0.54,
+                 peak_mem_gib=44.0, device_mem_gib=45.5, git_commit="abcdef0")]
     (tmp_path / "multi_gpu_peers.jsonl").write_text("".join(report.json.dumps(r) + "\n" for r in recs))
     text = "\n".join(report.multi_gpu_section(str(tmp_path)))
     assert "| train_llama, ZeRO 3 | 10,000 | 60.0% | 56.0 GiB |" in text, text
     assert "| torchtitan FSDP2 + float8 tensorwise | OOM |" in text, text
+    # another recompute level is a row of its own, named, not a duplicate of the default's
+    assert "| train_llama, ZeRO 3, --recompute 2 | 9,000 | 54.0% | 44.0 GiB | 45.5 GiB |" in text, text
     assert "- bf16: the best train_llama (train_llama, ZeRO 3) 1.25x the best torchtitan (torchtitan FSDP2 + compile)" \
         in text, text
     assert "- FP8:" not in text  # torchtitan's float8 did not train: nothing to hold it against

@@ -111,8 +111,9 @@ def main(argv):
                 print("skip %-19s %d GPUs: HSDP's replicas need 2 GPUs each (with fewer it is DDP)" % (system, gpus))
                 continue
             run = run_spec(args, system, gpus)
-            run["log"] = os.path.join(args.logs_dir, "%s_%s_L%d_%dgpu_B%d_T%d" % (
-                system, args.model, run["layers"], gpus, args.B, args.T))
+            run["log"] = os.path.join(args.logs_dir, "%s_%s_L%d_%dgpu_B%d_T%d%s" % (
+                system, args.model, run["layers"], gpus, args.B, args.T,
+                "_r%d" % args.recompute if system in TRAIN_LLAMA and args.recompute != 1 else ""))
             cmd = command(args, run)
             if args.dry_run:
                 print(" ".join(shlex.quote(c) for c in cmd))

@@ -617,10 +617,12 @@ MULTI_GPU_NAMES = {"titan_fsdp": "torchtitan FSDP2 + compile", "titan_hsdp": "to
                    "titan_hsdp_float8": "torchtitan HSDP + float8 tensorwise"}
 
 
-def multi_gpu_name(system):
+def multi_gpu_name(system, recompute=None):
+    """A row's name; train_llama's says its recompute level where it is not the default 1."""
     m = re.match(r"train_llama(_fp8)?_z(\d)$", system)
     if m:
-        return "train_llama%s, ZeRO %s" % (" --fp8" if m.group(1) else "", m.group(2))
+        return "train_llama%s, ZeRO %s%s" % (" --fp8" if m.group(1) else "", m.group(2),
+                                            ", --recompute %d" % recompute if recompute not in (None, 1) else "")
     return MULTI_GPU_NAMES.get(system, system)
 
 
@@ -630,7 +632,8 @@ def multi_gpu_section(results_dir):
     each side, bf16 against bf16 and FP8 against float8."""
     recs = dedupe(load_jsonl(os.path.join(results_dir, "multi_gpu_peers.jsonl")),
                   lambda r: (r.get("model"), r.get("layers"), r.get("gpu"), r.get("gpus"), r.get("B"), r.get("T"),
-                             r.get("grad_accum"), r.get("system")))
+                             r.get("grad_accum"), r.get("system"),
+                             r.get("recompute") if r.get("system", "").startswith("train_llama") else None))
     recs = [r for r in recs if r.get("gpus")]
     if not recs:
         return []
@@ -649,13 +652,15 @@ def multi_gpu_section(results_dir):
         lines += ["### %s, %s layers, %d x %s, B=%d, T=%d%s" % (model, layers, gpus, gpu, B, T,
                                                                  ", %d micro-steps" % accum if accum > 1 else ""), ""]
         rows = []
-        for r in sorted(rs, key=lambda r: (not r["system"].startswith("train_llama"), r["system"])):
+        for r in sorted(rs, key=lambda r: (not r["system"].startswith("train_llama"), r["system"],
+                                           r.get("recompute") or 0)):
+            name = multi_gpu_name(r["system"], r.get("recompute"))
             if ok(r):
-                rows.append([multi_gpu_name(r["system"]), "{:,.0f}".format(r["tokens_per_s_per_gpu"]),
+                rows.append([name, "{:,.0f}".format(r["tokens_per_s_per_gpu"]),
                              "%.1f%%" % (100 * r["mfu"])] +
                             ["%.1f GiB" % r[k] if r.get(k) else "" for k in ("peak_mem_gib", "device_mem_gib")])
             else:
-                rows.append([multi_gpu_name(r["system"]), "OOM" if str(r["status"]).startswith("OOM")
+                rows.append([name, "OOM" if str(r["status"]).startswith("OOM")
                              else r["status"][:60], "", "", ""])
         lines += [md_table(["system", "tokens/s per GPU", "MFU", "peak allocated", "device memory"], rows), ""]
         for what, mine, theirs in (("bf16", lambda s: re.match(r"train_llama_z\d$", s),
@@ -668,7 +673,8 @@ def multi_gpu_section(results_dir):
                     default=None)
             if a and b:
                 lines.append("- %s: the best train_llama (%s) %.2fx the best torchtitan (%s) per GPU." % (
-                    what, multi_gpu_name(a["system"]), a["tokens_per_s_per_gpu"] / b["tokens_per_s_per_gpu"],
+                    what, multi_gpu_name(a["system"], a.get("recompute")),
+                    a["tokens_per_s_per_gpu"] / b["tokens_per_s_per_gpu"],
                     multi_gpu_name(b["system"])))
         lines += ["", measured_line(rs), ""]
     return lines

@@ -25,6 +25,26 @@ llmq_breakdown() {
         --debug-time-breakdown --log-file="$d/bf16.json" > "$out/$name.log" 2>&1 || status=1
     grep -v "^\s*$" "$out/$name.log" | tail -30
 }
+# step_line NAME LOG.jsonl [PROFILED_STEP]: one line of a run's median step after the first (the profiled step left
+# out: its events slow it), its tokens/s and memory, so that the numbers reach the output even where the
+# machine's files do not come back
+step_line() {
+    python3 - "$@" << 'EOF'
+import json, statistics, sys
+name, log = sys.argv[1], sys.argv[2]
+skip = int(sys.argv[3]) if len(sys.argv) > 3 else -1
+try:
+    recs = [r for r in map(json.loads, open(log)) if "loss" in r and "ms" in r]
+except (OSError, ValueError) as e:
+    sys.exit(f"{name}: no step records ({e})")
+timed = [r for r in recs[1:] if r["step"] != skip]
+if not timed:
+    sys.exit(f"{name}: no timed steps")
+ms = statistics.median(r["ms"] for r in timed)
+print(f"{name}: median step {ms:.1f} ms of {len(timed)} ({statistics.median(r['tokens_per_s'] for r in timed):.0f} "
+      f"tokens/s), peak {max(r['peak_mem_gib'] for r in recs):.2f} GiB, device {max(r['device_mem_gib'] for r in recs):.2f} GiB")
+EOF
+}
 for s in $steps; do
     case "$s" in
     build)
@@ -107,6 +127,7 @@ for s in $steps; do
             timeout 200 ./train_llama --preset llama3.2-1b --random-data -B $B -T 2048 --steps 8 --warmup 1 \
                 --profile-step 6 --log "$out/profile_B$B.jsonl" > "$out/profile_B$B.log" 2>&1 || status=1
             sed -n '/profile of step/,/idle/p' "$out/profile_B$B.log"
+            step_line "profile_B$B" "$out/profile_B$B.jsonl" 6 || status=1
         done;;
     qwen)
         # issue 33: where Qwen2.5-1.5B's micro-step goes at 16 x 1024 (llmq's setting), train_llama at recompute 0
@@ -119,6 +140,7 @@ for s in $steps; do
                 --warmup 1 --recompute $r --profile-step 7 $([ "$run" = r1_fp8 ] && echo --fp8) \
                 --log "$out/qwen_$run.jsonl" > "$out/qwen_$run.log" 2>&1 || status=1
             sed -n '/profile of step/,/idle/p' "$out/qwen_$run.log"
+            step_line "qwen_$run" "$out/qwen_$run.jsonl" 7 || status=1
         done
         llmq_breakdown llmq_bf16 1024 16 4 --model qwen2.5-1.5b;;
     cut8b)
@@ -127,6 +149,7 @@ for s in $steps; do
         timeout 200 ./train_llama --preset llama3.1-8b --n-layer 8 --random-data -B 8 -T 2048 --steps 8 --warmup 1 \
             --profile-step 6 --log "$out/cut8b_train_llama.jsonl" > "$out/cut8b_train_llama.log" 2>&1 || status=1
         sed -n '/profile of step/,/idle/p' "$out/cut8b_train_llama.log"
+        step_line cut8b_train_llama "$out/cut8b_train_llama.jsonl" 6 || status=1
         llmq_breakdown cut8b_llmq 2048 8 1 --model llama3.1-8b --layers 8;;
     clocks)
         # a step ~15 ms slower about once a second, on the wall clock (docs/performance.md, issue 30): the 1B's

@@ -215,7 +215,8 @@ static inline int xent_cluster_blocks(int V, int *piece)
 }
 
 /* Loss per row of logits[rows, V] into losses, and with write_grad the gradient over the logits; general forces
- * the general kernel (for its check and timing). */
+ * the general kernel (for its check and timing). The cluster kernel's 16-byte copies need logits 16-byte aligned,
+ * as every caller's scratch from cudaMalloc is. */
 static inline void cross_entropy_rows(float *losses, bf16 *logits, const int *targets, int rows, int V, float inv_count,
                                       int write_grad, int general, cudaStream_t stream)
 {

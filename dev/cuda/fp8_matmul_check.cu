@@ -145,6 +145,10 @@ static void check_quantize(int R, int C)
         check_codes(what, dq_t, inv_t, xt, C, R, SCALE_TENSOR, fmt);
         snprintf(what, sizeof(what), "%s per tensor, plain beside the transposed [%d, %d]", FORMAT_NAMES[f], R, C);
         check_codes(what, dq, inv, x, R, C, SCALE_TENSOR, fmt);
+        poison(dq_t, n); /* the transposed codes alone (linear.h's x^T for the weight gradient) */
+        fp8_quantize_transposed(dq_t, inv_t, NULL, NULL, dx, amax, R, C, FP8_T_TENSOR, fmt, 0);
+        snprintf(what, sizeof(what), "%s per tensor, transposed alone [%d, %d]", FORMAT_NAMES[f], C, R);
+        check_codes(what, dq_t, inv_t, xt, C, R, SCALE_TENSOR, fmt);
     }
     Fp8Format e4 = FP8_E4M3;
     for (int per_128 = 0; per_128 < 2; per_128++) {
@@ -366,8 +370,10 @@ int main(int argc, char **argv)
     matmul_setup();
     check_quantize(256, 384);
     check_quantize(384, 160);
-    check_quantize(132, 88); /* edge tiles: 4 rows and 24 columns past whole ones, part blocks */
-    check_quantize(208, 80); /* fp8_transpose_codes' part tiles: 16 rows past whole ones, 16 columns */
+    check_quantize(132, 88); /* edge tiles: 4 rows and 24 columns past whole ones, part blocks (per tensor too: the
+                                float tile's kernel, 132 not a multiple of 16) */
+    check_quantize(208, 80); /* part tiles of 64 (the codes transpose, the per-tensor kernel): 16 rows, 16 columns */
+    check_quantize(96, 48);  /* per tensor: one part tile of 64 in each direction, 32 rows and 48 columns of it */
     for (int kind = MATMUL_FP8; kind < MATMUL_KINDS; kind++) {
         check_gemm(kind, FP8_E4M3, 0, 256, 512, 384);
         check_gemm(kind, FP8_E4M3, 1, 128, 640, 256);

@@ -25,7 +25,9 @@
  *   fp8_quantize_rows        codes and scales per row, or per 1 x 128 block
  *   fp8_quantize_transposed  codes_t[c, r] = fp8(x[r, c] * scale) with the scale of the whole tensor, of column c, of
  *                            column c's 128 rows in the tile (found here), or of the 128 x 128 block; the plain codes
- *                            in the same pass where the two layouts share their scales (tensor, 128 x 128)
+ *                            in the same pass where the two layouts share their scales (tensor, 128 x 128); per
+ *                            tensor with sides multiples of 16, a kernel of its own that quantises before the
+ *                            transpose, so only code bytes pass through shared memory
  *   fp8_transpose_codes      codes_t[c, r] = codes[r, c], bytes: per tensor the codes of x^T at x's scale
  *   fp8_inv_scales           inv[i * stride] = 1 / scale of amax[i], for amaxes found elsewhere (zero_fp8.h)
  * The codes are the ones llmc/kernels/fp8.h computes on the host, bit for bit (dev/cuda/fp8_matmul_check).
@@ -35,7 +37,8 @@
  * 4 per scale; fp8_quantize_rows reads a row twice (the second time from L1/L2)
  * when its scale is the whole row's. The amax kernels raise their outputs with
  * float atomic max: fp8_amax one per block, fp8_amax_blocks one per column and
- * 128 rows. The transposed one works through 128 x 32 tiles in shared memory.
+ * 128 rows. The transposed one works through 128 x 32 tiles of floats in shared memory, or per tensor 64 x 64
+ * tiles of codes.
  */
 #ifndef LLMC_FP8_QUANTIZE_H
 #define LLMC_FP8_QUANTIZE_H
@@ -167,6 +170,51 @@ __global__ void __launch_bounds__(FP8_THREADS)
         uint32_t packed = (uint32_t)fp8_code(q.x * sc, f) | (uint32_t)fp8_code(q.y * sc, f) << 8 |
                           (uint32_t)fp8_code(q.z * sc, f) << 16 | (uint32_t)fp8_code(q.w * sc, f) << 24;
         *reinterpret_cast<uint32_t *>(codes_t + (c0 + c) * R + r0 + r) = packed;
+    }
+}
+
+/* Per tensor the scale is known before a tile is read: a 64 x 64 tile of x per block becomes codes in registers
+ * (16-byte loads, the plain codes as 8-byte stores where asked), and only the code bytes pass through shared
+ * memory to be written along codes_t's rows in 16-byte stores, as fp8_transpose_codes_kernel does: a quarter of
+ * the float tile's shared-memory traffic, 4 bytes of memory traffic an element with the plain codes, 3 without.
+ * R and C multiples of 16, so that every 16-byte piece of codes_t is wholly inside or outside. The codes are
+ * fp8_quantize_transposed_kernel's bit for bit (the same product and conversion). */
+#define FP8_TQ_TILE 64
+__global__ void __launch_bounds__(FP8_THREADS)
+    fp8_quantize_transposed_tensor_kernel(uint8_t *codes_t, float *inv_t, uint8_t *codes, float *inv, const bf16 *x,
+                                          const float *amax, int R, int C, Fp8Format f)
+{
+    __shared__ __align__(16) uint8_t tile[FP8_TQ_TILE][FP8_TQ_TILE + 4]; /* 68-byte rows, as the codes transpose */
+    float scale = fp8_scale_from_amax(amax[0], f);
+    int64_t r0 = (int64_t)blockIdx.y * FP8_TQ_TILE, c0 = (int64_t)blockIdx.x * FP8_TQ_TILE;
+    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
+        if (inv_t)
+            inv_t[0] = 1.0f / scale;
+        if (inv)
+            inv[0] = 1.0f / scale;
+    }
+    for (int v = threadIdx.x; v < FP8_TQ_TILE * FP8_TQ_TILE / 8; v += FP8_THREADS) { /* 2 vectors a thread */
+        int row = v / (FP8_TQ_TILE / 8), col = v % (FP8_TQ_TILE / 8) * 8;
+        if (r0 + row >= R || c0 + col >= C)
+            continue;
+        bf16x8 in = load16(x + (r0 + row) * C + c0 + col);
+        uint8_t q[8];
+        for (int k = 0; k < 8; k++)
+            q[k] = fp8_code(__bfloat162float(in.v[k]) * scale, f);
+        uint2 packed = *reinterpret_cast<const uint2 *>(q);
+        if (codes)
+            *reinterpret_cast<uint2 *>(codes + (r0 + row) * C + c0 + col) = packed;
+        *reinterpret_cast<uint32_t *>(&tile[row][col]) = packed.x; /* 68 * row + col: 4-byte aligned */
+        *reinterpret_cast<uint32_t *>(&tile[row][col + 4]) = packed.y;
+    }
+    __syncthreads();
+    int c = threadIdx.x / 4, r = threadIdx.x % 4 * 16; /* codes_t's row c0 + c, its bytes r0 + r .. + 15 */
+    if (c0 + c < C && r0 + r < R) {
+        uint4 out;
+        uint8_t *b = reinterpret_cast<uint8_t *>(&out);
+        for (int k = 0; k < 16; k++)
+            b[k] = tile[r + k][c];
+        *reinterpret_cast<uint4 *>(codes_t + (c0 + c) * R + r0 + r) = out;
     }
 }
 
@@ -336,9 +384,15 @@ static inline void fp8_quantize_transposed(uint8_t *codes_t, float *inv_t, uint8
     if (codes && (mode == FP8_T_COLUMNS || mode == FP8_T_COLUMN_BLOCKS))
         FAIL("fp8_quantize_transposed: the plain codes do not share the transposed codes' per-column scales");
     profile_push(PROF_FP8, stream);
-    dim3 grid(ceil_div(C, FP8_T_COLS), ceil_div(R, FP8_T_ROWS));
-    fp8_quantize_transposed_kernel<<<grid, FP8_THREADS, 0, stream>>>(codes_t, inv_t, codes, inv, x, amax, R, C, mode,
-                                                                     f);
+    if (mode == FP8_T_TENSOR && R % 16 == 0 && C % 16 == 0 && (uintptr_t)codes_t % 16 == 0) {
+        dim3 grid(ceil_div(C, FP8_TQ_TILE), ceil_div(R, FP8_TQ_TILE));
+        fp8_quantize_transposed_tensor_kernel<<<grid, FP8_THREADS, 0, stream>>>(codes_t, inv_t, codes, inv, x, amax, R,
+                                                                                C, f);
+    } else {
+        dim3 grid(ceil_div(C, FP8_T_COLS), ceil_div(R, FP8_T_ROWS));
+        fp8_quantize_transposed_kernel<<<grid, FP8_THREADS, 0, stream>>>(codes_t, inv_t, codes, inv, x, amax, R, C,
+                                                                         mode, f);
+    }
     CUDA_CHECK_LAST();
     profile_pop(stream);
 }

@@ -78,4 +78,16 @@ def test_the_multi_gpu_table_and_the_best_of_each_side(tmp_path):
     assert "- bf16: the best train_llama (train_llama, ZeRO 3) 1.25x the best torchtitan (torchtitan FSDP2 + compile)" \
         in text, text
     assert "- FP8:" not in text  # torchtitan's float8 did not train: nothing to hold it against
+    # a later lease's series is a table of its own: its torchtitan row neither replaces nor joins the first table's
+    later = dict(ok, series="a later lease", date="2026-11-28T06:00:00+00:00")
+    recs += [dict(later, system="titan_fsdp", tokens_per_s=36000.0, tokens_per_s_per_gpu=9000.0, mfu=0.54,
+                  peak_mem_gib=60.0),
+             dict(later, system="train_llama_z3", recompute=2, tokens_per_s=38000.0, tokens_per_s_per_gpu=9500.0,
+                  mfu=0.57, peak_mem_gib=44.0, git_commit="abcdef1")]
+    (tmp_path / "multi_gpu_peers.jsonl").write_text("".join(report.json.dumps(r) + "\n" for r in recs))
+    text = "\n".join(report.multi_gpu_section(str(tmp_path)))
+    first, second = text.split("T=8192: a later lease")
+    assert "| torchtitan FSDP2 + compile | 8,000 |" in first and "| torchtitan FSDP2 + compile | 9,000 |" in second
+    assert "| train_llama, ZeRO 3, --recompute 2 | 9,500 |" in second and "9,500" not in first, text
+    assert "- bf16: the best train_llama (train_llama, ZeRO 3, --recompute 2) 1.06x" in second, second
     assert report.multi_gpu_section(str(tmp_path / "none")) == []

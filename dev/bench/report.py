@@ -629,10 +629,11 @@ def multi_gpu_name(system, recompute=None):
 def multi_gpu_section(results_dir):
     """train_llama's ZeRO stages against torchtitan's FSDP2 and HSDP on several GPUs of one host
     (dev/bench/bench_multi_gpu.py): per table (model, GPU, GPU count, B x T), a row per system, and the best of
-    each side, bf16 against bf16 and FP8 against float8."""
+    each side, bf16 against bf16 and FP8 against float8. Records with a "series" (a lease's own set of runs, named)
+    make a table of their own, so that every table's systems come from one lease."""
     recs = dedupe(load_jsonl(os.path.join(results_dir, "multi_gpu_peers.jsonl")),
-                  lambda r: (r.get("model"), r.get("layers"), r.get("gpu"), r.get("gpus"), r.get("B"), r.get("T"),
-                             r.get("grad_accum"), r.get("system"),
+                  lambda r: (r.get("series"), r.get("model"), r.get("layers"), r.get("gpu"), r.get("gpus"), r.get("B"),
+                             r.get("T"), r.get("grad_accum"), r.get("system"),
                              r.get("recompute") if r.get("system", "").startswith("train_llama") else None))
     recs = [r for r in recs if r.get("gpus")]
     if not recs:
@@ -645,12 +646,14 @@ def multi_gpu_section(results_dir):
              "step); memory of rank 0: the peak of its allocations, and the device memory in use (what "
              "nvidia-smi shows: the CUDA context, libraries' workspaces and PyTorch's cached blocks too).", ""]
     def key(r):
-        return r["model"], r.get("layers"), r.get("gpu"), r["gpus"], r["B"], r["T"], r.get("grad_accum", 1)
+        return (r["model"], r.get("layers"), r.get("gpu"), r["gpus"], r["B"], r["T"], r.get("grad_accum", 1),
+                r.get("series") or "")
     for k in sorted(set(key(r) for r in recs), key=str):
-        model, layers, gpu, gpus, B, T, accum = k
+        model, layers, gpu, gpus, B, T, accum, series = k
         rs = [r for r in recs if key(r) == k]
-        lines += ["### %s, %s layers, %d x %s, B=%d, T=%d%s" % (model, layers, gpus, gpu, B, T,
-                                                                 ", %d micro-steps" % accum if accum > 1 else ""), ""]
+        lines += ["### %s, %s layers, %d x %s, B=%d, T=%d%s%s" % (model, layers, gpus, gpu, B, T,
+                                                                   ", %d micro-steps" % accum if accum > 1 else "",
+                                                                   ": " + series if series else ""), ""]
         rows = []
         for r in sorted(rs, key=lambda r: (not r["system"].startswith("train_llama"), r["system"],
                                            r.get("recompute") or 0)):

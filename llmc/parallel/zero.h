@@ -461,7 +461,12 @@ static inline void zero_allocate(Zero *z, int full_grads)
                                          z->full_grads ? "bf16 gradients" : "bf16 gradient group shares");
     CUDA_CHECK(cudaMemset(z->params, 0, (size_t)size.params * sizeof(bf16)));
     CUDA_CHECK(cudaMemset(z->grads, 0, (size_t)size.grads * sizeof(bf16)));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&z->comm, cudaStreamNonBlocking));
+    /* The highest priority: the block scheduler then starts the communication stream's kernels (NCCL's, the
+     * codecs') as SMs free up, ahead of the compute stream's queued blocks, instead of after the GEMM in flight;
+     * the order between the streams is the events', unchanged. */
+    int lowest_priority, highest_priority;
+    CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lowest_priority, &highest_priority));
+    CUDA_CHECK(cudaStreamCreateWithPriority(&z->comm, cudaStreamNonBlocking, highest_priority));
     CUDA_CHECK(cudaEventCreateWithFlags(&z->comm_done, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&z->params_changed, cudaEventDisableTiming));
     z->bucket_gathered = (cudaEvent_t *)malloc_check(sizeof(cudaEvent_t) * n, "ZeRO events");

@@ -443,9 +443,10 @@ EOF
         timeout 300 mpirun -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x GPUS_PER_HOST=1 -x CUDA_VISIBLE_DEVICES=0,1 \
             scripts/as_hosts.sh "${nb[@]}" --max-mib 256 --label "2x1 hostid" >> "$out/nccl.jsonl" \
             2> "$out/nccl_2x1.log" || status=1
-        # the int8 sums' all-to-all is NCCL's grouped sends and receives, at half the reduce-scatter's bus
-        # bandwidth over the sockets (1.8 against 3.4 GB/s, 2026-11-27); 8 channels per net peer changed nothing
-        # there. The next guess: the sends' 128 KiB network chunks. The same 2 x 1 with 512 KiB ones
+        # the int8 sums' all-to-all was NCCL's grouped sends and receives, at half the reduce-scatter's bus
+        # bandwidth over the sockets (1.8 against 3.4 GB/s, 2026-11-27; at two ranks it is an all-gather now,
+        # distributed.h); 8 channels per net peer changed nothing there. The sends' 128 KiB network chunks
+        # against 512 KiB ones (for groups of more than two):
         timeout 300 env NCCL_P2P_NET_CHUNKSIZE=524288 mpirun -np 2 --bind-to none -x NCCL_NVLS_ENABLE \
             -x NCCL_P2P_NET_CHUNKSIZE -x GPUS_PER_HOST=1 -x CUDA_VISIBLE_DEVICES=0,1 scripts/as_hosts.sh \
             "${nb[@]}" --max-mib 256 --label "2x1 hostid, 512 KiB net p2p chunks" >> "$out/nccl.jsonl" \

@@ -1,7 +1,7 @@
 /*
  * nccl_bench.cu: the time of each collective the trainer runs (bf16 all-gather,
  * reduce-scatter and all-reduce; fp32 reduce-scatter for --grad-reduce fp32; the
- * byte all-to-all of --grad-reduce int8|e4m3, NCCL's grouped sends and receives) over
+ * byte all-to-all of --grad-reduce int8|e4m3, NCCL's grouped sends and receives, at two ranks an all-gather) over
  * each of its process groups (llmc/parallel/distributed.h: all ranks, a host's, across
  * hosts), at sizes from 1 MiB to 1 GiB, for dev/bench/scaling_model.py's fit of
  * latency + bytes / bandwidth.

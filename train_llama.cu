@@ -113,16 +113,18 @@ static const Flag FLAGS[] = {
          "bf16 (the default: NCCL sums bf16, one rounding per GPU added), fp32 (summed in fp32 and rounded once per "
          "level, through 128 MiB chunks: twice the bytes on the wire), or int8 / e4m3 (stages 1-3; ZeRO++'s qgZ: "
          "one-byte codes and an fp32 scale per 128 values, exchanged all-to-all, summed in fp32: half the bytes of "
-         "bf16, each value within 1/254 of its block's largest (int8) or 1/16 of itself (e4m3) per level; on a socket "
-         "link it gained at most 3%, and lost 13% at stage 3 flat: docs/multi_gpu.md)"),
+         "bf16, each value within 1/254 of its block's largest (int8) or 1/16 of itself (e4m3) per level; on 2 "
+         "stand-in hosts over sockets at a 0.5M-token batch it took stages 1 and 2 from 87% to 88-90% of one GPU: "
+         "docs/multi_gpu.md)"),
     FLAG(
         "--weight-gather", FLAG_STRING, Args, weight_gather,
         "stage 3: auto (the default: bf16, or with --fp8 per tensor the Linear maps' own FP8 codes, gathered at half "
         "the bytes and exact), bf16 (exact) or int8 / e4m3 (ZeRO++'s qwZ: each layer's per-use gather moves codes "
         "and scales, about half the bytes; the forward and backward compute with the decoded weights, within the "
         "codec's error, while AdamW updates the exact ones; over 1000 steps int8 stayed within 0.4% of exact's losses, "
-        "e4m3 moved the train loss 0.7%: prefer int8; it pays where the gathers cross a slow link, 1.5-1.6x at one "
-        "micro-step on 2 stand-in hosts, and not with --shard-over host, whose gathers stay on NVLink)"),
+        "e4m3 moved the train loss 0.7%: prefer int8; it pays where the gathers cross a slow link, 1.74x at one "
+        "micro-step on 2 stand-in hosts with --grad-reduce int8, and not with --shard-over host, whose gathers stay "
+        "on NVLink)"),
     FLAG_NUM(
         "--rank", FLAG_INT, Args, launch.rank, 0, INT_MAX - 1, FLAG_CLOSED,
         "this process's rank, when no launcher variable says it (mpirun, RANK/WORLD_SIZE, Slurm and PMI are read)"),

@@ -52,7 +52,8 @@
 typedef struct {
     TrainFlags t;
     int recompute, profile_step, fp8, gemm_autotune;
-    const char *fp8_recipe;
+    const char *fp8_recipe, *fp8_weights;
+    int fp8_weights_made; /* --fp8-weights, parsed */
     float logits_budget_mb;
     int zero_stage, shard_group;
     const char *shard_over, *grad_accum, *grad_reduce, *weight_gather;
@@ -78,6 +79,11 @@ static const Flag FLAGS[] = {
          "the FP8 scales (implies --fp8): tensor (the default: the fastest, see docs/benchmarks.md), row (one per row "
          "of each operand, all E4M3) or block (1x128 blocks of activations and gradients, 128x128 of weights, all "
          "E4M3; dimensions and B*T multiples of 128)"),
+    FLAG("--fp8-weights", FLAG_STRING, Args, fp8_weights,
+         "with --fp8 at ZeRO stages 0-2: auto (the default: the layers' weight codes, both layouts, kept for a step "
+         "where the memory allows it, else made at each use) or made (made at each use: 2 bytes per layer weight "
+         "less, 3.3 GiB at the 8B cut to 8 layers, for a quantisation pass per weight and use; the same bits either "
+         "way). Stage 3 gathers the codes or makes them at each use already"),
     FLAG("--offload", FLAG_STRING, Args, offload,
          "none (the default) or optimizer: the fp32 master weights and AdamW moments in host memory (12 bytes per "
          "parameter, checked at start), AdamW on the CPU's cores after each step's backward; the GPU keeps 4 bytes "
@@ -181,6 +187,7 @@ static LlamaConfig parse_args(Args *a, int argc, char **argv, HfTokenIds *init_i
     a->grad_reduce_mode = flag_choice("--grad-reduce", a->grad_reduce, "bf16|fp32|int8|e4m3");
     a->weight_gather_mode = flag_choice("--weight-gather", a->weight_gather, "auto|bf16|int8|e4m3");
     a->offload_mode = flag_choice("--offload", a->offload, "none|optimizer");
+    a->fp8_weights_made = flag_choice("--fp8-weights", a->fp8_weights, "auto|made");
     if (a->shard_over_hosts && a->zero_stage == 0)
         FAIL("--shard-over host needs --zero-stage 1, 2 or 3 (stage 0 shards nothing)");
     if (a->grad_reduce_mode >= ZERO_SUM_INT8 && a->zero_stage == 0)
@@ -204,6 +211,10 @@ static LlamaConfig parse_args(Args *a, int argc, char **argv, HfTokenIds *init_i
         if (!a->fp8)
             FAIL("unknown --fp8-recipe '%s'; use tensor, row or block", a->fp8_recipe);
     }
+    if (a->fp8_weights_made && !a->fp8)
+        FAIL("--fp8-weights %s says where the FP8 weight codes come from; without --fp8 there are none\n  hint: add "
+             "--fp8",
+             a->fp8_weights);
     int64_t qkv = (int64_t)(c.n_head + 2 * c.n_kv_head) * c.head_dim;
     if (a->fp8 == FP8_BLOCK &&
         ((int64_t)a->t.batch.B * a->t.batch.T % 128 != 0 || !llama_linear_dims_multiple_of(&c, 128)))
@@ -464,6 +475,7 @@ int main(int argc, char **argv)
                             .dist = &gpus.dist,
                             .zero_stage = a.zero_stage,
                             .fp8 = a.fp8,
+                            .fp8_weights_made = a.fp8_weights_made,
                             .doc_mask = doc_bos >= 0,
                             .doc_bos = doc_bos,
                             .doc_positions = t->data.doc_positions,

@@ -115,6 +115,10 @@ if [ -x ./train_llama ]; then
         ./train_llama --preset nano --weight-gather e4m3 --zero-stage 2 --train "$good"
     expect "train_llama unknown --offload" "--offload takes none or optimizer (got 'gradients')" \
         ./train_llama --preset nano --offload gradients --train "$good"
+    expect "train_llama unknown --fp8-weights" "--fp8-weights takes auto or made (got 'kept')" \
+        ./train_llama --preset nano --fp8 --fp8-weights kept --train "$good"
+    expect "train_llama --fp8-weights without --fp8" "hint: add --fp8" \
+        ./train_llama --preset nano --fp8-weights made --train "$good"
     expect "train_llama bad rendezvous spec" "tcp://HOST:PORT" \
         ./train_llama --preset nano --rendezvous "udp://x:1" --train "$good"
     expect "train_llama rank outside the world" "rank" \

@@ -8,8 +8,9 @@ import report  # noqa: E402
 
 
 def rec(system, B, T, tps=None, mem=None, status="ok", recompute=None, **kw):
-    r = dict(system=system, model="llama3.2-1b", layers=16, gpu="NVIDIA H100 80GB HBM3", B=B, T=T, status=status,
-             tokens_per_s=tps, device_mem_gib=mem, date="2026-11-27T06:00:00+00:00", recompute=recompute, **kw)
+    r = dict(dict(system=system, model="llama3.2-1b", layers=16, gpu="NVIDIA H100 80GB HBM3", B=B, T=T,
+                  status=status, tokens_per_s=tps, device_mem_gib=mem, date="2026-11-27T06:00:00+00:00",
+                  recompute=recompute), **kw)
     if system.startswith("train_llama"):
         r["git_commit"] = "5447475abc"
     return r
@@ -91,3 +92,19 @@ def test_the_multi_gpu_table_and_the_best_of_each_side(tmp_path):
     assert "| train_llama, ZeRO 3, --recompute 2 | 9,500 |" in second and "9,500" not in first, text
     assert "- bf16: the best train_llama (train_llama, ZeRO 3, --recompute 2) 1.06x" in second, second
     assert report.multi_gpu_section(str(tmp_path / "none")) == []
+
+
+def test_a_series_is_a_table_of_its_own_and_stays_out_of_the_headline():
+    later = dict(series="a later lease", date="2026-11-28T06:00:00+00:00")
+    recs = RECORDS + [rec("train_llama_fp8_made", 4, 2048, 70000, 20.0, recompute=2, **later),
+                      rec("titan_float8_tensorwise", 4, 2048, 65000, 22.0, **later),
+                      rec("llmq", 4, 2048, 99000, 10.0, **later)]  # would win the headline's llmq cell if it counted
+    text = "\n".join(report.e2e_section(recs, "/nonexistent", None))
+    first, second = text.split("## llama3.2-1b, 16 layers (NVIDIA H100 80GB HBM3): a later lease")
+    assert "99.0k" not in first and "58.0k" in first and "train_llama --fp8 --fp8-weights made" not in first
+    assert "| train_llama --fp8 --fp8-weights made (recompute 2) / torchtitan float8 tensorwise, tokens/s |" in \
+        second.replace(" | device memory", ""), second
+    assert "1.08× (70.0k / 65.0k) | 0.91× (20.0 / 22.0 GiB)" in second, second
+    header, _, row = report.headline_lines(recs)[0].splitlines()
+    at = dict(zip([c.strip() for c in header.strip("|").split("|")], [c.strip() for c in row.strip("|").split("|")]))
+    assert at["llmq (bf16)"] == "58.0k, 45.0 GiB", at

@@ -105,15 +105,16 @@ MODELS = {
                          max_pos=131072, eps=1e-6, preset="qwen2.5-1.5b", default_layers=28, llmq="qwen2.5-1.5b"),
 }
 HF_SYSTEMS = ["hf_eager", "hf_sdpa", "hf_sdpa_compile", "hf_liger"]
-# train_llama_fp8: --fp8 (per-tensor E4M3/E5M2 Linear maps); llmq / llmq_fp8: IST-DASLab/llmq's train
+# train_llama_fp8: --fp8 (per-tensor E4M3/E5M2 Linear maps); train_llama_fp8_made: the same with --fp8-weights made
+# (the weights' codes made at each use, not kept for the step: less memory); llmq / llmq_fp8: IST-DASLab/llmq's train
 # (built by scripts/build_llmq.sh into .carry/llmq), --matmul-dtype bf16 / e4m3, its benchmark settings
 TITAN_SYSTEMS = ["titan_compile", "titan_float8_tensorwise", "titan_float8_rowwise"]
 DEFAULT_SYSTEMS = HF_SYSTEMS + ["train_llama", "train_llama_fp8", "llmq", "llmq_fp8"]
-ALL_SYSTEMS = DEFAULT_SYSTEMS + TITAN_SYSTEMS
+ALL_SYSTEMS = DEFAULT_SYSTEMS + ["train_llama_fp8_made"] + TITAN_SYSTEMS
 # systems that compile: fewer settings by default (--compile-seq-lens, --compile-batch-sweep), more warm-up
 COMPILE_SYSTEMS = ["hf_sdpa_compile"] + TITAN_SYSTEMS
 # Run order: a time budget cuts the last ones first, so the slow-to-start compile runs go last.
-RUN_ORDER = ["train_llama", "train_llama_fp8", "llmq", "llmq_fp8", "hf_liger", "hf_sdpa", "hf_eager",
+RUN_ORDER = ["train_llama", "train_llama_fp8", "train_llama_fp8_made", "llmq", "llmq_fp8", "hf_liger", "hf_sdpa", "hf_eager",
              "hf_sdpa_compile", "titan_compile", "titan_float8_rowwise", "titan_float8_tensorwise"]
 TITAN_VERSION = "0.2.2"  # the torchtitan release child_run_titan is written against (its API changes a lot)
 DEFAULT_SEQ_LENS = [2048, 4096, 8192, 16384, 32768, 65536, 131072]
@@ -184,7 +185,7 @@ def estimate_run_s(system, s, B, T, steps, oom=False, accum=1):
         elif system in TITAN_SYSTEMS:
             # per-block compile: one block is compiled, the others reuse it; float8 adds its casts
             overhead += 30.0 + (15.0 if "float8" in system else 0.0)
-    mfu = {"train_llama": 0.45, "train_llama_fp8": 0.55, "llmq": 0.45, "llmq_fp8": 0.5, "hf_liger": 0.38,
+    mfu = {"train_llama": 0.45, "train_llama_fp8": 0.55, "train_llama_fp8_made": 0.55, "llmq": 0.45, "llmq_fp8": 0.5, "hf_liger": 0.38,
            "hf_sdpa": 0.35, "hf_sdpa_compile": 0.40, "hf_eager": 0.25, "titan_compile": 0.40,
            "titan_float8_tensorwise": 0.48, "titan_float8_rowwise": 0.45}[system]
     step = accum * B * T * flops_per_token(s, T) / (mfu * PEAK_BF16_FLOPS)
@@ -260,8 +261,10 @@ def train_llama_cmd(args, run, log_path):
         cmd += ["--n-layer", str(run["layers"])]
     if run["accum"] > 1:
         cmd += ["--total-batch", str(run["accum"] * run["B"] * run["T"])]
-    if run["system"] == "train_llama_fp8":
+    if run["system"] in ("train_llama_fp8", "train_llama_fp8_made"):
         cmd += ["--fp8"]
+    if run["system"] == "train_llama_fp8_made":
+        cmd += ["--fp8-weights", "made"]
     return cmd
 
 
@@ -637,6 +640,8 @@ def make_record(args, run, env, res, wall):
                optimizer="AdamW lr %g betas (%g, %g) eps %g wd %g (matrices) clip %g" % (
                    OPTIM["lr"], OPTIM["beta1"], OPTIM["beta2"], OPTIM["eps"], OPTIM["weight_decay"],
                    OPTIM["grad_clip"]))
+    if args.series:
+        rec["series"] = args.series
     if (run["system"] in HF_SYSTEMS or run["system"] in TITAN_SYSTEMS) and args.expandable_segments:
         rec["alloc_conf"] = "expandable_segments:True"
     return rec
@@ -1199,6 +1204,9 @@ def parse_args(argv):
                         "torchtitan's Llama 3 8B config; 'auto_filter_small_kn' is torchao's size filter; "
                         "empty: convert all)")
     p.add_argument("--python", default=sys.executable)
+    p.add_argument("--series", default=None,
+                   help="a name stamped on every record: report.py gives a series its own tables (e.g. the runs of "
+                        "one lease that re-measure some rows of an older table)")
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--expandable-segments", action="store_true",
                    help="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True for the HF and torchtitan runs "

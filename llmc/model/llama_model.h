@@ -64,6 +64,7 @@ typedef struct {
     const Dist *dist;           /* the ranks, over which ZeRO shards */
     int zero_stage;             /* 0 to 3 (llmc/parallel/zero.h) */
     int fp8;                    /* Fp8Recipe: the layers' Linear maps on FP8 codes (linear.h), or 0 */
+    int fp8_weights_made;       /* stages 0-2: the weights' codes made at each use even where keeping them fits */
     int doc_mask;               /* packed documents (llmc/model/documents.h): attention within each document, */
     int doc_bos;                /* which starts at this token; */
     int doc_positions;          /* and RoPE positions restart at each document's start */
@@ -184,14 +185,15 @@ static inline LinearShape *llama_linear_shapes(const LlamaConfig *c, int *n_slot
  * scratch of one at a time takes scratch_bytes), the weights' (linear.h):
  *   ZeRO 3 per tensor, --weight-gather auto: gathered as codes (zero_fp8.h);
  *   else ZeRO 3: made at each use (its point is not to hold all the weights);
- *   else kept for a step where the memory allows it, else made at each use.
+ *   else kept for a step where the memory allows it and opt.fp8_weights_made does not say otherwise, else made at
+ *   each use.
  * All three give the same bits. */
 static inline void llama_fp8_build(Llama *m, const LinearShape *shapes, int n_slots, size_t scratch_bytes)
 {
     Fp8Recipe recipe = (Fp8Recipe)m->opt.fp8;
     Zero *z = &m->params.zero;
     int64_t N = llama_tokens(m);
-    Fp8Weights weights = m->opt.zero_stage < 3 ? FP8_WEIGHTS_KEPT : FP8_WEIGHTS_MADE;
+    Fp8Weights weights = m->opt.zero_stage < 3 && !m->opt.fp8_weights_made ? FP8_WEIGHTS_KEPT : FP8_WEIGHTS_MADE;
     if (weights == FP8_WEIGHTS_KEPT) {
         size_t free_b = 0, total_b = 0, kept = fp8_kept_weight_bytes(recipe, shapes, n_slots);
         CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
@@ -201,7 +203,9 @@ static inline void llama_fp8_build(Llama *m, const LinearShape *shapes, int n_sl
                    "are free)\n",
                    gib(kept), gib(free_b));
         }
-    } else if (m->opt.weight_gather == ZERO_GATHER_AUTO) {
+    } else if (m->opt.zero_stage < 3 && z->dist->rank == 0) {
+        printf("fp8: the weights' codes are made at each use (--fp8-weights made)\n");
+    } else if (m->opt.zero_stage == 3 && m->opt.weight_gather == ZERO_GATHER_AUTO) {
         const char *why = recipe == FP8_TENSOR ? zero_fp8_unsupported(z, &m->layout, shapes)
                                                : "the row and block recipes' codes are not gathered yet";
         if (why && z->dist->rank == 0)

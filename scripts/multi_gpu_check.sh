@@ -32,10 +32,8 @@
 #                with 4 GPUs, 2 hosts x 2 GPUs over hosts (stages 1 to 3) and
 #                flat stage 3; NETSCALE_STAGES="1 2" limits the bf16 2 x 1 runs (stage 3 and
 #                its per-micro-step variant run only when it names 3); the 2 x 1 runs
-#                take the first two of CUDA_VISIBLE_DEVICES (default 0,1); NETSCALE_P2P_CHUNK=BYTES adds
-#                stage 1's int8 run with NCCL_P2P_NET_CHUNKSIZE at that size
-#   nccl         dev/bench/nccl_bench over one host's GPUs, 2 x 1 (and again with 8 channels per network peer
-#                for the all-to-all) and 2 x 2
+#                take the first two of CUDA_VISIBLE_DEVICES (default 0,1)
+#   nccl         dev/bench/nccl_bench over one host's GPUs, 2 x 1 and 2 x 2
 #                stand-in hosts: the collectives' times for scaling_model.py
 #   scaling8b4   Llama 3.1 8B, T=8192, B=1 per GPU on 4 GPUs of one host: stages
 #                1 to 3 in bf16 and FP8 at a 0.5M-token batch, and 2 x 2 stand-in
@@ -310,17 +308,6 @@ EOF
             summarize "$results" netscale "$out/ns_z${z}_2x1_qgz.jsonl" "ns_z${z}_2x1_qgz" "${common[@]}" stage=$z \
                 mode=flat hosts=2 gpus_per_host=1 micro_steps=16 grad_reduce=int8 || status=1
         done
-        # NCCL's point-to-point sends (the codes' all-to-all) cut their transfers over the network in chunks of
-        # NCCL_P2P_NET_CHUNKSIZE (128 KiB by default); NETSCALE_P2P_CHUNK=BYTES adds stage 1's int8 run at that size
-        if [ -n "${NETSCALE_P2P_CHUNK:-}" ]; then
-            export NCCL_P2P_NET_CHUNKSIZE=$NETSCALE_P2P_CHUNK # for this run only: -x passes it, unset below
-            run "ns_z1_2x1_qgz_chunk" "${one[@]:0:${#one[@]}-1}" -x NCCL_P2P_NET_CHUNKSIZE scripts/as_hosts.sh \
-                "${big[@]}" --total-batch 524288 --zero-stage 1 --grad-reduce int8 --log "$out/ns_z1_2x1_qgz_chunk.jsonl"
-            unset NCCL_P2P_NET_CHUNKSIZE
-            summarize "$results" netscale "$out/ns_z1_2x1_qgz_chunk.jsonl" ns_z1_2x1_qgz_chunk "${common[@]}" stage=1 \
-                mode=flat hosts=2 gpus_per_host=1 micro_steps=16 grad_reduce=int8 \
-                nccl_p2p_net_chunksize="$NETSCALE_P2P_CHUNK" || status=1
-        fi
         run ns_z3_2x1_qwz_qgz "${one[@]}" "${big[@]}" --total-batch 524288 --zero-stage 3 --grad-reduce int8 \
             --weight-gather int8 --log "$out/ns_z3_2x1_qwz_qgz.jsonl"
         summarize "$results" netscale "$out/ns_z3_2x1_qwz_qgz.jsonl" ns_z3_2x1_qwz_qgz "${common[@]}" stage=3 \
@@ -443,14 +430,9 @@ EOF
         timeout 300 mpirun -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x GPUS_PER_HOST=1 -x CUDA_VISIBLE_DEVICES=0,1 \
             scripts/as_hosts.sh "${nb[@]}" --max-mib 256 --label "2x1 hostid" >> "$out/nccl.jsonl" \
             2> "$out/nccl_2x1.log" || status=1
-        # the int8 sums' all-to-all was NCCL's grouped sends and receives, at half the reduce-scatter's bus
-        # bandwidth over the sockets (1.8 against 3.4 GB/s, 2026-11-27; at two ranks it is an all-gather now,
-        # distributed.h); 8 channels per net peer changed nothing there. The sends' 128 KiB network chunks
-        # against 512 KiB ones (for groups of more than two):
-        timeout 300 env NCCL_P2P_NET_CHUNKSIZE=524288 mpirun -np 2 --bind-to none -x NCCL_NVLS_ENABLE \
-            -x NCCL_P2P_NET_CHUNKSIZE -x GPUS_PER_HOST=1 -x CUDA_VISIBLE_DEVICES=0,1 scripts/as_hosts.sh \
-            "${nb[@]}" --max-mib 256 --label "2x1 hostid, 512 KiB net p2p chunks" >> "$out/nccl.jsonl" \
-            2> "$out/nccl_2x1_chunk512k.log" || status=1
+        # the int8 sums' all-to-all was NCCL's grouped sends and receives, at 0.6-0.7 of the reduce-scatter's bus
+        # bandwidth over the sockets whatever the channels per net peer (8) or network chunks (512 KiB) (2026-11-27,
+        # docs/multi_gpu.md); at two ranks it is an all-gather now (distributed.h), so 2 x 1 no longer tries them
         if [ "$np" -ge 4 ]; then
             timeout 300 "${hosts2[@]}" "${nb[@]}" --max-mib 256 --label "2x$((np / 2)) hostid" >> "$out/nccl.jsonl" \
                 2> "$out/nccl_2x2.log" || status=1

@@ -27,23 +27,24 @@ MAGIC = b"BIN.TOK\n"
 HEADER_INTS = 256
 
 # config.json of the published models (their HF directories), as llmq reads them
+LLAMA3 = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 128256,
+          "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 131072,
+          "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "hidden_act": "silu", "attention_bias": False,
+          "mlp_bias": False, "initializer_range": 0.02, "torch_dtype": "bfloat16", "bos_token_id": 128000,
+          "eos_token_id": 128001}
+
+
+def llama3(hidden, ffn, layers, head_dim, rope_factor, tied):
+    """A Llama 3 config.json: the family's fields and these sizes."""
+    return dict(LLAMA3, hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers, head_dim=head_dim,
+                rope_scaling={"rope_type": "llama3", "factor": rope_factor, "low_freq_factor": 1.0,
+                              "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+                tie_word_embeddings=tied)
+
+
 MODELS = {
-    "llama3.2-1b": {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 128256, "hidden_size": 2048,
-        "intermediate_size": 8192, "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8,
-        "head_dim": 64, "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
-        "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                         "original_max_position_embeddings": 8192},
-        "tie_word_embeddings": True, "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
-        "initializer_range": 0.02, "torch_dtype": "bfloat16", "bos_token_id": 128000, "eos_token_id": 128001},
-    "llama3.1-8b": {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 128256, "hidden_size": 4096,
-        "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-        "head_dim": 128, "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
-        "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                         "original_max_position_embeddings": 8192},
-        "tie_word_embeddings": False, "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
-        "initializer_range": 0.02, "torch_dtype": "bfloat16", "bos_token_id": 128000, "eos_token_id": 128001},
+    "llama3.2-1b": llama3(hidden=2048, ffn=8192, layers=16, head_dim=64, rope_factor=32.0, tied=True),
+    "llama3.1-8b": llama3(hidden=4096, ffn=14336, layers=32, head_dim=128, rope_factor=8.0, tied=False),
     "qwen2.5-1.5b": {
         "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": 151936, "hidden_size": 1536,
         "intermediate_size": 8960, "num_hidden_layers": 28, "num_attention_heads": 12, "num_key_value_heads": 2,

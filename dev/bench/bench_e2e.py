@@ -114,8 +114,8 @@ ALL_SYSTEMS = DEFAULT_SYSTEMS + ["train_llama_fp8_made"] + TITAN_SYSTEMS
 # systems that compile: fewer settings by default (--compile-seq-lens, --compile-batch-sweep), more warm-up
 COMPILE_SYSTEMS = ["hf_sdpa_compile"] + TITAN_SYSTEMS
 # Run order: a time budget cuts the last ones first, so the slow-to-start compile runs go last.
-RUN_ORDER = ["train_llama", "train_llama_fp8", "train_llama_fp8_made", "llmq", "llmq_fp8", "hf_liger", "hf_sdpa", "hf_eager",
-             "hf_sdpa_compile", "titan_compile", "titan_float8_rowwise", "titan_float8_tensorwise"]
+RUN_ORDER = ["train_llama", "train_llama_fp8", "train_llama_fp8_made", "llmq", "llmq_fp8", "hf_liger", "hf_sdpa",
+             "hf_eager", "hf_sdpa_compile", "titan_compile", "titan_float8_rowwise", "titan_float8_tensorwise"]
 TITAN_VERSION = "0.2.2"  # the torchtitan release child_run_titan is written against (its API changes a lot)
 DEFAULT_SEQ_LENS = [2048, 4096, 8192, 16384, 32768, 65536, 131072]
 DEFAULT_BATCH_SWEEP = [4, 8]
@@ -185,8 +185,8 @@ def estimate_run_s(system, s, B, T, steps, oom=False, accum=1):
         elif system in TITAN_SYSTEMS:
             # per-block compile: one block is compiled, the others reuse it; float8 adds its casts
             overhead += 30.0 + (15.0 if "float8" in system else 0.0)
-    mfu = {"train_llama": 0.45, "train_llama_fp8": 0.55, "train_llama_fp8_made": 0.55, "llmq": 0.45, "llmq_fp8": 0.5, "hf_liger": 0.38,
-           "hf_sdpa": 0.35, "hf_sdpa_compile": 0.40, "hf_eager": 0.25, "titan_compile": 0.40,
+    mfu = {"train_llama": 0.45, "train_llama_fp8": 0.55, "train_llama_fp8_made": 0.55, "llmq": 0.45, "llmq_fp8": 0.5,
+           "hf_liger": 0.38, "hf_sdpa": 0.35, "hf_sdpa_compile": 0.40, "hf_eager": 0.25, "titan_compile": 0.40,
            "titan_float8_tensorwise": 0.48, "titan_float8_rowwise": 0.45}[system]
     step = accum * B * T * flops_per_token(s, T) / (mfu * PEAK_BF16_FLOPS)
     return overhead + (1.5 * step if oom else (steps + 0.5) * step)

@@ -179,35 +179,15 @@ __global__ void __launch_bounds__(FP8_THREADS)
  * the float tile's shared-memory traffic, 4 bytes of memory traffic an element with the plain codes, 3 without.
  * R and C multiples of 16, so that every 16-byte piece of codes_t is wholly inside or outside. The codes are
  * fp8_quantize_transposed_kernel's bit for bit (the same product and conversion). */
-#define FP8_TQ_TILE 64
-__global__ void __launch_bounds__(FP8_THREADS)
-    fp8_quantize_transposed_tensor_kernel(uint8_t *codes_t, float *inv_t, uint8_t *codes, float *inv, const bf16 *x,
-                                          const float *amax, int R, int C, Fp8Format f)
+#define FP8_CODES_TILE 64 /* a tile of codes through shared memory: 64 x 64, its rows 68 bytes apart */
+
+/* A block's 64 x 64 tile of codes (rows r0.., columns c0.. of an R x C matrix, tile[row][col], 68-byte rows) written
+ * along codes_t's rows [C, R]: thread t writes 16 bytes of codes_t's row c0 + t / 4. FP8_THREADS threads, R and C
+ * multiples of 16; the caller has synchronised the block after filling the tile. Shared by the per-tensor transposing
+ * quantiser and the kernels that make their output's codes as they write it (swiglu.h). */
+__device__ __forceinline__ void fp8_tile_store_transposed(uint8_t *codes_t, const uint8_t (*tile)[FP8_CODES_TILE + 4],
+                                                          int64_t r0, int64_t c0, int R, int C)
 {
-    __shared__ __align__(16) uint8_t tile[FP8_TQ_TILE][FP8_TQ_TILE + 4]; /* 68-byte rows, as the codes transpose */
-    float scale = fp8_scale_from_amax(amax[0], f);
-    int64_t r0 = (int64_t)blockIdx.y * FP8_TQ_TILE, c0 = (int64_t)blockIdx.x * FP8_TQ_TILE;
-    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
-        if (inv_t)
-            inv_t[0] = 1.0f / scale;
-        if (inv)
-            inv[0] = 1.0f / scale;
-    }
-    for (int v = threadIdx.x; v < FP8_TQ_TILE * FP8_TQ_TILE / 8; v += FP8_THREADS) { /* 2 vectors a thread */
-        int row = v / (FP8_TQ_TILE / 8), col = v % (FP8_TQ_TILE / 8) * 8;
-        if (r0 + row >= R || c0 + col >= C)
-            continue;
-        bf16x8 in = load16(x + (r0 + row) * C + c0 + col);
-        uint8_t q[8];
-        for (int k = 0; k < 8; k++)
-            q[k] = fp8_code(__bfloat162float(in.v[k]) * scale, f);
-        uint2 packed = *reinterpret_cast<const uint2 *>(q);
-        if (codes)
-            *reinterpret_cast<uint2 *>(codes + (r0 + row) * C + c0 + col) = packed;
-        *reinterpret_cast<uint32_t *>(&tile[row][col]) = packed.x; /* 68 * row + col: 4-byte aligned */
-        *reinterpret_cast<uint32_t *>(&tile[row][col + 4]) = packed.y;
-    }
-    __syncthreads();
     int c = threadIdx.x / 4, r = threadIdx.x % 4 * 16; /* codes_t's row c0 + c, its bytes r0 + r .. + 15 */
     if (c0 + c < C && r0 + r < R) {
         uint4 out;
@@ -218,10 +198,47 @@ __global__ void __launch_bounds__(FP8_THREADS)
     }
 }
 
+/* Eight codes into a tile's row at col .. col + 7 (col a multiple of 8: 4-byte aligned in the 68-byte rows). */
+__device__ __forceinline__ void fp8_tile_put8(uint8_t (*tile)[FP8_CODES_TILE + 4], int row, int col, uint2 packed)
+{
+    *reinterpret_cast<uint32_t *>(&tile[row][col]) = packed.x;
+    *reinterpret_cast<uint32_t *>(&tile[row][col + 4]) = packed.y;
+}
+
+__global__ void __launch_bounds__(FP8_THREADS)
+    fp8_quantize_transposed_tensor_kernel(uint8_t *codes_t, float *inv_t, uint8_t *codes, float *inv, const bf16 *x,
+                                          const float *amax, int R, int C, Fp8Format f)
+{
+    __shared__ __align__(16)
+        uint8_t tile[FP8_CODES_TILE][FP8_CODES_TILE + 4]; /* 68-byte rows, as the codes transpose */
+    float scale = fp8_scale_from_amax(amax[0], f);
+    int64_t r0 = (int64_t)blockIdx.y * FP8_CODES_TILE, c0 = (int64_t)blockIdx.x * FP8_CODES_TILE;
+    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
+        if (inv_t)
+            inv_t[0] = 1.0f / scale;
+        if (inv)
+            inv[0] = 1.0f / scale;
+    }
+    for (int v = threadIdx.x; v < FP8_CODES_TILE * FP8_CODES_TILE / 8; v += FP8_THREADS) { /* 2 vectors a thread */
+        int row = v / (FP8_CODES_TILE / 8), col = v % (FP8_CODES_TILE / 8) * 8;
+        if (r0 + row >= R || c0 + col >= C)
+            continue;
+        bf16x8 in = load16(x + (r0 + row) * C + c0 + col);
+        __align__(8) uint8_t q[8];
+        for (int k = 0; k < 8; k++)
+            q[k] = fp8_code(__bfloat162float(in.v[k]) * scale, f);
+        uint2 packed = *reinterpret_cast<const uint2 *>(q);
+        if (codes)
+            *reinterpret_cast<uint2 *>(codes + (r0 + row) * C + c0 + col) = packed;
+        fp8_tile_put8(tile, row, col, packed);
+    }
+    __syncthreads();
+    fp8_tile_store_transposed(codes_t, tile, r0, c0, R, C);
+}
+
 /* A tile of 64 x 64 codes per block through shared memory: 16-byte loads along codes' rows, 16-byte stores along
  * codes_t's (R and C multiples of 16, so every 16-byte piece is wholly inside or outside). The tile's rows are 68
  * bytes apart: a column's bytes then fall in different banks. */
-#define FP8_CODES_TILE 64
 __global__ void __launch_bounds__(FP8_THREADS)
     fp8_transpose_codes_kernel(uint8_t *__restrict__ codes_t, const uint8_t *__restrict__ codes, int R, int C)
 {
@@ -235,14 +252,7 @@ __global__ void __launch_bounds__(FP8_THREADS)
             tile[row][part + k] = b[k];
     }
     __syncthreads();
-    int c = threadIdx.x / 4, r = threadIdx.x % 4 * 16; /* codes_t's row c0 + c, its bytes r0 + r .. + 15 */
-    if (c0 + c < C && r0 + r < R) {
-        uint4 v;
-        uint8_t *b = reinterpret_cast<uint8_t *>(&v);
-        for (int k = 0; k < 16; k++)
-            b[k] = tile[r + k][c];
-        *reinterpret_cast<uint4 *>(codes_t + (c0 + c) * R + r0 + r) = v;
-    }
+    fp8_tile_store_transposed(codes_t, tile, r0, c0, R, C);
 }
 
 __global__ void fp8_inv_scales_kernel(float *inv, int stride, const float *amax, int n, Fp8Format f)
@@ -385,7 +395,7 @@ static inline void fp8_quantize_transposed(uint8_t *codes_t, float *inv_t, uint8
         FAIL("fp8_quantize_transposed: the plain codes do not share the transposed codes' per-column scales");
     profile_push(PROF_FP8, stream);
     if (mode == FP8_T_TENSOR && R % 16 == 0 && C % 16 == 0 && (uintptr_t)codes_t % 16 == 0) {
-        dim3 grid(ceil_div(C, FP8_TQ_TILE), ceil_div(R, FP8_TQ_TILE));
+        dim3 grid(ceil_div(C, FP8_CODES_TILE), ceil_div(R, FP8_CODES_TILE));
         fp8_quantize_transposed_tensor_kernel<<<grid, FP8_THREADS, 0, stream>>>(codes_t, inv_t, codes, inv, x, amax, R,
                                                                                 C, f);
     } else {

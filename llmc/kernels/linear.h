@@ -406,6 +406,23 @@ static inline void linear_backward_input(bf16 *dinp, const bf16 *dout, const bf1
     matmul_fp8(dinp, q->g, gf, wq.codes, q->sg, wq.inv, N, out_dim, in, 0, kind_dx, s);
 }
 
+/* Per tensor, where the kernel that makes x can write the weight gradient's x^T codes instead (swiglu.h's
+ * swiglu_backward_codes_t, where the backward makes x again): 1 with where they go (*codes_t [in, N], the
+ * dequantisation scale *inv_t) and the amax of x's forward their scale comes from; then linear_backward_weight with x
+ * NULL. 0 without FP8, for the finer recipes (their scales need x's columns first), and where the shape does not
+ * take the transposed codes' 16-byte stores: then the producer writes x and linear_backward_weight quantises it. */
+static inline int linear_x_t_codes(Fp8Scratch *q, int slot, int N, int in, uint8_t **codes_t, float **inv_t,
+                                   const float **amax)
+{
+    if (!q || q->recipe != FP8_TENSOR || N % 16 || in % 16 || (uintptr_t)q->x_t % 16)
+        return 0;
+    *codes_t = q->x_t;
+    *inv_t = q->sx_t;
+    *amax = fp8_input_amax(q, slot);
+    return 1;
+}
+
+/* x NULL: its x^T codes are in place already (linear_x_t_codes). */
 static inline void linear_backward_weight(bf16 *dweight, const bf16 *dout, const bf16 *x, int N, int in, int out_dim,
                                           int accumulate, Fp8Scratch *q, int slot, cudaStream_t s)
 {
@@ -413,11 +430,14 @@ static inline void linear_backward_weight(bf16 *dweight, const bf16 *dout, const
         matmul_backward_weight(dweight, dout, x, N, in, out_dim, accumulate, s);
         return;
     }
+    if (!x && q->recipe != FP8_TENSOR)
+        FAIL("linear_backward_weight: x's codes made by its producer exist per tensor only (linear_x_t_codes)");
     Fp8Format gf = fp8_grad_format(q);
     int kind_dw = MATMUL_FP8;
     if (q->recipe == FP8_TENSOR) { /* x at its forward's scale */
-        fp8_quantize_transposed(q->x_t, q->sx_t, NULL, NULL, x, fp8_input_amax(q, slot), N, in, FP8_T_TENSOR, FP8_E4M3,
-                                s);
+        if (x)
+            fp8_quantize_transposed(q->x_t, q->sx_t, NULL, NULL, x, fp8_input_amax(q, slot), N, in, FP8_T_TENSOR,
+                                    FP8_E4M3, s);
     } else if (q->recipe == FP8_ROW) { /* x's columns, over the tokens */
         kind_dw = MATMUL_FP8_ROW;
         fp8_amax_blocks(q->amax, x, N, in, 0, s);

@@ -147,12 +147,22 @@ static inline void layer_mlp_backward(const LayerSpec *sp, const LayerTensors *w
         linear_forward(a->gate_up, a->ln_mlp, w->gate_up, NULL, N, C, 2 * F, sp->fp8, gate_up, fp8, s);
     }
     /* down's input gradient, then SwiGLU's backward (gate_up in place), which also writes swiglu_out again where it
-     * was not kept (from the gate_up it reads anyway), then down's weight gradient from it */
-    int down = linear_slot(l, LINEAR_DOWN);
+     * was not kept (from the gate_up it reads anyway), or per tensor FP8 straight its x^T codes, then down's weight
+     * gradient from it */
+    int down = linear_slot(l, LINEAR_DOWN), remake = partly && sp->recompute >= 1;
     linear_backward_input(acts->d_swiglu, acts->d_res, w->down, N, F, C, sp->fp8, down, fp8, s);
-    swiglu_backward_recompute(a->gate_up, partly && sp->recompute >= 1 ? a->swiglu_out : NULL, acts->d_swiglu,
-                              a->gate_up, N, F, fp8_grad_amax(sp->fp8), fp8_input_amax(sp->fp8, down), s);
-    linear_backward_weight(g->down, acts->d_res, a->swiglu_out, N, F, C, accumulate, sp->fp8, down, s);
+    uint8_t *x_t_codes;
+    float *x_t_inv;
+    const float *x_amax;
+    if (remake && linear_x_t_codes(sp->fp8, down, N, F, &x_t_codes, &x_t_inv, &x_amax)) {
+        swiglu_backward_codes_t(a->gate_up, acts->d_swiglu, a->gate_up, N, F, fp8_grad_amax(sp->fp8), x_t_codes,
+                                x_t_inv, x_amax, s);
+        linear_backward_weight(g->down, acts->d_res, NULL, N, F, C, accumulate, sp->fp8, down, s);
+    } else {
+        swiglu_backward_recompute(a->gate_up, remake ? a->swiglu_out : NULL, acts->d_swiglu, a->gate_up, N, F,
+                                  fp8_grad_amax(sp->fp8), fp8_input_amax(sp->fp8, down), s);
+        linear_backward_weight(g->down, acts->d_res, a->swiglu_out, N, F, C, accumulate, sp->fp8, down, s);
+    }
     linear_backward_input(acts->d_ln, a->gate_up, w->gate_up, N, C, 2 * F, sp->fp8, gate_up, fp8, s);
     rmsnorm_backward_recompute(acts->d_res, g->mlp_norm, acts->norm_scratch,
                                partly && sp->recompute == 1 ? a->ln_mlp : NULL, acts->d_ln, a->res_mid, w->mlp_norm,

@@ -203,9 +203,10 @@ static inline void llama_fp8_build(Llama *m, const LinearShape *shapes, int n_sl
                    "are free)\n",
                    gib(kept), gib(free_b));
         }
-    } else if (m->opt.zero_stage < 3 && z->dist->rank == 0) {
-        printf("fp8: the weights' codes are made at each use (--fp8-weights made)\n");
-    } else if (m->opt.zero_stage == 3 && m->opt.weight_gather == ZERO_GATHER_AUTO) {
+    } else if (m->opt.zero_stage < 3) {
+        if (z->dist->rank == 0)
+            printf("fp8: the weights' codes are made at each use (--fp8-weights made)\n");
+    } else if (m->opt.weight_gather == ZERO_GATHER_AUTO) {
         const char *why = recipe == FP8_TENSOR ? zero_fp8_unsupported(z, &m->layout, shapes)
                                                : "the row and block recipes' codes are not gathered yet";
         if (why && z->dist->rank == 0)

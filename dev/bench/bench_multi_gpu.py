@@ -138,8 +138,8 @@ def main(argv):
 
 
 def args_for_record(args):
-    """make_record reads expandable_segments from bench_e2e's arguments."""
-    return argparse.Namespace(expandable_segments=False)
+    """make_record reads expandable_segments and series from bench_e2e's arguments."""
+    return argparse.Namespace(expandable_segments=False, series=None)
 
 
 if __name__ == "__main__":

@@ -59,3 +59,17 @@ def test_another_recompute_level_gets_its_own_logs(tmp_path, capsys):
     mine, theirs = capsys.readouterr().out.strip().splitlines()
     assert "--recompute 2" in mine and "train_llama_fp8_z3_llama3.1-8b-cut_L32_4gpu_B1_T8192_r2.jsonl" in mine
     assert "recompute" not in theirs and "_r2" not in theirs
+
+
+def test_a_run_writes_its_record(tmp_path, monkeypatch, capsys):
+    """main's whole path past the launch (the launcher and the environment probe faked): the record is made with
+    bench_e2e's make_record and appended to --out. Its arguments once lacked a field make_record reads (series), and
+    every run died after it had trained."""
+    monkeypatch.setattr(mg.e2e, "probe_env", lambda args: {"gpu": "fake"})
+    monkeypatch.setattr(mg.e2e, "run_subprocess",
+                        lambda cmd, timeout, log, env=None: (0, 'RESULT {"status": "ok", "tokens_per_s": 5000.0}', ""))
+    out = tmp_path / "peers.jsonl"
+    assert mg.main(["--gpus", "2", "--systems", "titan_fsdp", "--logs-dir", str(tmp_path), "--out", str(out)]) == 0
+    rec = json.loads(out.read_text())
+    assert rec["system"] == "titan_fsdp" and rec["gpus"] == 2 and rec["tokens_per_s_per_gpu"] == 5000.0
+    assert rec["tokens_per_s"] == 10000.0 and "series" not in rec

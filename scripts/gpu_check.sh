@@ -2,7 +2,7 @@
 # On the GPU machine: build the CUDA programs, run test_llama against the
 # reference dumps, run every dev/cuda kernel check, and time a few training
 # steps of the Llama 3.2 1B shape. Logs go to $OUT (or /tmp/gpu_check).
-# Usage: scripts/gpu_check.sh [build] [test] [pytest] [train] [kernels] [bench] [attention] [memory] [settings] [longest] [level3] [bestb] [long8b] [offload8b] [qwen] [cut8b] [clocks] [autotune] [profile] [robust]
+# Usage: scripts/gpu_check.sh [build] [test] [pytest] [train] [kernels] [bench] [attention] [memory] [settings] [longest] [level3] [bestb] [long8b] [offload8b] [qwen] [qwenllmq] [cut8b] [clocks] [autotune] [profile] [robust]
 #   (default: build test train kernels bench; train needs data/shards carried along)
 set -u
 cd "$(dirname "$0")/.."
@@ -143,6 +143,23 @@ for s in $steps; do
             step_line "qwen_$run" "$out/qwen_$run.jsonl" 7 || status=1
         done
         llmq_breakdown llmq_bf16 1024 16 4 --model qwen2.5-1.5b;;
+    qwenllmq)
+        # issue 33: Qwen2.5-1.5B at llmq's own benchmark setting (its README: 32 x 1024, 16 micro-steps, 524,288
+        # tokens a step; carry .carry/llmq), and at T = 2048 (16 x 2048, 16 micro-steps): llmq bf16 and train_llama
+        # bf16 and --fp8 at recompute 1, then train_llama at recompute 0 (llmq recomputes nothing at its flags) at
+        # 24 x 1024 / 12 x 2048 and 20 micro-steps, the most rows that fit under llmq's memory. One bench_e2e run
+        # each, records in $out/e2e.jsonl; the logs and llmq's inputs (about 40 MB) stay in /tmp, out of what
+        # comes back. QWENLLMQ_T="1024" runs one of the two.
+        for t in ${QWENLLMQ_T:-1024 2048}; do
+            b=$((32768 / t)) series="llmq's setting, T=$t"
+            for spec in "llmq train_llama train_llama_fp8:1:$b:16" "train_llama:0:$((b * 3 / 4)):20"; do
+                IFS=: read -r systems r bs accum <<< "$spec"
+                timeout 400 python3 dev/bench/bench_e2e.py --models qwen2.5-1.5b --systems $systems --seq-lens \
+                    --batch-t "$t" --batch-sweep "$bs" --grad-accum "$accum" --train-llama-recompute "$r" --steps 5 \
+                    --warmup 1 --llmq .carry/llmq --series "$series" --out "$out/e2e.jsonl" \
+                    --logs-dir "/tmp/qwenllmq_T$t" 2>&1 | grep -E "^ *[0-9]+ x|^run " || status=1
+            done
+        done;;
     cut8b)
         # issue 30: where the 8B cut to 8 layers (8 x 2048, one micro-step) spends its step, train_llama
         # (--profile-step) against llmq (--debug-time-breakdown), which is ahead of it there in bf16

@@ -125,7 +125,7 @@ def main(argv):
             rc, out, err = e2e.run_subprocess(cmd, args.timeout, run["log"], env=env_run)
             res = result_of(args, run, rc, out, err)
             one = dict(run, system=system)
-            rec = e2e.make_record(args_for_record(args), one, env, res, 0.0)
+            rec = e2e.make_record(args_for_record(), one, env, res, 0.0)
             rec.update(gpus=gpus, command=" ".join(shlex.quote(c) for c in cmd), tokens_per_s_per_gpu=rec[
                 "tokens_per_s"], tokens_per_s=rec["tokens_per_s"] * gpus if rec["tokens_per_s"] else None)
             if system in TRAIN_LLAMA:
@@ -137,9 +137,10 @@ def main(argv):
     return 0
 
 
-def args_for_record(args):
-    """make_record reads expandable_segments and series from bench_e2e's arguments."""
-    return argparse.Namespace(expandable_segments=False, series=None)
+def args_for_record():
+    """The arguments make_record reads (expandable_segments, series, ...): bench_e2e's own defaults, so that a field
+    it comes to read is there without a copy of it here (a hand-made copy once lacked series)."""
+    return e2e.parse_args([])
 
 
 if __name__ == "__main__":

@@ -148,15 +148,16 @@ for s in $steps; do
         # tokens a step; carry .carry/llmq), and at T = 2048 (16 x 2048, 16 micro-steps): llmq bf16 and train_llama
         # bf16 and --fp8 at recompute 1, then train_llama at recompute 0 (llmq recomputes nothing at its flags) at
         # 24 x 1024 / 12 x 2048 and 20 micro-steps, the most rows that fit under llmq's memory. One bench_e2e run
-        # each, records in $out/e2e.jsonl; the logs and llmq's inputs (about 40 MB) stay in /tmp, out of what
-        # comes back. QWENLLMQ_T="1024" runs one of the two.
+        # each, records in $out/e2e.jsonl (no series: they re-measure whole rows of the tables, as round 8's did);
+        # the logs and llmq's inputs (about 40 MB) stay in /tmp, out of what comes back. QWENLLMQ_T="1024" runs one
+        # of the two.
         for t in ${QWENLLMQ_T:-1024 2048}; do
-            b=$((32768 / t)) series="llmq's setting, T=$t"
+            b=$((32768 / t))
             for spec in "llmq train_llama train_llama_fp8:1:$b:16" "train_llama:0:$((b * 3 / 4)):20"; do
                 IFS=: read -r systems r bs accum <<< "$spec"
                 timeout 400 python3 dev/bench/bench_e2e.py --models qwen2.5-1.5b --systems $systems --seq-lens \
                     --batch-t "$t" --batch-sweep "$bs" --grad-accum "$accum" --train-llama-recompute "$r" --steps 5 \
-                    --warmup 1 --llmq .carry/llmq --series "$series" --out "$out/e2e.jsonl" \
+                    --warmup 1 --llmq .carry/llmq --out "$out/e2e.jsonl" \
                     --logs-dir "/tmp/qwenllmq_T$t" 2>&1 | grep -E "^ *[0-9]+ x|^run " || status=1
             done
         done;;

@@ -56,8 +56,8 @@ typedef struct {
     int fp8_weights_made; /* --fp8-weights, parsed */
     float logits_budget_mb;
     int zero_stage, shard_group;
-    const char *shard_over, *grad_accum, *grad_reduce, *weight_gather;
-    int shard_over_hosts, grad_accum_mode, grad_reduce_mode, weight_gather_mode; /* the four above, parsed */
+    const char *shard_over, *grad_accum, *grad_reduce, *weight_gather, *update_gather;
+    int shard_over_hosts, grad_accum_mode, grad_reduce_mode, weight_gather_mode, update_gather_mode; /* parsed */
     const char *offload;
     int offload_mode; /* OffloadMode, parsed */
     LaunchFlags launch;
@@ -131,6 +131,12 @@ static const Flag FLAGS[] = {
         "e4m3 moved the train loss 0.7%: prefer int8; it pays where the gathers cross a slow link, 1.74x at one "
         "micro-step on 2 stand-in hosts with --grad-reduce int8, and not with --shard-over host, whose gathers stay "
         "on NVLink)"),
+    FLAG("--update-gather", FLAG_STRING, Args, update_gather,
+         "stages 1 and 2: how the weights AdamW updated reach every GPU: bf16 (the default: all-gathered) or delta "
+         "(each weight's change of bf16 bits as one byte, the few that do not fit with their exact value: the same "
+         "bits in about half the bytes, 0.51-0.66x at lr 1e-4 to 3e-4 by dev/bench/delta_gather_estimate.py; for "
+         "slow links between GPUs; a byte per weight a GPU updates and per weight of the largest bucket, one wait of "
+         "the host a step; not with --shard-over host or --offload optimizer)"),
     FLAG_NUM(
         "--rank", FLAG_INT, Args, launch.rank, 0, INT_MAX - 1, FLAG_CLOSED,
         "this process's rank, when no launcher variable says it (mpirun, RANK/WORLD_SIZE, Slurm and PMI are read)"),
@@ -186,6 +192,7 @@ static LlamaConfig parse_args(Args *a, int argc, char **argv, HfTokenIds *init_i
     a->grad_accum_mode = flag_choice("--grad-accum", a->grad_accum, "auto|local|sharded");
     a->grad_reduce_mode = flag_choice("--grad-reduce", a->grad_reduce, "bf16|fp32|int8|e4m3");
     a->weight_gather_mode = flag_choice("--weight-gather", a->weight_gather, "auto|bf16|int8|e4m3");
+    a->update_gather_mode = flag_choice("--update-gather", a->update_gather, "bf16|delta");
     a->offload_mode = flag_choice("--offload", a->offload, "none|optimizer");
     a->fp8_weights_made = flag_choice("--fp8-weights", a->fp8_weights, "auto|made");
     if (a->shard_over_hosts && a->zero_stage == 0)
@@ -197,6 +204,13 @@ static LlamaConfig parse_args(Args *a, int argc, char **argv, HfTokenIds *init_i
         FAIL("--weight-gather %s quantizes stage 3's per-layer gathers; stage %d gathers none\n  hint: add "
              "--zero-stage 3",
              a->weight_gather, a->zero_stage);
+    if (a->update_gather_mode == ZERO_UPDATE_DELTA && (a->zero_stage < 1 || a->zero_stage > 2 || a->shard_over_hosts))
+        FAIL("--update-gather delta gathers the new weights of --zero-stage 1 and 2 over all GPUs (stage %d%s here)\n"
+             "  hint: use --zero-stage 1 or 2 without --shard-over host, or leave --update-gather out",
+             a->zero_stage, a->shard_over_hosts ? " over hosts" : "");
+    if (a->update_gather_mode == ZERO_UPDATE_DELTA && a->offload_mode)
+        FAIL("--update-gather delta needs AdamW on the GPU, which writes the changes; --offload optimizer runs it on "
+             "the host\n  hint: leave one of the two out");
     if (a->shard_group > 0 && !a->shard_over_hosts)
         FAIL("--shard-group %d sizes the groups of --shard-over host\n  hint: add --shard-over host", a->shard_group);
     train_export_check(&a->t.ckpt);
@@ -261,14 +275,15 @@ static void gpus_start(Gpus *g, const Args *a, const LlamaConfig *c)
         char hosts[96];
         process_groups_describe(&g->dist.groups, hosts, sizeof(hosts));
         printf("ranks: %d on %s (from %s, %s; hosts told by %s), ZeRO stage %d sharded over %s, gradients summed in "
-               "%s%s%s\n",
+               "%s%s%s%s\n",
                world, hosts, g->launch.source, g->dist.mpi ? "NCCL id by MPI" : "NCCL id by rendezvous",
                g->dist.host_source, a->zero_stage, a->shard_over_hosts ? "each host" : "all GPUs",
                a->grad_reduce ? a->grad_reduce : "bf16", a->zero_stage == 3 ? ", weights gathered in " : "",
                a->zero_stage == 3 ? (a->weight_gather ? a->weight_gather
                                      : a->fp8         ? "auto (see fp8 below)"
                                                       : "bf16")
-                                  : "");
+                                  : "",
+               a->update_gather_mode == ZERO_UPDATE_DELTA ? ", new weights gathered as their changes (delta)" : "");
     }
     matmul_setup();
     matmul_set_autotune(a->gemm_autotune);
@@ -483,6 +498,7 @@ int main(int argc, char **argv)
                             .grad_accum = a.grad_accum_mode,
                             .grad_reduce = a.grad_reduce_mode,
                             .weight_gather = a.weight_gather_mode,
+                            .update_gather = a.update_gather_mode,
                             .offload = a.offload_mode};
     Llama model;
     llama_build(&model, &config, &options);

@@ -25,10 +25,13 @@
 #                identities the design promises (stages 2 and 3 accumulating
 #                locally = stage 1; the stages over hosts = each other), and
 #                --offload optimizer at stages 1 and 3, flat and over hosts,
-#                bit-identical to the same runs without it
+#                and --update-gather delta at stages 1 and 2, bit-identical to
+#                the same runs without them
 #   netscale     Llama 3.2 1B, B=8, T=2048, a 0.5M-token global batch, on the
 #                network stand-in: 1 GPU; 2 hosts x 1 GPU (stages 1 to 3, and
-#                stage 3 reduce-scattering every micro-step as before issue 28);
+#                stage 3 reduce-scattering every micro-step as before issue 28;
+#                stages 1 and 2 with int8 sums, and with them and the new
+#                weights gathered as their changes, --update-gather delta);
 #                with 4 GPUs, 2 hosts x 2 GPUs over hosts (stages 1 to 3) and
 #                flat stage 3; NETSCALE_STAGES="1 2" limits the bf16 2 x 1 runs (stage 3 and
 #                its per-micro-step variant run only when it names 3); the 2 x 1 runs
@@ -237,6 +240,15 @@ EOF
             --log "$out/md_qwz_int8_z3.jsonl"
         run md_qwz_e4m3_qgz_int8_sharded_z3 "${mpi[@]}" "${small[@]}" "${accum[@]}" --zero-stage 3 \
             --grad-accum sharded --weight-gather e4m3 --grad-reduce int8 --log "$out/md_qwz_e4m3_qgz_int8_sharded_z3.jsonl"
+        # --update-gather delta (issue 28): stages 1 and 2's new weights as their changes, the same bits as gathered
+        run md_delta_z1 "${mpi[@]}" "${small[@]}" -B $((4 / np)) --zero-stage 1 --update-gather delta \
+            --log "$out/md_delta_z1.jsonl"
+        run md_delta_accum_z2 "${mpi[@]}" "${small[@]}" "${accum[@]}" --zero-stage 2 --update-gather delta \
+            --log "$out/md_delta_accum_z2.jsonl"
+        for name in md_delta_z1 md_delta_accum_z2; do # and the changes really travelled: not every bucket whole
+            grep -q "the first step gathered [1-9][0-9]* of" "$out/$name.log" ||
+                { echo "FAIL $name gathered no bucket as its changes"; grep "update-gather" "$out/$name.log"; status=1; }
+        done
         # --fp8 at stage 3 (issue 29): the layers' weights gathered as their FP8 codes (the default) against gathered
         # in bf16 and quantized at each use: the same bits, flat and over stand-in hosts
         for where in flat hosts; do
@@ -280,6 +292,8 @@ bad += identical(out, results, [
     (["md_offload_z1", "eq_mpirun_z1"], "--offload optimizer, stage 1 = AdamW on the GPUs"),
     (["md_offload_accum_z3", "eq_accum_z3"], "--offload optimizer, stage 3 accumulating = AdamW on the GPUs"),
     (["md_offload_hosts_z3", "md_hosts_z3"], "--offload optimizer over hosts, stage 3 = AdamW on the GPUs"),
+    (["md_delta_z1", "eq_mpirun_z1"], "--update-gather delta, stage 1 = the bf16 gather"),
+    (["md_delta_accum_z2", "eq_accum_z2"], "--update-gather delta, stage 2 accumulating = the bf16 gather"),
     (["md_fp8_auto_flat_z3", "md_fp8_bf16_flat_z3"], "--fp8 stage 3: FP8 codes gathered = bf16 gathered, quantized"),
     (["md_fp8_auto_hosts_z3", "md_fp8_bf16_hosts_z3"], "--fp8 stage 3 over hosts: codes gathered = bf16 gathered")],
     check="modes_identity")
@@ -307,6 +321,13 @@ EOF
                 --log "$out/ns_z${z}_2x1_qgz.jsonl"
             summarize "$results" netscale "$out/ns_z${z}_2x1_qgz.jsonl" "ns_z${z}_2x1_qgz" "${common[@]}" stage=$z \
                 mode=flat hosts=2 gpus_per_host=1 micro_steps=16 grad_reduce=int8 || status=1
+            # issue 28: and the new weights gathered as their changes (--update-gather delta)
+            run "ns_z${z}_2x1_qgz_delta" "${one[@]}" "${big[@]}" --total-batch 524288 --zero-stage $z \
+                --grad-reduce int8 --update-gather delta --log "$out/ns_z${z}_2x1_qgz_delta.jsonl"
+            grep "update-gather delta:" "$out/ns_z${z}_2x1_qgz_delta.log"
+            summarize "$results" netscale "$out/ns_z${z}_2x1_qgz_delta.jsonl" "ns_z${z}_2x1_qgz_delta" \
+                "${common[@]}" stage=$z mode=flat hosts=2 gpus_per_host=1 micro_steps=16 grad_reduce=int8 \
+                update_gather=delta || status=1
         done
         run ns_z3_2x1_qwz_qgz "${one[@]}" "${big[@]}" --total-batch 524288 --zero-stage 3 --grad-reduce int8 \
             --weight-gather int8 --log "$out/ns_z3_2x1_qwz_qgz.jsonl"

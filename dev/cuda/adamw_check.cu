@@ -201,6 +201,51 @@ static void check_clip(void)
     cuda_free(d_coef);
 }
 
+/* adamw_update_change over [first, first + n) from the state (hi0, lo0, m0, v0): the same state as adamw_update's
+ * (got_*), and each weight's change code (--update-gather delta) delta_code of its old and new bf16 bits. */
+static void check_change_codes(const char *range, int step, bf16 *d_hi, int16_t *d_lo, const bf16 *d_grad, float *d_m,
+                               float *d_v, const uint16_t *hi0, const int16_t *lo0, const float *m0, const float *v0,
+                               const uint16_t *got_hi, const int16_t *got_lo, const float *got_m, const float *got_v,
+                               int64_t first, int64_t n, int64_t total, const AdamWRuns *runs, AdamWScalars scalars,
+                               const float *d_scale)
+{
+    size_t fb = (size_t)total * 4, hb = (size_t)total * 2;
+    CUDA_CHECK(cudaMemcpy(d_hi, hi0, hb, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d_lo, lo0, hb, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d_m, m0, fb, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d_v, v0, fb, cudaMemcpyHostToDevice));
+    int8_t *d_change = (int8_t *)dev_alloc((size_t)n + 4), *change = (int8_t *)malloc_check((size_t)n + 4, "codes");
+    poison(d_change, (size_t)n + 4);
+    adamw_update_change(d_hi + first, d_lo + first, d_grad + first, d_m + first, d_v + first, first, n, runs, scalars,
+                        d_scale, d_change, 0);
+    uint16_t *hi = (uint16_t *)malloc_check(hb, "param");
+    int16_t *lo = (int16_t *)malloc_check(hb, "master_lo");
+    float *m = (float *)malloc_check(fb, "m"), *v = (float *)malloc_check(fb, "v");
+    download(hi, d_hi, hb);
+    download(lo, d_lo, hb);
+    download(m, d_m, fb);
+    download(v, d_v, fb);
+    download(change, d_change, (size_t)n + 4);
+    int64_t wrong = 0, escapes = 0, moved = 0;
+    for (int64_t i = 0; i < n; i++) {
+        wrong += change[i] != delta_code(hi0[first + i], hi[first + i]);
+        escapes += change[i] == DELTA_ESCAPE;
+        moved += hi[first + i] != hi0[first + i];
+    }
+    char what[160];
+    snprintf(what, sizeof(what), "adamw_update_change %s step=%d", range, step);
+    check(memcmp(hi, got_hi, hb) == 0 && memcmp(lo, got_lo, hb) == 0 && memcmp(m, got_m, fb) == 0 &&
+              memcmp(v, got_v, fb) == 0 && wrong == 0 && change[n] == -1,
+          "%-46s state as adamw_update's, %lld codes wrong (%lld of %lld moved, %lld escapes), nothing past n", what,
+          (long long)wrong, (long long)moved, (long long)n, (long long)escapes);
+    cuda_free(d_change);
+    free(change);
+    free(hi);
+    free(lo);
+    free(m);
+    free(v);
+}
+
 /* ranges[r] = {first, n}; bench: time one update of the whole buffer (and the norm). */
 static void check_adamw(const Layout *L, const int64_t (*ranges)[2], int n_ranges, int bench)
 {
@@ -320,6 +365,8 @@ static void check_adamw(const Layout *L, const int64_t (*ranges)[2], int n_range
                   "%-46s bit-identical", what);
             snprintf(what, sizeof(what), "adamw param %s step=%d", range, step);
             check_close(what, param_f, ref_w, n, 4e-3, 1e-2);
+            check_change_codes(range, step, d_hi, d_lo, d_grad, d_m, d_v, hi0, lo0, m0, v0, got_hi, got_lo, got_m,
+                               got_v, first, n, total, &runs, scalars, d_scale);
         }
     }
 
@@ -338,6 +385,18 @@ static void check_adamw(const Layout *L, const int64_t (*ranges)[2], int n_range
     check(memcmp(got_hi, hi0, hb) == 0 && memcmp(got_lo, lo0, hb) == 0 && memcmp(got_m, m0, fb) == 0 &&
               memcmp(got_v, v0, fb) == 0,
           "%-46s weights, residuals and moments bit-identical", "adamw with a NaN grad scale skips the step");
+    /* and its change codes say no weight changed (--update-gather delta's decode adds them all the same) */
+    int8_t *d_change = (int8_t *)dev_alloc((size_t)total), *change = (int8_t *)malloc_check((size_t)total, "codes");
+    poison(d_change, (size_t)total);
+    adamw_update_change(d_hi, d_lo, d_grad, d_m, d_v, 0, total, &runs, adamw_scalars(&CONFIG, LR, 1), d_scale, d_change,
+                        0);
+    download(change, d_change, (size_t)total);
+    int64_t nonzero = 0;
+    for (int64_t i = 0; i < total; i++)
+        nonzero += change[i] != 0;
+    check(nonzero == 0, "%-46s %lld change codes not 0", "adamw_update_change, NaN grad scale", (long long)nonzero);
+    cuda_free(d_change);
+    free(change);
     CUDA_CHECK(cudaMemcpy(d_scale, &scale, 4, cudaMemcpyHostToDevice));
 
     if (bench) {

@@ -10,7 +10,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 log_dir="${CHECK_LOG_DIR:-${OUT:+$OUT/cuda_checks}}"
 log_dir="${log_dir:-/tmp/llmc_cuda_checks}"
 mkdir -p "$log_dir"
-checks=(rmsnorm_check rope_check swiglu_check embedding_check adamw_check bias_check qk_norm_check block_codec_check)
+checks=(rmsnorm_check rope_check swiglu_check embedding_check adamw_check bias_check qk_norm_check block_codec_check delta_codec_check)
 checks+=(matmul_check attention_check fused_classifier_check fp8_matmul_check)
 # CHECKS="a_check b_check" runs those alone (all of them take over 400 s on an H100)
 [ -n "${CHECKS:-}" ] && read -r -a checks <<< "$CHECKS"

@@ -27,7 +27,8 @@
  *
  * Memory: the norm reads grad once (2 bytes per parameter); the update reads param,
  * master_lo, grad (2 bytes each), m, v (4 each) once and writes param, master_lo,
- * m, v once: 26 bytes per parameter. Pointers must be 16-byte aligned for fp32 and
+ * m, v once: 26 bytes per parameter (27 with the change codes of --update-gather
+ * delta, delta_codec.h). Pointers must be 16-byte aligned for fp32 and
  * 8-byte aligned for the 16-bit buffers; the last n % 4 elements take a scalar path.
  * 64-bit indices throughout.
  */
@@ -39,6 +40,7 @@
 #include "llmc/common/cuda_common.h"
 #include "llmc/common/profile.h"
 #include "llmc/kernels/adamw_step.h"
+#include "llmc/kernels/delta_codec.h"
 #include "llmc/kernels/master_weights.h"
 
 #define NORM_BLOCKS 1024
@@ -145,7 +147,7 @@ __device__ __forceinline__ void adamw_split_element(uint16_t *param, int16_t *ma
 __global__ void __launch_bounds__(ADAMW_THREADS)
     adamw_kernel(bf16 *__restrict__ param, int16_t *__restrict__ master_lo, const bf16 *__restrict__ grad,
                  float *__restrict__ m, float *__restrict__ v, int64_t first, int64_t n, AdamWRuns runs,
-                 const float *__restrict__ grad_scale, AdamWScalars s)
+                 const float *__restrict__ grad_scale, AdamWScalars s, int8_t *__restrict__ change)
 {
     __shared__ int64_t run_start[ADAMW_MAX_RUNS];
     __shared__ float run_decay[ADAMW_MAX_RUNS];
@@ -155,14 +157,18 @@ __global__ void __launch_bounds__(ADAMW_THREADS)
     }
     __syncthreads();
     float scale = grad_scale[0];
-    if (!isfinite(scale))
-        return; /* a non-finite gradient norm: the step is skipped, nothing written */
+    if (!isfinite(scale)) { /* a non-finite gradient norm: the step is skipped, nothing written but no change */
+        for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; change && i < n;
+             i += (int64_t)gridDim.x * blockDim.x)
+            change[i] = 0;
+        return;
+    }
     int64_t n4 = n / 4;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t at = i * 4;
         float decay = run_decay[adamw_run_of(run_start, runs.n_runs, first + at)];
         /* every stream is touched once per step: keep it out of the way in L2 */
-        uint2 p = __ldcs(reinterpret_cast<const uint2 *>(param + at));
+        uint2 p = __ldcs(reinterpret_cast<const uint2 *>(param + at)), old = p;
         uint2 lo = __ldcs(reinterpret_cast<const uint2 *>(master_lo + at));
         uint2 g = __ldcs(reinterpret_cast<const uint2 *>(grad + at));
         floatx4 mv = load16_stream(m + at), vv = load16_stream(v + at);
@@ -176,12 +182,24 @@ __global__ void __launch_bounds__(ADAMW_THREADS)
         *reinterpret_cast<uint2 *>(master_lo + at) = lo;
         store16(m + at, mv);
         store16(v + at, vv);
+        if (change) {
+            char4 c;
+            const uint16_t *o16 = reinterpret_cast<const uint16_t *>(&old),
+                           *p16 = reinterpret_cast<const uint16_t *>(&p);
+            c.x = delta_code(o16[0], p16[0]);
+            c.y = delta_code(o16[1], p16[1]);
+            c.z = delta_code(o16[2], p16[2]);
+            c.w = delta_code(o16[3], p16[3]);
+            *reinterpret_cast<char4 *>(change + at) = c;
+        }
     }
     if (blockIdx.x == 0 && threadIdx.x < n - n4 * 4) {
         int64_t at = n4 * 4 + threadIdx.x;
         float decay = run_decay[adamw_run_of(run_start, runs.n_runs, first + at)];
-        adamw_split_element(reinterpret_cast<uint16_t *>(param + at), master_lo + at, __bfloat162float(grad[at]),
-                            m + at, v + at, scale, decay, s);
+        uint16_t *bits = reinterpret_cast<uint16_t *>(param + at), old = *bits;
+        adamw_split_element(bits, master_lo + at, __bfloat162float(grad[at]), m + at, v + at, scale, decay, s);
+        if (change)
+            change[at] = delta_code(old, *bits);
     }
 }
 
@@ -262,18 +280,20 @@ static inline void clip_coefficient(float *coef, const float *norm_squared, floa
 
 /* Updates flat elements [first, first + n): each pointer points at element `first` of
  * its buffer. s: adamw_scalars of the step. grad_scale: one device float that multiplies
- * the gradient, e.g. the clip coefficient; s.decay applies to the runs marked for it. */
-static inline void adamw_update(bf16 *param, int16_t *master_lo, const bf16 *grad, float *m, float *v, int64_t first,
-                                int64_t n, const AdamWRuns *runs, AdamWScalars s, const float *grad_scale,
-                                cudaStream_t stream)
+ * the gradient, e.g. the clip coefficient; s.decay applies to the runs marked for it.
+ * change: NULL, or [n] where each weight's change of bf16 bits goes as delta_codec.h's
+ * one-byte code (all 0 when the step is skipped), 4-byte aligned. */
+static inline void adamw_update_change(bf16 *param, int16_t *master_lo, const bf16 *grad, float *m, float *v,
+                                       int64_t first, int64_t n, const AdamWRuns *runs, AdamWScalars s,
+                                       const float *grad_scale, int8_t *change, cudaStream_t stream)
 {
     if (n < 0 || first < 0 || first % 4 != 0)
         FAIL("adamw_update: n = %lld must be >= 0 and first = %lld a multiple of 4", (long long)n, (long long)first);
     if ((uintptr_t)m % 16 || (uintptr_t)v % 16 || (uintptr_t)param % 8 || (uintptr_t)master_lo % 8 ||
-        (uintptr_t)grad % 8) {
-        FAIL("adamw_update: m %p, v %p must be 16-byte aligned and param %p, master_lo %p, grad %p 8-byte aligned\n"
-             "  hint: start each range at a multiple of 4 elements of the flat buffers",
-             (void *)m, (void *)v, (void *)param, (void *)master_lo, (const void *)grad);
+        (uintptr_t)grad % 8 || (uintptr_t)change % 4) {
+        FAIL("adamw_update: m %p, v %p must be 16-byte aligned, param %p, master_lo %p, grad %p 8-byte aligned and "
+             "change %p 4-byte aligned\n  hint: start each range at a multiple of 4 elements of the flat buffers",
+             (void *)m, (void *)v, (void *)param, (void *)master_lo, (const void *)grad, (void *)change);
     }
     if (runs->n_runs < 1)
         FAIL("adamw_update: no decay runs (adamw_runs_create)");
@@ -286,9 +306,16 @@ static inline void adamw_update(bf16 *param, int16_t *master_lo, const bf16 *gra
         blocks = 1; /* n < 4: the tail alone */
     profile_push(PROF_OPTIMIZER, stream);
     adamw_kernel<<<(int)blocks, ADAMW_THREADS, 0, stream>>>(param, master_lo, grad, m, v, first, n, *runs, grad_scale,
-                                                            s);
+                                                            s, change);
     CUDA_CHECK_LAST();
     profile_pop(stream);
+}
+
+static inline void adamw_update(bf16 *param, int16_t *master_lo, const bf16 *grad, float *m, float *v, int64_t first,
+                                int64_t n, const AdamWRuns *runs, AdamWScalars s, const float *grad_scale,
+                                cudaStream_t stream)
+{
+    adamw_update_change(param, master_lo, grad, m, v, first, n, runs, s, grad_scale, NULL, stream);
 }
 
 #endif /* LLMC_ADAMW_H */

@@ -72,6 +72,7 @@ typedef struct {
     int grad_accum;             /* ZeroAccum: where stages 2 and 3 accumulate micro-steps */
     int grad_reduce;            /* ZeroSum: how gradients are summed over the ranks */
     int weight_gather;          /* ZeroGather: what stage 3's per-layer gathers move */
+    int update_gather;          /* ZeroUpdate: how stages 1 and 2 gather the updated weights */
     int offload;                /* OffloadMode: master weights and AdamW on the host (optimizer_offload.h) */
 } LlamaOptions;
 
@@ -274,6 +275,7 @@ static inline void llama_build(Llama *m, const LlamaConfig *config, const LlamaO
                         .accum = opt->grad_accum,
                         .sum = opt->grad_reduce,
                         .gather = opt->weight_gather,
+                        .update = opt->update_gather,
                         .micro_steps = opt->max_micro_steps};
     size_t fp8_bytes = 0;
     int n_slots = 0;

@@ -42,6 +42,9 @@ static inline void optimizer_build(Optimizer *o, const LlamaParams *p, const Par
 {
     memset(o, 0, sizeof(*o));
     int64_t n = p->zero.state_total;
+    if (p->host_master && p->zero.change)
+        FAIL("optimizer_build: --update-gather delta needs the GPU's AdamW, which writes the changes; the AdamW of "
+             "--offload optimizer runs on the host");
     if (p->host_master) {
         host_adamw_build(&o->host, &p->zero);
     } else {
@@ -95,8 +98,9 @@ static inline void optimizer_step(Optimizer *o, LlamaParams *p, const AdamWConfi
     } else {
         for (int b = 0; b < n_buckets; b++) {
             int64_t at = z->state_at[b];
-            adamw_update(zero_update_weights(z, b), p->master_lo + at, zero_update_grads(z, b), o->m + at, o->v + at,
-                         z->update_at[b], z->update_count[b], &o->decay_runs, scalars, o->clip_coef, s);
+            adamw_update_change(zero_update_weights(z, b), p->master_lo + at, zero_update_grads(z, b), o->m + at,
+                                o->v + at, z->update_at[b], z->update_count[b], &o->decay_runs, scalars, o->clip_coef,
+                                zero_change_codes(z, b), s);
         }
     }
     PROFILED(PROF_COMM, s, zero_params_changed(z, s));

@@ -284,10 +284,13 @@ static inline void dist_finalize(Dist *d)
     d->mpi = 0;
 }
 
-/* 1: bytes (codes, moved as they are), 2: bf16, 4: fp32 */
+/* 1: bytes (codes, moved as they are), 2: bf16, 4: fp32, 8: 64-bit words (moved as they are) */
 static inline ncclDataType_t dist_type(int bytes_per_element)
 {
-    return bytes_per_element == 1 ? ncclUint8 : bytes_per_element == 2 ? ncclBfloat16 : ncclFloat32;
+    return bytes_per_element == 1   ? ncclUint8
+           : bytes_per_element == 2 ? ncclBfloat16
+           : bytes_per_element == 8 ? ncclUint64
+                                    : ncclFloat32;
 }
 
 /* buf[count] = sum over the group's ranks, in place. element_bytes: 2 (bf16) or 4 (fp32). */

@@ -45,6 +45,15 @@
  * weights over the replica group, and those for checkpoints, stay exact.
  * With --fp8 per tensor the layer buckets travel as the very FP8 codes their
  * Linear maps compute with (zero_fp8.h, included at the end): exact.
+ * The new weights of stages 1 and 2 (ZeroOptions.update, --update-gather
+ * delta; flat only, for now): AdamW writes each weight's change of bf16 bits as
+ * a one-byte code (llmc/kernels/delta_codec.h), the rare weight whose change does
+ * not fit goes on an escape list, and each bucket's codes and escapes are
+ * all-gathered and added to the old weights every rank holds: the same bits as
+ * the bf16 gather in about half the bytes. The escape lists' gather is sized by
+ * the largest count over the ranks, which the host reads once a step (its one
+ * wait); a bucket whose escapes overflow their room (a sixteenth of the share)
+ * is gathered in bf16 instead.
  *
  * Staging buffers: the first and last buckets have their own and keep them for
  * the whole step: the tied embedding is both the first weight read (embedding)
@@ -64,13 +73,16 @@
  * layer buckets) of staging); gradients 2 P in a full-size buffer, or 2 P / G
  * plus as much staging as the weights' and, when adding micro-steps in bf16, the
  * largest group share as scratch; --grad-reduce fp32: up to ZERO_FP32_CHUNK
- * floats; an event per bucket.
+ * floats; --update-gather delta: a byte per weight this rank updates, a byte per
+ * weight of the largest bucket, and the escape lists (8 bytes per 16 weights
+ * this rank updates, and per 16 of the largest bucket's); an event per bucket.
  */
 #ifndef LLMC_ZERO_H
 #define LLMC_ZERO_H
 
 #include "llmc/common/cuda_common.h"
 #include "llmc/kernels/block_codec.h"
+#include "llmc/kernels/delta_codec.h"
 #include "llmc/parallel/distributed.h"
 #include "llmc/parallel/zero_plan.h"
 #include "llmc/model/param_layout.h"
@@ -90,6 +102,11 @@ typedef enum { ZERO_SUM_BF16, ZERO_SUM_FP32, ZERO_SUM_INT8, ZERO_SUM_E4M3 } Zero
  * model gathers FP8 codes instead where --fp8 allows it: zero_fp8.h). */
 typedef enum { ZERO_GATHER_AUTO, ZERO_GATHER_BF16, ZERO_GATHER_INT8, ZERO_GATHER_E4M3 } ZeroGather;
 
+/* How stages 1 and 2 gather the weights AdamW updated (--update-gather bf16|delta, in that order). */
+typedef enum { ZERO_UPDATE_BF16, ZERO_UPDATE_DELTA } ZeroUpdate;
+/* A share's escape list has room for one escape in this many weights (delta_codec.h). */
+#define ZERO_DELTA_ESCAPES 16
+
 /* Where stages 2 and 3 accumulate the micro-steps of a step. */
 typedef enum {
     ZERO_ACCUM_AUTO,    /* local where the memory allows it, else sharded */
@@ -103,6 +120,7 @@ typedef struct {
     int accum;       /* ZeroAccum, for stages 2 and 3 with several micro-steps */
     int sum;         /* ZeroSum */
     int gather;      /* ZeroGather: stage 3 only */
+    int update;      /* ZeroUpdate: stages 1 and 2, flat */
     int micro_steps; /* per optimizer step; the last one reduces */
 } ZeroOptions;
 
@@ -139,6 +157,14 @@ typedef struct {
     cudaEvent_t comm_done, params_changed;
     int weight_holds[ZERO_SLOTS]; /* bucket gathered into each weight slot, -1: none */
     struct ZeroFp8 *fp8;          /* stage 3 with --fp8: the layer buckets gathered as codes (zero_fp8.h), or NULL */
+    /* --update-gather delta (zero_delta_active): */
+    int8_t *change;                       /* [state_total] AdamW's change codes of each update range, at state_at */
+    int8_t *change_all;                   /* [largest padded bucket] a bucket's codes from every rank */
+    unsigned long long *escapes;          /* each bucket's escape list (count, then entries) at escape_at[b] */
+    unsigned long long *escapes_all;      /* [shard size x (1 + the largest room)] every rank's list of a bucket */
+    int64_t *escape_at, *escape_room;     /* [n_buckets] */
+    float *escape_count, *h_escape_count; /* [n_buckets] the largest count over the ranks, device and pinned host */
+    int delta_told;                       /* the first step's account was printed */
 } Zero;
 
 struct ZeroFp8;
@@ -352,6 +378,10 @@ static inline void zero_configure(Zero *z, const Dist *dist, const ParamLayout *
     z->opt = *opt;
     if (z->opt.gather == ZERO_GATHER_AUTO)
         z->opt.gather = ZERO_GATHER_BF16;
+    if (opt->update == ZERO_UPDATE_DELTA && (opt->stage < 1 || opt->stage > 2 || opt->over_hosts))
+        FAIL("--update-gather delta gathers the new weights of ZeRO stages 1 and 2 over all GPUs; this run is stage "
+             "%d%s\n  hint: use --zero-stage 1 or 2 without --shard-over host, or --update-gather bf16",
+             opt->stage, opt->over_hosts ? " over hosts" : "");
     z->stage = opt->stage;
     z->plan = zero_plan(layout, dist->world);
     z->alone.size = 1;
@@ -386,6 +416,23 @@ static inline void zero_configure(Zero *z, const Dist *dist, const ParamLayout *
     z->state_total = zero_state_offsets(&z->plan, opt->stage, rank, z->state_at);
     for (int s = 0; s < ZERO_SLOTS; s++)
         z->weight_holds[s] = -1;
+    z->escape_at = (int64_t *)malloc_check(sizeof(int64_t) * n, "ZeRO escape lists");
+    z->escape_room = (int64_t *)malloc_check(sizeof(int64_t) * n, "ZeRO escape lists");
+    for (int64_t b = 0, at = 0; b < n; b++) { /* each list 16-byte aligned */
+        z->escape_at[b] = at;
+        z->escape_room[b] = z->update_count[b] / ZERO_DELTA_ESCAPES;
+        at += (1 + z->escape_room[b] + 1) / 2 * 2;
+        if (opt->update == ZERO_UPDATE_DELTA &&
+            z->update_at[b] != z->plan.buckets[b].padded_offset + (int64_t)z->position * z->update_count[b])
+            FAIL("zero_configure: rank %d updates bucket %d at %lld, not at its place in the gather", rank, b,
+                 (long long)z->update_at[b]);
+    }
+}
+
+/* Whether the new weights travel as their changes (--update-gather delta; see the top). */
+static inline int zero_delta_active(const Zero *z)
+{
+    return z->opt.update == ZERO_UPDATE_DELTA && z->dist->world > 1;
 }
 
 /* Whether stage 2 or 3 can accumulate locally: the choice to make, given opt.accum. */
@@ -403,6 +450,8 @@ typedef struct {
     int64_t sum_scratch;   /* bf16: a later micro-step's staged sum, before it is added */
     int64_t sum32;         /* fp32: --grad-reduce fp32's chunk, or a quantized sum's chunk of this rank's block */
     int64_t codes[2];      /* one byte each (and an fp32 scale per 128): quantized sums' and gathers' codes */
+    int64_t change[2];     /* one byte each: --update-gather delta's codes of this rank and of a bucket's ranks */
+    int64_t escapes[2];    /* 8 bytes each: this rank's escape lists, and a bucket's every rank's */
 } ZeroSizes;
 
 static inline ZeroSizes zero_sizes_(const Zero *z, int full_grads)
@@ -436,6 +485,16 @@ static inline ZeroSizes zero_sizes_(const Zero *z, int full_grads)
     if (z->stage >= 3 && z->opt.gather != ZERO_GATHER_BF16 && z->shard->size > 1)
         for (int s = 0; s < ZERO_SLOTS; s++)
             n.codes[0] = zero_slot_elements(z, s) > n.codes[0] ? zero_slot_elements(z, s) : n.codes[0];
+    if (zero_delta_active(z)) {
+        int last = p->n_buckets - 1;
+        int64_t room = 0;
+        for (int b = 0; b < p->n_buckets; b++)
+            room = z->escape_room[b] > room ? z->escape_room[b] : room;
+        n.change[0] = z->state_total;
+        n.change[1] = largest;
+        n.escapes[0] = z->escape_at[last] + (1 + z->escape_room[last] + 1) / 2 * 2;
+        n.escapes[1] = (int64_t)z->shard->size * (1 + room);
+    }
     return n;
 }
 
@@ -444,7 +503,8 @@ static inline size_t zero_device_bytes(const Zero *z, int full_grads)
 {
     ZeroSizes n = zero_sizes_(z, full_grads);
     return (size_t)(n.params + n.grads + n.staging + n.sum_scratch) * sizeof(bf16) + (size_t)n.sum32 * sizeof(float) +
-           (size_t)(n.codes[0] + n.codes[1]) + (size_t)block_codec_blocks(n.codes[0] + n.codes[1]) * sizeof(float);
+           (size_t)(n.codes[0] + n.codes[1]) + (size_t)block_codec_blocks(n.codes[0] + n.codes[1]) * sizeof(float) +
+           (size_t)(n.change[0] + n.change[1]) + (size_t)(n.escapes[0] + n.escapes[1]) * 8;
 }
 
 /* Allocates the weights and gradients (zeros: the padding must stay zero, and no
@@ -486,6 +546,14 @@ static inline void zero_allocate(Zero *z, int full_grads)
                                                            "ZeRO quantized scales");
         }
     }
+    if (size.change[0] > 0) {
+        z->change = (int8_t *)cuda_malloc_named((size_t)size.change[0], "ZeRO new weights' change codes");
+        z->change_all = (int8_t *)cuda_malloc_named((size_t)size.change[1], "ZeRO new weights' change codes");
+        z->escapes = (unsigned long long *)cuda_malloc_named((size_t)size.escapes[0] * 8, "ZeRO escape lists");
+        z->escapes_all = (unsigned long long *)cuda_malloc_named((size_t)size.escapes[1] * 8, "ZeRO escape lists");
+        z->escape_count = (float *)cuda_malloc_named(sizeof(float) * n, "ZeRO escape counts");
+        CUDA_CHECK(cudaMallocHost(&z->h_escape_count, sizeof(float) * n));
+    }
     for (int s = 0; s < ZERO_SLOTS; s++) {
         size_t bytes = (size_t)zero_slot_elements(z, s) * sizeof(bf16);
         CUDA_CHECK(cudaEventCreateWithFlags(&z->grad_written[s], cudaEventDisableTiming));
@@ -524,6 +592,13 @@ static inline void zero_free(Zero *z)
             cuda_free(z->codes[i]);
             cuda_free(z->code_scales[i]);
         }
+        cuda_free(z->change);
+        cuda_free(z->change_all);
+        cuda_free(z->escapes);
+        cuda_free(z->escapes_all);
+        cuda_free(z->escape_count);
+        if (z->h_escape_count)
+            CUDA_CHECK(cudaFreeHost(z->h_escape_count));
         CUDA_CHECK(cudaEventDestroy(z->comm_done));
         CUDA_CHECK(cudaEventDestroy(z->params_changed));
         CUDA_CHECK(cudaStreamDestroy(z->comm));
@@ -535,6 +610,8 @@ static inline void zero_free(Zero *z)
     free(z->update_count);
     free(z->state_at);
     free(z->group_at);
+    free(z->escape_at);
+    free(z->escape_room);
     zero_plan_free(&z->plan);
     memset(z, 0, sizeof(*z));
 }
@@ -693,6 +770,46 @@ static inline void zero_shares_written(Zero *z)
     zero_fp8_weights_changed(z);
 }
 
+/* Where AdamW writes bucket b's change codes (--update-gather delta), or NULL. */
+static inline int8_t *zero_change_codes(const Zero *z, int b)
+{
+    return z->change ? z->change + z->state_at[b] : NULL;
+}
+
+/* count[0] = an escape list's count, as a float for the all-reduce's max (exact below 2^24: a share of 268M weights
+ * has room for 16.8M escapes). */
+__global__ void zero_escape_count_kernel(float *count, const unsigned long long *list)
+{
+    count[0] = (float)list[0];
+}
+
+/* --update-gather delta: every bucket's escape list from AdamW's codes, then the largest count of each over the
+ * ranks, on the host (the host's one wait of the step: the escape gathers' sizes are its to give). */
+static inline void zero_escape_counts_(Zero *z)
+{
+    int n = z->plan.n_buckets;
+    for (int b = 0; b < n; b++) {
+        delta_escapes(zero_change_codes(z, b), zero_update_weights(z, b), z->update_count[b],
+                      z->escapes + z->escape_at[b], z->escape_room[b], z->comm);
+        zero_escape_count_kernel<<<1, 1, 0, z->comm>>>(z->escape_count + b, z->escapes + z->escape_at[b]);
+        CUDA_CHECK_LAST();
+    }
+    dist_all_reduce_max(z->shard, z->escape_count, n, z->comm);
+    CUDA_CHECK(cudaMemcpyAsync(z->h_escape_count, z->escape_count, sizeof(float) * n, cudaMemcpyDeviceToHost, z->comm));
+    CUDA_CHECK(cudaStreamSynchronize(z->comm));
+}
+
+/* Bucket b's new weights from every rank's change codes and escapes (flat stages 1 and 2; see the top). */
+static inline void zero_gather_changes_(Zero *z, int b)
+{
+    const ZeroBucket *bk = &z->plan.buckets[b];
+    int64_t share = z->update_count[b], stride = 1 + (int64_t)z->h_escape_count[b];
+    bf16 *full = z->params + bk->padded_offset;
+    dist_all_gather(z->shard, zero_change_codes(z, b), z->change_all, share, 1, z->comm);
+    dist_all_gather(z->shard, z->escapes + z->escape_at[b], z->escapes_all, stride, 8, z->comm);
+    delta_decode(full, z->change_all, z->escapes_all, stride, share, z->shard->size, z->position, z->comm);
+}
+
 /* After AdamW changed this rank's weights (on the compute stream): stages 1 and 2
  * gather every bucket's new weights, which the next forward waits for bucket by
  * bucket; stage 3 gathers its group shares over the replica group and forgets
@@ -704,6 +821,9 @@ static inline void zero_params_changed(Zero *z, cudaStream_t compute)
     zero_shares_written(z);
     if (z->dist->world == 1 || z->stage == 0)
         return;
+    int as_changes = 0;
+    if (zero_delta_active(z))
+        zero_escape_counts_(z);
     for (int b = 0; b < z->plan.n_buckets; b++) {
         const ZeroBucket *bk = &z->plan.buckets[b];
         if (z->stage >= 3) {
@@ -712,9 +832,20 @@ static inline void zero_params_changed(Zero *z, cudaStream_t compute)
                                 z->comm);
             continue;
         }
-        zero_gather_bucket(z, b, zero_update_weights(z, b), z->params + bk->padded_offset, z->comm);
+        if (zero_delta_active(z) && z->h_escape_count[b] <= (float)z->escape_room[b]) {
+            zero_gather_changes_(z, b);
+            as_changes++;
+        } else {
+            zero_gather_bucket(z, b, zero_update_weights(z, b), z->params + bk->padded_offset, z->comm);
+        }
         CUDA_CHECK(cudaEventRecord(z->bucket_gathered[b], z->comm));
         z->gather_pending[b] = 1;
+    }
+    if (zero_delta_active(z) && !z->delta_told) { /* rank 0's, the others' stdout being silent */
+        printf("--update-gather delta: the first step gathered %d of %d buckets as their changes, the rest whole (more "
+               "escapes than a 1/%d of the share)\n",
+               as_changes, z->plan.n_buckets, ZERO_DELTA_ESCAPES);
+        z->delta_told = 1;
     }
 }
 

@@ -132,11 +132,12 @@ static const Flag FLAGS[] = {
         "micro-step on 2 stand-in hosts with --grad-reduce int8, and not with --shard-over host, whose gathers stay "
         "on NVLink)"),
     FLAG("--update-gather", FLAG_STRING, Args, update_gather,
-         "stages 1 and 2: how the weights AdamW updated reach every GPU: bf16 (the default: all-gathered) or delta "
-         "(each weight's change of bf16 bits as one byte, the few that do not fit with their exact value: the same "
-         "bits in about half the bytes, 0.51-0.66x at lr 1e-4 to 3e-4 by dev/bench/delta_gather_estimate.py; for "
-         "slow links between GPUs; a byte per weight a GPU updates and per weight of the largest bucket, one wait of "
-         "the host a step; not with --shard-over host or --offload optimizer)"),
+         "how the weights AdamW updated reach the other GPUs (stages 1 and 2, and stage 3 with --shard-over host, "
+         "across the hosts): bf16 (the default: all-gathered) or delta (each weight's change of bf16 bits as one "
+         "byte, the few that do not fit with their exact value: the same bits in about half the bytes, 0.51-0.66x at "
+         "lr 1e-4 to 3e-4 by dev/bench/delta_gather_estimate.py; for slow links between GPUs; a byte per weight a "
+         "GPU updates and per weight of the largest bucket, one wait of the host a step; not with --offload "
+         "optimizer)"),
     FLAG_NUM(
         "--rank", FLAG_INT, Args, launch.rank, 0, INT_MAX - 1, FLAG_CLOSED,
         "this process's rank, when no launcher variable says it (mpirun, RANK/WORLD_SIZE, Slurm and PMI are read)"),
@@ -204,10 +205,11 @@ static LlamaConfig parse_args(Args *a, int argc, char **argv, HfTokenIds *init_i
         FAIL("--weight-gather %s quantizes stage 3's per-layer gathers; stage %d gathers none\n  hint: add "
              "--zero-stage 3",
              a->weight_gather, a->zero_stage);
-    if (a->update_gather_mode == ZERO_UPDATE_DELTA && (a->zero_stage < 1 || a->zero_stage > 2 || a->shard_over_hosts))
-        FAIL("--update-gather delta gathers the new weights of --zero-stage 1 and 2 over all GPUs (stage %d%s here)\n"
-             "  hint: use --zero-stage 1 or 2 without --shard-over host, or leave --update-gather out",
-             a->zero_stage, a->shard_over_hosts ? " over hosts" : "");
+    if (a->update_gather_mode == ZERO_UPDATE_DELTA &&
+        (a->zero_stage == 0 || (a->zero_stage == 3 && !a->shard_over_hosts)))
+        FAIL("--update-gather delta: --zero-stage %d gathers no new weights%s\n  hint: use --zero-stage 1 or 2, or 3 "
+             "with --shard-over host, or leave --update-gather out",
+             a->zero_stage, a->zero_stage ? " (flat stage 3 keeps each GPU's own)" : "");
     if (a->update_gather_mode == ZERO_UPDATE_DELTA && a->offload_mode)
         FAIL("--update-gather delta needs AdamW on the GPU, which writes the changes; --offload optimizer runs it on "
              "the host\n  hint: leave one of the two out");

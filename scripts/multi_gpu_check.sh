@@ -25,15 +25,15 @@
 #                identities the design promises (stages 2 and 3 accumulating
 #                locally = stage 1; the stages over hosts = each other), and
 #                --offload optimizer at stages 1 and 3, flat and over hosts,
-#                and --update-gather delta at stages 1 and 2, bit-identical to
-#                the same runs without them
+#                and --update-gather delta at stages 1 and 2 and over hosts at
+#                2 and 3, bit-identical to the same runs without them
 #   netscale     Llama 3.2 1B, B=8, T=2048, a 0.5M-token global batch, on the
 #                network stand-in: 1 GPU; 2 hosts x 1 GPU (stages 1 to 3, and
 #                stage 3 reduce-scattering every micro-step as before issue 28;
 #                stages 1 and 2 with int8 sums, and with them and the new
 #                weights gathered as their changes, --update-gather delta);
-#                with 4 GPUs, 2 hosts x 2 GPUs over hosts (stages 1 to 3) and
-#                flat stage 3; NETSCALE_STAGES="1 2" limits the bf16 2 x 1 runs (stage 3 and
+#                with 4 GPUs, 2 hosts x 2 GPUs over hosts (stages 1 to 3, with
+#                and without --update-gather delta) and flat stage 3; NETSCALE_STAGES="1 2" limits the bf16 2 x 1 runs (stage 3 and
 #                its per-micro-step variant run only when it names 3); the 2 x 1 runs
 #                take the first two of CUDA_VISIBLE_DEVICES (default 0,1)
 #   nccl         dev/bench/nccl_bench over one host's GPUs, 2 x 1 and 2 x 2
@@ -245,7 +245,11 @@ EOF
             --log "$out/md_delta_z1.jsonl"
         run md_delta_accum_z2 "${mpi[@]}" "${small[@]}" "${accum[@]}" --zero-stage 2 --update-gather delta \
             --log "$out/md_delta_accum_z2.jsonl"
-        for name in md_delta_z1 md_delta_accum_z2; do # and the changes really travelled: not every bucket whole
+        for z in 2 3; do # over hosts: across them
+            run "md_delta_hosts_z$z" "${hosts2[@]}" "${small[@]}" -B $((4 / np)) --zero-stage $z --shard-over host \
+                --update-gather delta --log "$out/md_delta_hosts_z$z.jsonl"
+        done
+        for name in md_delta_z1 md_delta_accum_z2 md_delta_hosts_z2 md_delta_hosts_z3; do # not every bucket whole
             grep -q "the first step gathered [1-9][0-9]* of" "$out/$name.log" ||
                 { echo "FAIL $name gathered no bucket as its changes"; grep "update-gather" "$out/$name.log"; status=1; }
         done
@@ -294,6 +298,8 @@ bad += identical(out, results, [
     (["md_offload_hosts_z3", "md_hosts_z3"], "--offload optimizer over hosts, stage 3 = AdamW on the GPUs"),
     (["md_delta_z1", "eq_mpirun_z1"], "--update-gather delta, stage 1 = the bf16 gather"),
     (["md_delta_accum_z2", "eq_accum_z2"], "--update-gather delta, stage 2 accumulating = the bf16 gather"),
+    (["md_delta_hosts_z2", "md_hosts_z2"], "--update-gather delta over hosts, stage 2 = the bf16 gather"),
+    (["md_delta_hosts_z3", "md_hosts_z3"], "--update-gather delta over hosts, stage 3 = the bf16 gather"),
     (["md_fp8_auto_flat_z3", "md_fp8_bf16_flat_z3"], "--fp8 stage 3: FP8 codes gathered = bf16 gathered, quantized"),
     (["md_fp8_auto_hosts_z3", "md_fp8_bf16_hosts_z3"], "--fp8 stage 3 over hosts: codes gathered = bf16 gathered")],
     check="modes_identity")
@@ -345,6 +351,13 @@ EOF
                     --log "$out/ns_z${z}_2x2_host.jsonl"
                 summarize "$results" netscale "$out/ns_z${z}_2x2_host.jsonl" "ns_z${z}_2x2_host" "${common[@]}" \
                     stage=$z mode=host hosts=2 gpus_per_host=2 micro_steps=8 || status=1
+                # issue 28: the new weights across the hosts as their changes (--update-gather delta)
+                run "ns_z${z}_2x2_host_delta" "${two[@]}" "${big[@]}" --total-batch 524288 --zero-stage $z \
+                    --shard-over host --update-gather delta --log "$out/ns_z${z}_2x2_host_delta.jsonl"
+                grep "update-gather delta:" "$out/ns_z${z}_2x2_host_delta.log"
+                summarize "$results" netscale "$out/ns_z${z}_2x2_host_delta.jsonl" "ns_z${z}_2x2_host_delta" \
+                    "${common[@]}" stage=$z mode=host hosts=2 gpus_per_host=2 micro_steps=8 update_gather=delta ||
+                    status=1
             done
             run ns_z3_2x2 "${two[@]}" "${big[@]}" --total-batch 524288 --zero-stage 3 --log "$out/ns_z3_2x2.jsonl"
             summarize "$results" netscale "$out/ns_z3_2x2.jsonl" ns_z3_2x2 "${common[@]}" stage=3 mode=flat hosts=2 \

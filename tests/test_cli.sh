@@ -115,10 +115,10 @@ if [ -x ./train_llama ]; then
         ./train_llama --preset nano --weight-gather e4m3 --zero-stage 2 --train "$good"
     expect "train_llama unknown --update-gather" "--update-gather takes bf16 or delta (got 'int8')" \
         ./train_llama --preset nano --update-gather int8 --zero-stage 1 --train "$good"
-    expect "train_llama delta gather at stage 3" "hint: use --zero-stage 1 or 2 without --shard-over host" \
+    expect "train_llama delta gather at flat stage 3" "(flat stage 3 keeps each GPU's own)" \
         ./train_llama --preset nano --update-gather delta --zero-stage 3 --train "$good"
-    expect "train_llama delta gather over hosts" "(stage 2 over hosts here)" \
-        ./train_llama --preset nano --update-gather delta --zero-stage 2 --shard-over host --train "$good"
+    expect "train_llama delta gather at stage 0" "hint: use --zero-stage 1 or 2, or 3 with --shard-over host" \
+        ./train_llama --preset nano --update-gather delta --zero-stage 0 --train "$good"
     expect "train_llama delta gather with the host's AdamW" "--offload optimizer runs it on the host" \
         ./train_llama --preset nano --update-gather delta --offload optimizer --train "$good"
     expect "train_llama unknown --offload" "--offload takes none or optimizer (got 'gradients')" \

@@ -45,15 +45,17 @@
  * weights over the replica group, and those for checkpoints, stay exact.
  * With --fp8 per tensor the layer buckets travel as the very FP8 codes their
  * Linear maps compute with (zero_fp8.h, included at the end): exact.
- * The new weights of stages 1 and 2 (ZeroOptions.update, --update-gather
- * delta; flat only, for now): AdamW writes each weight's change of bf16 bits as
- * a one-byte code (llmc/kernels/delta_codec.h), the rare weight whose change does
- * not fit goes on an escape list, and each bucket's codes and escapes are
- * all-gathered and added to the old weights every rank holds: the same bits as
- * the bf16 gather in about half the bytes. The escape lists' gather is sized by
- * the largest count over the ranks, which the host reads once a step (its one
- * wait); a bucket whose escapes overflow their room (a sixteenth of the share)
- * is gathered in bf16 instead.
+ * The gather of the new weights after AdamW (ZeroOptions.update, --update-gather
+ * delta): AdamW writes each weight's change of bf16 bits as a one-byte code
+ * (llmc/kernels/delta_codec.h), the rare weight whose change does not fit goes on
+ * an escape list, and each bucket's codes and escapes are all-gathered and added
+ * to the old weights every rank of the group holds: the same bits as the bf16
+ * gather in about half the bytes. Flat stages 1 and 2 so gather over all ranks;
+ * over hosts, stages 1 to 3 so gather over the replica group (the network), and
+ * stages 1 and 2 then gather the group shares over the host in bf16 as before.
+ * The escape lists' gather is sized by the largest count over all ranks, which
+ * the host reads once a step (its one wait); a bucket whose escapes overflow
+ * their room (a sixteenth of the share) is gathered in bf16 instead.
  *
  * Staging buffers: the first and last buckets have their own and keep them for
  * the whole step: the tied embedding is both the first weight read (embedding)
@@ -120,7 +122,7 @@ typedef struct {
     int accum;       /* ZeroAccum, for stages 2 and 3 with several micro-steps */
     int sum;         /* ZeroSum */
     int gather;      /* ZeroGather: stage 3 only */
-    int update;      /* ZeroUpdate: stages 1 and 2, flat */
+    int update;      /* ZeroUpdate: stages 1 and 2, and stage 3 over hosts */
     int micro_steps; /* per optimizer step; the last one reduces */
 } ZeroOptions;
 
@@ -161,7 +163,7 @@ typedef struct {
     int8_t *change;                       /* [state_total] AdamW's change codes of each update range, at state_at */
     int8_t *change_all;                   /* [largest padded bucket] a bucket's codes from every rank */
     unsigned long long *escapes;          /* each bucket's escape list (count, then entries) at escape_at[b] */
-    unsigned long long *escapes_all;      /* [shard size x (1 + the largest room)] every rank's list of a bucket */
+    unsigned long long *escapes_all;      /* [world x (1 + the largest room)] every rank's list of a bucket */
     int64_t *escape_at, *escape_room;     /* [n_buckets] */
     float *escape_count, *h_escape_count; /* [n_buckets] the largest count over the ranks, device and pinned host */
     int delta_told;                       /* the first step's account was printed */
@@ -378,10 +380,9 @@ static inline void zero_configure(Zero *z, const Dist *dist, const ParamLayout *
     z->opt = *opt;
     if (z->opt.gather == ZERO_GATHER_AUTO)
         z->opt.gather = ZERO_GATHER_BF16;
-    if (opt->update == ZERO_UPDATE_DELTA && (opt->stage < 1 || opt->stage > 2 || opt->over_hosts))
-        FAIL("--update-gather delta gathers the new weights of ZeRO stages 1 and 2 over all GPUs; this run is stage "
-             "%d%s\n  hint: use --zero-stage 1 or 2 without --shard-over host, or --update-gather bf16",
-             opt->stage, opt->over_hosts ? " over hosts" : "");
+    if (opt->update == ZERO_UPDATE_DELTA && (opt->stage == 0 || (opt->stage == 3 && !opt->over_hosts)))
+        FAIL("zero_configure: stage %d%s gathers no new weights to send as changes", opt->stage,
+             opt->over_hosts ? " over hosts" : "");
     z->stage = opt->stage;
     z->plan = zero_plan(layout, dist->world);
     z->alone.size = 1;
@@ -422,17 +423,19 @@ static inline void zero_configure(Zero *z, const Dist *dist, const ParamLayout *
         z->escape_at[b] = at;
         z->escape_room[b] = z->update_count[b] / ZERO_DELTA_ESCAPES;
         at += (1 + z->escape_room[b] + 1) / 2 * 2;
-        if (opt->update == ZERO_UPDATE_DELTA &&
-            z->update_at[b] != z->plan.buckets[b].padded_offset + (int64_t)z->position * z->update_count[b])
+        const ZeroBucket *bk = &z->plan.buckets[b];
+        if (opt->update == ZERO_UPDATE_DELTA && opt->stage <= 2 &&
+            z->update_at[b] !=
+                bk->padded_offset + (int64_t)z->position * bk->group_share + (int64_t)z->replica_index * bk->shard)
             FAIL("zero_configure: rank %d updates bucket %d at %lld, not at its place in the gather", rank, b,
                  (long long)z->update_at[b]);
     }
 }
 
-/* Whether the new weights travel as their changes (--update-gather delta; see the top). */
+/* Whether the new weights travel as their changes (--update-gather delta; see the top): where some are gathered. */
 static inline int zero_delta_active(const Zero *z)
 {
-    return z->opt.update == ZERO_UPDATE_DELTA && z->dist->world > 1;
+    return z->opt.update == ZERO_UPDATE_DELTA && (z->stage <= 2 ? z->dist->world : z->replica->size) > 1;
 }
 
 /* Whether stage 2 or 3 can accumulate locally: the choice to make, given opt.accum. */
@@ -493,7 +496,7 @@ static inline ZeroSizes zero_sizes_(const Zero *z, int full_grads)
         n.change[0] = z->state_total;
         n.change[1] = largest;
         n.escapes[0] = z->escape_at[last] + (1 + z->escape_room[last] + 1) / 2 * 2;
-        n.escapes[1] = (int64_t)z->shard->size * (1 + room);
+        n.escapes[1] = (int64_t)z->dist->world * (1 + room);
     }
     return n;
 }
@@ -794,20 +797,19 @@ static inline void zero_escape_counts_(Zero *z)
         zero_escape_count_kernel<<<1, 1, 0, z->comm>>>(z->escape_count + b, z->escapes + z->escape_at[b]);
         CUDA_CHECK_LAST();
     }
-    dist_all_reduce_max(z->shard, z->escape_count, n, z->comm);
+    dist_all_reduce_max(&z->dist->all, z->escape_count, n, z->comm); /* every rank then chooses the same way */
     CUDA_CHECK(cudaMemcpyAsync(z->h_escape_count, z->escape_count, sizeof(float) * n, cudaMemcpyDeviceToHost, z->comm));
     CUDA_CHECK(cudaStreamSynchronize(z->comm));
 }
 
-/* Bucket b's new weights from every rank's change codes and escapes (flat stages 1 and 2; see the top). */
-static inline void zero_gather_changes_(Zero *z, int b)
+/* Bucket b's new weights at dst [g->size pieces of its update count] from the change codes and escapes of group g's
+ * ranks, this rank's piece (self) new already (see the top). */
+static inline void zero_gather_changes_(Zero *z, int b, const DistGroup *g, bf16 *dst, int self)
 {
-    const ZeroBucket *bk = &z->plan.buckets[b];
-    int64_t share = z->update_count[b], stride = 1 + (int64_t)z->h_escape_count[b];
-    bf16 *full = z->params + bk->padded_offset;
-    dist_all_gather(z->shard, zero_change_codes(z, b), z->change_all, share, 1, z->comm);
-    dist_all_gather(z->shard, z->escapes + z->escape_at[b], z->escapes_all, stride, 8, z->comm);
-    delta_decode(full, z->change_all, z->escapes_all, stride, share, z->shard->size, z->position, z->comm);
+    int64_t piece = z->update_count[b], stride = 1 + (int64_t)z->h_escape_count[b];
+    dist_all_gather(g, zero_change_codes(z, b), z->change_all, piece, 1, z->comm);
+    dist_all_gather(g, z->escapes + z->escape_at[b], z->escapes_all, stride, 8, z->comm);
+    delta_decode(dst, z->change_all, z->escapes_all, stride, piece, g->size, self, z->comm);
 }
 
 /* After AdamW changed this rank's weights (on the compute stream): stages 1 and 2
@@ -821,22 +823,29 @@ static inline void zero_params_changed(Zero *z, cudaStream_t compute)
     zero_shares_written(z);
     if (z->dist->world == 1 || z->stage == 0)
         return;
-    int as_changes = 0;
-    if (zero_delta_active(z))
+    int delta = zero_delta_active(z), as_changes = 0;
+    if (delta)
         zero_escape_counts_(z);
     for (int b = 0; b < z->plan.n_buckets; b++) {
         const ZeroBucket *bk = &z->plan.buckets[b];
+        int changes = delta && z->h_escape_count[b] <= (float)z->escape_room[b];
+        as_changes += changes;
         if (z->stage >= 3) {
-            if (z->replica->size > 1)
+            if (changes)
+                zero_gather_changes_(z, b, z->replica, z->params + z->group_at[b], z->replica_index);
+            else if (z->replica->size > 1)
                 dist_all_gather(z->replica, zero_update_weights(z, b), z->params + z->group_at[b], bk->shard, 2,
                                 z->comm);
             continue;
         }
-        if (zero_delta_active(z) && z->h_escape_count[b] <= (float)z->escape_room[b]) {
-            zero_gather_changes_(z, b);
-            as_changes++;
+        bf16 *full = z->params + bk->padded_offset, *group = full + (int64_t)z->position * bk->group_share;
+        if (changes && z->replica->size == 1) { /* flat: over all ranks */
+            zero_gather_changes_(z, b, z->shard, full, z->position);
+        } else if (changes) { /* over hosts: the changes across them, then the group shares inside each in bf16 */
+            zero_gather_changes_(z, b, z->replica, group, z->replica_index);
+            dist_all_gather(z->shard, group, full, bk->group_share, 2, z->comm);
         } else {
-            zero_gather_bucket(z, b, zero_update_weights(z, b), z->params + bk->padded_offset, z->comm);
+            zero_gather_bucket(z, b, zero_update_weights(z, b), full, z->comm);
         }
         CUDA_CHECK(cudaEventRecord(z->bucket_gathered[b], z->comm));
         z->gather_pending[b] = 1;

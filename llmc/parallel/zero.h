@@ -45,17 +45,9 @@
  * weights over the replica group, and those for checkpoints, stay exact.
  * With --fp8 per tensor the layer buckets travel as the very FP8 codes their
  * Linear maps compute with (zero_fp8.h, included at the end): exact.
- * The gather of the new weights after AdamW (ZeroOptions.update, --update-gather
- * delta): AdamW writes each weight's change of bf16 bits as a one-byte code
- * (llmc/kernels/delta_codec.h), the rare weight whose change does not fit goes on
- * an escape list, and each bucket's codes and escapes are all-gathered and added
- * to the old weights every rank of the group holds: the same bits as the bf16
- * gather in about half the bytes. Flat stages 1 and 2 so gather over all ranks;
- * over hosts, stages 1 to 3 so gather over the replica group (the network), and
- * stages 1 and 2 then gather the group shares over the host in bf16 as before.
- * The escape lists' gather is sized by the largest count over all ranks, which
- * the host reads once a step (its one wait); a bucket whose escapes overflow
- * their room (a sixteenth of the share) is gathered in bf16 instead.
+ * The gather of the new weights after AdamW can move each weight's change
+ * instead of its bf16 value (ZeroOptions.update, --update-gather delta; zero_delta.h,
+ * included at the end): exact, about half the bytes.
  *
  * Staging buffers: the first and last buckets have their own and keep them for
  * the whole step: the tied embedding is both the first weight read (embedding)
@@ -84,7 +76,6 @@
 
 #include "llmc/common/cuda_common.h"
 #include "llmc/kernels/block_codec.h"
-#include "llmc/kernels/delta_codec.h"
 #include "llmc/parallel/distributed.h"
 #include "llmc/parallel/zero_plan.h"
 #include "llmc/model/param_layout.h"
@@ -173,6 +164,8 @@ struct ZeroFp8;
 static inline void zero_fp8_gather(Zero *z, int b, int slot);
 static inline void zero_fp8_weights_changed(Zero *z);
 static inline void zero_fp8_free(Zero *z);
+static inline void zero_escape_counts_(Zero *z);
+static inline void zero_gather_changes_(Zero *z, int b, const DistGroup *g, bf16 *dst, int self);
 
 /* acc[i] += x[i], summed in fp32 and rounded once; n a multiple of 8, both 16-byte aligned. */
 __global__ void zero_add_kernel(bf16 *__restrict__ acc, const bf16 *__restrict__ x, int64_t n8)
@@ -773,45 +766,6 @@ static inline void zero_shares_written(Zero *z)
     zero_fp8_weights_changed(z);
 }
 
-/* Where AdamW writes bucket b's change codes (--update-gather delta), or NULL. */
-static inline int8_t *zero_change_codes(const Zero *z, int b)
-{
-    return z->change ? z->change + z->state_at[b] : NULL;
-}
-
-/* count[0] = an escape list's count, as a float for the all-reduce's max (exact below 2^24: a share of 268M weights
- * has room for 16.8M escapes). */
-__global__ void zero_escape_count_kernel(float *count, const unsigned long long *list)
-{
-    count[0] = (float)list[0];
-}
-
-/* --update-gather delta: every bucket's escape list from AdamW's codes, then the largest count of each over the
- * ranks, on the host (the host's one wait of the step: the escape gathers' sizes are its to give). */
-static inline void zero_escape_counts_(Zero *z)
-{
-    int n = z->plan.n_buckets;
-    for (int b = 0; b < n; b++) {
-        delta_escapes(zero_change_codes(z, b), zero_update_weights(z, b), z->update_count[b],
-                      z->escapes + z->escape_at[b], z->escape_room[b], z->comm);
-        zero_escape_count_kernel<<<1, 1, 0, z->comm>>>(z->escape_count + b, z->escapes + z->escape_at[b]);
-        CUDA_CHECK_LAST();
-    }
-    dist_all_reduce_max(&z->dist->all, z->escape_count, n, z->comm); /* every rank then chooses the same way */
-    CUDA_CHECK(cudaMemcpyAsync(z->h_escape_count, z->escape_count, sizeof(float) * n, cudaMemcpyDeviceToHost, z->comm));
-    CUDA_CHECK(cudaStreamSynchronize(z->comm));
-}
-
-/* Bucket b's new weights at dst [g->size pieces of its update count] from the change codes and escapes of group g's
- * ranks, this rank's piece (self) new already (see the top). */
-static inline void zero_gather_changes_(Zero *z, int b, const DistGroup *g, bf16 *dst, int self)
-{
-    int64_t piece = z->update_count[b], stride = 1 + (int64_t)z->h_escape_count[b];
-    dist_all_gather(g, zero_change_codes(z, b), z->change_all, piece, 1, z->comm);
-    dist_all_gather(g, z->escapes + z->escape_at[b], z->escapes_all, stride, 8, z->comm);
-    delta_decode(dst, z->change_all, z->escapes_all, stride, piece, g->size, self, z->comm);
-}
-
 /* After AdamW changed this rank's weights (on the compute stream): stages 1 and 2
  * gather every bucket's new weights, which the next forward waits for bucket by
  * bucket; stage 3 gathers its group shares over the replica group and forgets
@@ -858,6 +812,7 @@ static inline void zero_params_changed(Zero *z, cudaStream_t compute)
     }
 }
 
+#include "llmc/parallel/zero_delta.h"
 #include "llmc/parallel/zero_fp8.h"
 
 #endif /* LLMC_ZERO_H */

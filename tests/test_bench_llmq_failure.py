@@ -55,3 +55,19 @@ def test_a_caught_error_is_named_without_a_repeat(tmp_path):
     assert status == "failed: N4llmq9some_errorE"
     assert bench_e2e.llmq_failure(argparse.Namespace(timeout=30), ["/nonexistent/train"], "OOM", "",
                                   str(tmp_path / "run")) == "OOM"
+
+
+def test_each_llmq_run_checkpoints_into_its_own_folder(tmp_path):
+    """llmq's default checkpoint folder (ckpt/<name> in the working directory) is one path for every run: two
+    benches side by side on two GPUs (2026-11-27) both renamed into it and one failed after training."""
+    args = argparse.Namespace(llmq=str(tmp_path / "llmq"))
+    dirs = []
+    for t in (1024, 2048):
+        run = {"system": "llmq", "shape": {"llmq": "qwen2.5-1.5b"}, "T": t, "B": 32768 // t, "accum": 16,
+               "warmup": 1, "steps": 5}
+        inputs = str(tmp_path / ("inputs_T%d" % t))
+        cmd = bench_e2e.llmq_cmd(args, run, inputs, str(tmp_path / "log.json"))
+        ckpt = [c.split("=", 1)[1] for c in cmd if c.startswith("--checkpoint-dir=")]
+        assert len(ckpt) == 1 and ckpt[0].startswith(inputs + os.sep)
+        dirs.append(ckpt[0])
+    assert dirs[0] != dirs[1]

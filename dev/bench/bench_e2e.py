@@ -281,7 +281,10 @@ def llmq_cmd(args, run, inputs, log_path):
            "--lr=%g" % OPTIM["lr"], "--beta-1=%g" % OPTIM["beta1"], "--beta-2=%g" % OPTIM["beta2"],
            "--adam-epsilon=%g" % OPTIM["eps"], "--weight-decay=%g" % OPTIM["weight_decay"],
            "--grad-clip=%g" % OPTIM["grad_clip"], "--warmup=1", "--eval-every-n-steps=1000000",
-           "--ckpt-interval=1000000", "--out-dir=" + os.path.join(inputs, "out"), "--log-file=" + log_path]
+           "--ckpt-interval=1000000", "--out-dir=" + os.path.join(inputs, "out"), "--log-file=" + log_path,
+           # its final checkpoint, under the run's own folder: the default (ckpt/<name> in the working directory)
+           # is the same path for every run, so that two benches side by side once collided on renaming it
+           "--checkpoint-dir=" + os.path.join(inputs, "ckpt")]
     if run["system"] == "llmq":
         cmd.append("--lmhead-chunks=4")
     return cmd

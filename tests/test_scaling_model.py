@@ -1,6 +1,6 @@
-"""dev/bench/scaling_model.py's step model: the bytes per parameter of the weights' gathers and the gradients'
-reductions (issue 29's compressed communication) scale exactly the collectives that move them, and bf16's 2
-bytes give the model as it was."""
+"""dev/bench/scaling_model.py's step model: the bytes per parameter of the weights' gathers, the gradients'
+reductions (issue 29's compressed communication) and the updated weights' gather (issue 28's --update-gather
+delta) scale exactly the collectives that move them, and bf16's 2 bytes give the model as it was."""
 import os
 import sys
 
@@ -22,7 +22,7 @@ def step(stage, mode, **kw):
 
 @pytest.mark.parametrize("stage,mode", [(0, "flat"), (1, "flat"), (2, "host"), (3, "flat"), (3, "host")])
 def test_bf16_bytes_are_the_default(stage, mode):
-    assert step(stage, mode) == step(stage, mode, wbytes=2.0, gbytes=2.0)
+    assert step(stage, mode) == step(stage, mode, wbytes=2.0, gbytes=2.0, ubytes=2.0)
 
 
 @pytest.mark.parametrize("stage,mode", [(0, "flat"), (1, "flat"), (1, "host"), (3, "flat"), (3, "host")])
@@ -130,3 +130,26 @@ def test_quantized_sums_take_the_all_to_all_points_where_there_are_some():
     # over hosts: in-host over NVLink (no all_to_all points there: a reduce-scatter of the codes), across over net
     assert grad("host", codes) == pytest.approx(codes * 7 / 8 + 4 * codes / 8 * 3 / 4)
     assert notes == {"quantized sums over nvlink: no all_to_all points, timed as a reduce-scatter of the codes"}
+
+
+@pytest.mark.parametrize("stage,mode", [(1, "flat"), (2, "flat"), (1, "host"), (2, "host"), (3, "host")])
+def test_the_updates_changes_shrink_only_the_gather_that_crosses_the_ring_or_the_hosts(stage, mode):
+    """--update-gather delta: flat, the whole gather after AdamW moves the changes; over hosts only its part across
+    them (a host's GPUs still gather their group's shares in bf16 at stages 1 and 2); nothing else moves."""
+    base, half = step(stage, mode), step(stage, mode, ubytes=1.0)
+    assert half["t_grad"] == base["t_grad"] and half["t_gather_micro"] == base["t_gather_micro"]
+    across = 2.0 / 8 * 3 / 4  # 1/G of the bf16 weights over the 4 hosts
+    if mode == "flat":
+        assert half["t_gather_after"] == pytest.approx(base["t_gather_after"] / 2)
+    else:
+        assert base["t_gather_after"] - half["t_gather_after"] == pytest.approx(across / 2)
+    assert half["t_step"] <= base["t_step"]
+
+
+def test_a_delta_gather_record_puts_the_changes_on_the_wire():
+    recs = [_netscale("one", 1, 3650.0, 71800.0, "2026-11-27"),
+            _netscale("delta", 2, 4010.0, 65300.0, "2026-11-27", grad_reduce="int8", update_gather="delta"),
+            _netscale("own", 2, 4010.0, 65300.0, "2026-11-27", update_gather="delta", update_bytes_per_param=1.3)]
+    by_run = {p["run"]: p for p in scaling_model.trainer_points(recs)[0]}
+    assert by_run["delta"]["ubytes"] == scaling_model.DELTA_BYTES and by_run["delta"]["wbytes"] == 2.0
+    assert by_run["own"]["ubytes"] == 1.3 and by_run["own"]["gbytes"] == 2.0

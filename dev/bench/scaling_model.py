@@ -23,10 +23,12 @@ Step time = one-GPU compute time + the communication that compute does not hide:
     share of the sums (--tail-fraction) comes after it.
 Hierarchical (--shard-over host) collectives are the sum of their in-host and across-host parts.
 Compressed communication (issue 29: weights all-gathered as FP8 or int8 codes with a scale per
-block, gradients reduced quantized): --weight-bytes and --grad-bytes give the bytes per parameter
-on the wire (bf16: 2; codes of one byte with an fp32 scale per 128: 1.03125) and the predictions
-are made with and without them, the gain beside each; a trainer record may carry its own
-weight_bytes_per_param / grad_bytes_per_param. A quantized reduction (ZeRO++'s all-to-all with
+block, gradients reduced quantized; issue 28: the updated weights gathered as their changes,
+--update-gather delta, across the hosts where sharded over them): --weight-bytes, --grad-bytes and
+--update-bytes give the bytes per parameter on the wire (bf16: 2; codes of one byte with an fp32
+scale per 128: 1.03125; the changes: 1.08 at the default lr) and the predictions are made with and
+without them, the gain beside each; a trainer record may carry its own weight_bytes_per_param /
+grad_bytes_per_param / update_bytes_per_param. A quantized reduction (ZeRO++'s all-to-all with
 fp32 sums, gradient bytes other than 2) takes nccl_bench's all_to_all points where there are some
 for its link (NCCL's grouped sends and receives, which need not move bytes as fast as its rings),
 else it is modelled as a reduce-scatter of the compressed bytes; the quantisation kernels' time is
@@ -163,17 +165,19 @@ def coll_time(params, nbytes, n):
 
 
 def step_time(stage, mode, hosts, gpn, micro, t_micro, nparams, links, lookup, tail, shape=None, wbytes=2.0,
-              gbytes=2.0):
+              gbytes=2.0, ubytes=2.0):
     """Modelled step time (s) and its parts. links maps the groups "flat" (all ranks),
     "host" (the G GPUs of a host) and "across" (one GPU per host) to a link kind;
     lookup(collective, link) gives {"alpha", "beta"}; it is called only for groups of 2 or more,
     so a configuration never asks for a link it does not use. wbytes, gbytes: bytes per parameter
-    of stage 3's per-layer weight gathers and of the gradients' reductions (bf16: 2); the gather of the updated
-    weights after AdamW is always exact bf16."""
+    of stage 3's per-layer weight gathers and of the gradients' reductions (bf16: 2); ubytes: of the gather of
+    the updated weights after AdamW, flat or across the hosts (--update-gather delta; bf16: 2), whose gather
+    inside a host stays bf16."""
     n = hosts * gpn
     rs = "reduce_scatter" if gbytes == 2.0 else "quantized_sum"  # what lookup() resolves (all_to_all_or_rs)
     w = wbytes * nparams  # bytes of all weights on the wire in stage 3's per-layer gathers
-    exact_w = 2.0 * nparams  # the updated weights' gather after AdamW is exact bf16 (codes only for stage 3's)
+    exact_w = 2.0 * nparams  # the updated weights in bf16: the gather inside a host
+    update_w = ubytes * nparams  # and as they cross the flat ring or the hosts: bf16 or their changes
     g = gbytes * nparams  # and of all gradients
 
     def t(coll, group, nranks, nbytes):
@@ -213,12 +217,12 @@ def step_time(stage, mode, hosts, gpn, micro, t_micro, nparams, links, lookup, t
             parts["t_exposed"] = parts["t_step"] - parts["t_compute"]
             return parts
         else:
-            parts["t_gather_after"] = t("all_gather", "flat", n, exact_w)
+            parts["t_gather_after"] = t("all_gather", "flat", n, update_w)
             exposed += gather_exposed(parts["t_gather_after"])
     else:  # hierarchical: in-host over G ranks, then across hosts over H ranks with 1/G of the bytes
         parts["t_grad"] = t(rs, "host", gpn, g) + t(rs, "across", hosts, g / gpn)
         exposed = grad_exposed(parts["t_grad"])
-        parts["t_gather_after"] = t("all_gather", "across", hosts, exact_w / gpn)
+        parts["t_gather_after"] = t("all_gather", "across", hosts, update_w / gpn)
         if stage == 3:
             parts["t_gather_micro"] = stage3_gathers("host", gpn)
         else:
@@ -232,6 +236,9 @@ def step_time(stage, mode, hosts, gpn, micro, t_micro, nparams, links, lookup, t
 
 
 CODE_BYTES = 1.0 + 4.0 / 128  # a one-byte code per value and an fp32 scale per 128 (llmc/kernels/block_codec.h)
+# --update-gather delta: a one-byte change per weight and 8 bytes per escape (llmc/kernels/delta_codec.h); 0.98%
+# escapes at lr 3e-4 and weights of std 0.02 (dev/bench/delta_gather_estimate.py), the netscale runs' setting
+DELTA_BYTES = 1.08
 
 
 def wire_bytes(r, flag_field, bytes_field):
@@ -241,6 +248,8 @@ def wire_bytes(r, flag_field, bytes_field):
         return float(r[bytes_field])
     if r.get(flag_field) in ("int8", "e4m3"):
         return CODE_BYTES
+    if flag_field == "update_gather" and r.get(flag_field) == "delta":
+        return DELTA_BYTES
     # --fp8 at stage 3 gathers its layers as their E4M3 codes, one byte a weight (llmc/parallel/zero_fp8.h): records
     # say fp8_codes, or auto where the trainer chose them (records of the time before them say nothing)
     fp8_codes = r.get(flag_field) == "fp8_codes" or (r.get(flag_field) == "auto" and r.get("precision") == "fp8"
@@ -284,6 +293,7 @@ def trainer_points(recs):
                     "link": r.get("link"), "measured": float(r["tokens_per_s_per_gpu"]),
                     "wbytes": wire_bytes(r, "weight_gather", "weight_bytes_per_param"),
                     "gbytes": wire_bytes(r, "grad_reduce", "grad_bytes_per_param"),
+                    "ubytes": wire_bytes(r, "update_gather", "update_bytes_per_param"),
                     "t_micro": float(one["ms"]) / 1000.0 / float(one_micro)})
     return pts, skipped
 
@@ -344,6 +354,14 @@ def default_t_micro(pts, key, given):
     return m["t_micro"], "built-in default"
 
 
+BF16_WIRE = (2.0, 2.0, 2.0)  # bytes per parameter of the weights' gathers, the gradients' sums, the update's gather
+
+
+def wire_of(args):
+    """The bytes per parameter the options put on the wire, as BF16_WIRE orders them."""
+    return (args.weight_bytes, args.grad_bytes, args.update_bytes)
+
+
 def predict(args, fits, pts):
     net = {"alpha": args.net_latency_us * 1e-6, "beta": 1.0 / (args.nic_gbit / 8.0 * 1e9 * args.net_efficiency)}
     nv_default = {"alpha": args.nvlink_latency_us * 1e-6, "beta": 1.0 / (args.nvlink_gbs * 1e9)}
@@ -377,19 +395,26 @@ def predict(args, fits, pts):
                              f"{micro * per_micro} tokens")
             for stage, mode in MODES:
                 links = {"flat": "net" if hosts > 1 else "nvlink", "host": "nvlink", "across": "net"}
-                for wbytes, gbytes in sorted({(2.0, 2.0), (args.weight_bytes, args.grad_bytes)}, reverse=True):
+                for wbytes, gbytes, ubytes in sorted({BF16_WIRE, wire_of(args)}, reverse=True):
                     parts = step_time(stage, mode, hosts, GPUS_PER_HOST, micro, t_micro, m["params"], links,
-                                      lookup, args.tail_fraction, (m["layers"], m["layer_params"]), wbytes, gbytes)
+                                      lookup, args.tail_fraction, (m["layers"], m["layer_params"]), wbytes, gbytes,
+                                      ubytes)
                     tps = m["B"] * m["T"] * micro / parts["t_step"]
                     preds.append({"kind": "prediction", "model": m["name"], "hosts": hosts,
                                   "gpus_per_host": GPUS_PER_HOST, "stage": stage, "mode": mode,
                                   "micro_steps": micro, "weight_bytes_per_param": wbytes,
-                                  "grad_bytes_per_param": gbytes, "tokens_per_s_per_gpu": tps,
+                                  "grad_bytes_per_param": gbytes, "update_bytes_per_param": ubytes,
+                                  "tokens_per_s_per_gpu": tps,
                                   "fraction_of_one_gpu": parts["t_compute"] / parts["t_step"], **parts})
     for coll, s in sorted(nv_src.items()):
         notes.append(f"nvlink {coll}: " + ("fitted parameters" if s == "fit" else
                      f"{args.nvlink_gbs:g} GB/s, {args.nvlink_latency_us:g} us (options/defaults)"))
     return preds, notes
+
+
+def wire_words(args):
+    return (f"weights {args.weight_bytes:g}, gradients {args.grad_bytes:g} and the updated weights "
+            f"{args.update_bytes:g} bytes per parameter on the wire")
 
 
 def text_table(headers, rows):
@@ -475,14 +500,18 @@ def main():
                          "gain (2 = bf16, the default: none; 1.03125 = one-byte codes with an fp32 scale per 128)")
     ap.add_argument("--grad-bytes", type=float, default=2.0, metavar="B",
                     help="bytes per parameter of the gradients' reductions, likewise (2 = bf16)")
+    ap.add_argument("--update-bytes", type=float, default=2.0, metavar="B",
+                    help="bytes per parameter of the updated weights' gather after AdamW at stages 1 and 2, and "
+                         "across the hosts with --shard-over host, likewise (2 = bf16; %g = --update-gather "
+                         "delta at the default lr)" % DELTA_BYTES)
     args = ap.parse_args()
     args.nvlink_given = args.nvlink_gbs is not None or args.nvlink_latency_us is not None
     args.nvlink_gbs = 370.0 if args.nvlink_gbs is None else args.nvlink_gbs
     args.nvlink_latency_us = 15.0 if args.nvlink_latency_us is None else args.nvlink_latency_us
     if not 0 <= args.tail_fraction <= 1:
         die("--tail-fraction must lie in [0, 1]")
-    if not (0 < args.weight_bytes <= 4 and 0 < args.grad_bytes <= 4):
-        die("--weight-bytes and --grad-bytes must lie in (0, 4]")
+    if not all(0 < b <= 4 for b in wire_of(args)):
+        die("--weight-bytes, --grad-bytes and --update-bytes must lie in (0, 4]")
 
     recs = read_records(args.results)
     fits = fit_all(nccl_points(recs))
@@ -511,7 +540,7 @@ def main():
         ctx["run"] = p["run"]
         parts = step_time(p["stage"], p["mode"], p["hosts"], p["gpus_per_host"], p["micro_steps"], p["t_micro"],
                           p["params"], point_links(p), lookup, args.tail_fraction, model_shape(p["model"]),
-                          p["wbytes"], p["gbytes"])
+                          p["wbytes"], p["gbytes"], p["ubytes"])
         pred = p["B"] * p["T"] * p["micro_steps"] / parts["t_step"]
         err = (pred - p["measured"]) / p["measured"]
         worst = max(worst, abs(err))
@@ -538,30 +567,32 @@ def main():
           f"{args.nic_gbit:g} Gb/s per GPU x {args.net_efficiency:g}, {args.net_latency_us:g} us")
     for n in pnotes:
         print("note:", n)
-    compressed = (args.weight_bytes, args.grad_bytes) != (2.0, 2.0)
+    compressed = wire_of(args) != BF16_WIRE
     pheads = ["model", "hosts", "micro"] + [f"Z{s} {m}" for s, m in MODES]
 
-    def prediction_rows(wbytes, gbytes, gain):
+    def prediction_rows(wire, gain):
         rows = []
         for name in [m["name"] for m in MODELS.values()]:
             for hosts in HOSTS:
-                ps = {(p["stage"], p["mode"]): p for p in preds if p["model"] == name and p["hosts"] == hosts
-                      and (p["weight_bytes_per_param"], p["grad_bytes_per_param"]) == (wbytes, gbytes)}
-                base = {(p["stage"], p["mode"]): p for p in preds if p["model"] == name and p["hosts"] == hosts
-                        and (p["weight_bytes_per_param"], p["grad_bytes_per_param"]) == (2.0, 2.0)}
+                def of(wire_bytes):
+                    return {(p["stage"], p["mode"]): p for p in preds if p["model"] == name and p["hosts"] == hosts
+                            and wire_key(p) == wire_bytes}
+                ps, base = of(wire), of(BF16_WIRE)
                 rows.append([name, hosts, ps[MODES[0]]["micro_steps"]] + [
                     f"{ps[k]['tokens_per_s_per_gpu']:.0f} (" + (
                         f"{ps[k]['tokens_per_s_per_gpu'] / base[k]['tokens_per_s_per_gpu']:.2f}x" if gain else
                         f"{100 * ps[k]['fraction_of_one_gpu']:.0f}%") + ")" for k in MODES])
         return rows
 
-    prows = prediction_rows(2.0, 2.0, False)
+    def wire_key(p):
+        return (p["weight_bytes_per_param"], p["grad_bytes_per_param"], p["update_bytes_per_param"])
+
+    prows = prediction_rows(BF16_WIRE, False)
     print("\n".join(text_table(pheads, prows)))
     crows = []
     if compressed:
-        print(f"\nThe same with compressed communication: weights {args.weight_bytes:g} and gradients "
-              f"{args.grad_bytes:g} bytes per parameter on the wire; tokens/s per GPU (gain over bf16)")
-        crows = prediction_rows(args.weight_bytes, args.grad_bytes, True)
+        print(f"\nThe same with compressed communication: {wire_words(args)}; tokens/s per GPU (gain over bf16)")
+        crows = prediction_rows(wire_of(args), True)
         print("\n".join(text_table(pheads, crows)))
 
     if args.json:
@@ -579,8 +610,7 @@ def main():
                "host = --shard-over host.", ""] + md_table(pheads, prows)
         if compressed:
             md += ["", f"### The same with compressed communication (gain over bf16)", "",
-                   f"Weights {args.weight_bytes:g} and gradients {args.grad_bytes:g} bytes per parameter on the "
-                   "wire.", ""] + md_table(pheads, crows)
+                   wire_words(args)[0].upper() + wire_words(args)[1:] + ".", ""] + md_table(pheads, crows)
         with open(args.markdown, "w") as f:
             f.write("\n".join(md) + "\n")
         print(f"Markdown written to {args.markdown}")

@@ -108,3 +108,14 @@ def test_a_series_is_a_table_of_its_own_and_stays_out_of_the_headline():
     header, _, row = report.headline_lines(recs)[0].splitlines()
     at = dict(zip([c.strip() for c in header.strip("|").split("|")], [c.strip() for c in row.strip("|").split("|")]))
     assert at["llmq (bf16)"] == "58.0k, 45.0 GiB", at
+
+
+def test_a_series_of_several_micro_step_counts_is_one_table_whose_rows_name_them():
+    """A lease's series ran llmq at its 16 micro-steps and train_llama at 20 (2026-11-27): one table, not one per
+    count, each row saying its micro-steps."""
+    lease = dict(series="one lease")
+    recs = [rec("llmq", 16, 2048, 56870, 78.9, grad_accum=16, **lease),
+            rec("train_llama", 12, 2048, 57131, 70.4, recompute=0, grad_accum=20, **lease)]
+    text = "\n".join(report.e2e_section(recs, "/nonexistent", None))
+    assert text.count("## llama3.2-1b") == 1 and "micro-steps per optimizer step" not in text, text
+    assert "| 12 × 2048, 20 micro-steps |  | 57.1k" in text and "| 16 × 2048, 16 micro-steps | 56.9k" in text, text

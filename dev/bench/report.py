@@ -167,10 +167,12 @@ def measured_line(recs):
 def e2e_section(records, img_dir, plt):
     lines = []
     records = dedupe(records, e2e_setting)
-    # a series (bench_e2e.py --series: runs of one lease that re-measure some rows) is a table of its own
-    group_of = lambda r: (r.get("model"), r.get("layers"), r.get("gpu"), r.get("grad_accum", 1),  # noqa: E731
-                          r.get("series") or "")
-    groups = sorted(set(group_of(r) for r in records), key=lambda g: (str(g[0]), g[1] or 0, str(g[2]), g[3], g[4]))
+    # a series (bench_e2e.py --series: runs of one lease that re-measure some rows) is a table of its own, whatever
+    # its runs' micro-steps (0 here; each row names its own)
+    group_of = lambda r: (r.get("model"), r.get("layers"), r.get("gpu"),  # noqa: E731
+                          0 if r.get("series") else r.get("grad_accum", 1), r.get("series") or "")
+    groups = sorted(set(group_of(r) for r in records),
+                    key=lambda g: (str(g[0]), g[1] or 0, str(g[2]), g[4] != "", g[3], g[4]))  # series last
     many_gpus = len(set(g[2] for g in groups)) > 1
     for model, layers, gpu, accum, series in groups:
         recs = [r for r in records if group_of(r) == (model, layers, gpu, accum, series)]
@@ -189,7 +191,9 @@ def e2e_section(records, img_dir, plt):
         notes = []
         rows = []
         for B, T in rows_bt:
-            rows.append(["%d × %d" % (B, T)] + [e2e_cell(at.get((v, B, T)), notes) for v in variants])
+            steps = sorted(set(r.get("grad_accum", 1) for r in recs if (r["B"], r["T"]) == (B, T)))
+            label = "%d × %d" % (B, T) + (", %s micro-steps" % " / ".join(map(str, steps)) if series else "")
+            rows.append([label] + [e2e_cell(at.get((v, B, T)), notes) for v in variants])
         lines.append(md_table(["B × T"] + [variant_name(v) for v in variants], rows))
         lines.append("")
         lines.append("OOM: out of GPU memory; OOM†: not run, a shorter T (or smaller B) already ran out; "

@@ -9,6 +9,10 @@ typical size on weights of typical spread: an Adam step is lr x m / sqrt(v), bet
 (uniform here) and of either sign, plus decoupled weight decay (0.1). Weights near zero, whose bf16 ulp is below
 lr / 127, escape; the smaller the weights and the larger lr, the more.
 
+Packed (llmc/kernels/delta_codec.h), a change in [-7, 7] travels as a nibble and a wider one as the nibble's marker
+and its byte in a stream beside them (an escape as well, beside its entry): half a byte a weight, a byte per wide
+change, 4 bytes per 4,096 weights, and the escapes' 8; zero.h packs a bucket where that is less than the byte codes.
+
   python3 dev/bench/delta_gather_estimate.py
   python3 dev/bench/delta_gather_estimate.py --lr 3e-4 --std 0.02 0.008
 """
@@ -23,12 +27,13 @@ def bf16_bits(x):
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
 
 
-def escapes(lr, std, n, rng, decay=0.1):
-    """The fraction of weights whose bf16 bit change after one AdamW step does not fit a signed byte."""
+def changes(lr, std, n, rng, decay=0.1):
+    """The fractions of weights whose bf16 bit change after one AdamW step does not fit a signed byte (escapes) and
+    does not fit a nibble's [-7, 7] (wide, the escapes among them)."""
     w = rng.normal(0.0, std, n).astype(np.float32)
     step = lr * rng.uniform(0.1, 1.0, n) * rng.choice([-1.0, 1.0], n) + lr * decay * w
-    change = bf16_bits(w - step).astype(np.int32) - bf16_bits(w).astype(np.int32)
-    return float(np.mean(np.abs(change) > 127))
+    change = np.abs(bf16_bits(w - step).astype(np.int32) - bf16_bits(w).astype(np.int32))
+    return float(np.mean(change > 127)), float(np.mean(change > 7))
 
 
 def main():
@@ -39,12 +44,15 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     rng = np.random.default_rng(args.seed)
-    print("lr        weight std  escapes   bytes a weight  of bf16's 2")
+    print("lr        weight std  escapes  wide     bytes a weight: codes  packed  sent  of bf16's 2")
     for lr in args.lr:
         for std in args.std:
-            e = escapes(lr, std, args.n, rng)
-            size = 1.0 + 8.0 * e
-            print("%-9g %-11g %6.2f%%   %5.3f           %.2fx" % (lr, std, 100 * e, size, size / 2))
+            e, wide = changes(lr, std, args.n, rng)
+            codes = 1.0 + 8.0 * e
+            packed = 0.5 + wide + 4.0 / 4096 + 8.0 * e
+            sent = min(codes, packed)
+            print("%-9g %-11g %6.2f%%  %6.2f%%  %5.3f                  %5.3f   %5.3f %.2fx" %
+                  (lr, std, 100 * e, 100 * wide, codes, packed, sent, sent / 2))
 
 
 if __name__ == "__main__":

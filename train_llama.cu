@@ -437,6 +437,7 @@ static void gpu_annotate(void *ctx, StepLog *r)
 {
     GpuRun *g = (GpuRun *)ctx;
     step_log_gpu(r, g->a, g->total_batch, g->world, g->flops_per_token);
+    r->update_bytes = g->m->params.zero.update_bytes;
 }
 
 /* --profile-step: where the step's GPU time went, after its log line (reading the events here, after the step's

@@ -25,8 +25,9 @@
 #                identities the design promises (stages 2 and 3 accumulating
 #                locally = stage 1; the stages over hosts = each other), and
 #                --offload optimizer at stages 1 and 3, flat and over hosts,
-#                and --update-gather delta at stages 1 and 2 and over hosts at
-#                2 and 3, bit-identical to the same runs without them
+#                bit-identical to the same runs without them
+#   delta        the same for --update-gather delta at stages 1 and 2 and over
+#                hosts at 2 and 3 (the changes as byte codes and packed)
 #   netscale     Llama 3.2 1B, B=8, T=2048, a 0.5M-token global batch, on the
 #                network stand-in: 1 GPU; 2 hosts x 1 GPU (stages 1 to 3, and
 #                stage 3 reduce-scattering every micro-step as before issue 28;
@@ -72,7 +73,7 @@
 #                ZeRO 1-3 (bf16, --fp8) against torchtitan's FSDP2 and HSDP (compile, float8 tensorwise; its
 #                wheels from .whl/ into /tmp/site); PEERS_SYSTEMS="..." runs some of them (all take about 10 min on
 #                H100s), PEERS_RECOMPUTE=N train_llama's at --recompute N (its rows named so beside the default's)
-# Usage: scripts/multi_gpu_check.sh [build] [equivalence] [modes] [scaling] [scaling8b] [netscale] [nccl]
+# Usage: scripts/multi_gpu_check.sh [build] [equivalence] [modes] [delta] [scaling] [scaling8b] [netscale] [nccl]
 #        [scaling8b4] [fp32sums] [netns] [checkpoint] [qmatrix] [fp8gather] [qconvergence] [peers]
 set -u
 cd "$(dirname "$0")/.."
@@ -130,6 +131,8 @@ rec = {"check": check, "run": label, **extra,
        "ms": statistics.median(r["ms"] for r in timed), "mfu": statistics.median(r["mfu"] for r in timed),
        "peak_mem_gib": max(r["peak_mem_gib"] for r in recs), "device_mem_gib": max(r["device_mem_gib"] for r in recs),
        "steps_timed": len(timed), "losses": [r["loss"] for r in recs]}
+if all("update_bytes_per_param" in r for r in timed):  # --update-gather delta: the bytes the trainer sent
+    rec["update_bytes_per_param"] = statistics.median(r["update_bytes_per_param"] for r in timed)
 print(f"{label}: {rec['tokens_per_s_per_gpu']:.0f} tokens/s per GPU, step {rec['ms']:.0f} ms, MFU "
       f"{100 * rec['mfu']:.1f}%, peak {rec['peak_mem_gib']:.2f} GiB")
 open(results, "a").write(json.dumps(rec) + "\n")
@@ -240,19 +243,6 @@ EOF
             --log "$out/md_qwz_int8_z3.jsonl"
         run md_qwz_e4m3_qgz_int8_sharded_z3 "${mpi[@]}" "${small[@]}" "${accum[@]}" --zero-stage 3 \
             --grad-accum sharded --weight-gather e4m3 --grad-reduce int8 --log "$out/md_qwz_e4m3_qgz_int8_sharded_z3.jsonl"
-        # --update-gather delta (issue 28): stages 1 and 2's new weights as their changes, the same bits as gathered
-        run md_delta_z1 "${mpi[@]}" "${small[@]}" -B $((4 / np)) --zero-stage 1 --update-gather delta \
-            --log "$out/md_delta_z1.jsonl"
-        run md_delta_accum_z2 "${mpi[@]}" "${small[@]}" "${accum[@]}" --zero-stage 2 --update-gather delta \
-            --log "$out/md_delta_accum_z2.jsonl"
-        for z in 2 3; do # over hosts: across them
-            run "md_delta_hosts_z$z" "${hosts2[@]}" "${small[@]}" -B $((4 / np)) --zero-stage $z --shard-over host \
-                --update-gather delta --log "$out/md_delta_hosts_z$z.jsonl"
-        done
-        for name in md_delta_z1 md_delta_accum_z2 md_delta_hosts_z2 md_delta_hosts_z3; do # not every bucket whole
-            grep -q "the first step gathered [1-9][0-9]* of" "$out/$name.log" ||
-                { echo "FAIL $name gathered no bucket as its changes"; grep "update-gather" "$out/$name.log"; status=1; }
-        done
         # --fp8 at stage 3 (issue 29): the layers' weights gathered as their FP8 codes (the default) against gathered
         # in bf16 and quantized at each use: the same bits, flat and over stand-in hosts
         for where in flat hosts; do
@@ -296,13 +286,56 @@ bad += identical(out, results, [
     (["md_offload_z1", "eq_mpirun_z1"], "--offload optimizer, stage 1 = AdamW on the GPUs"),
     (["md_offload_accum_z3", "eq_accum_z3"], "--offload optimizer, stage 3 accumulating = AdamW on the GPUs"),
     (["md_offload_hosts_z3", "md_hosts_z3"], "--offload optimizer over hosts, stage 3 = AdamW on the GPUs"),
-    (["md_delta_z1", "eq_mpirun_z1"], "--update-gather delta, stage 1 = the bf16 gather"),
-    (["md_delta_accum_z2", "eq_accum_z2"], "--update-gather delta, stage 2 accumulating = the bf16 gather"),
-    (["md_delta_hosts_z2", "md_hosts_z2"], "--update-gather delta over hosts, stage 2 = the bf16 gather"),
-    (["md_delta_hosts_z3", "md_hosts_z3"], "--update-gather delta over hosts, stage 3 = the bf16 gather"),
     (["md_fp8_auto_flat_z3", "md_fp8_bf16_flat_z3"], "--fp8 stage 3: FP8 codes gathered = bf16 gathered, quantized"),
     (["md_fp8_auto_hosts_z3", "md_fp8_bf16_hosts_z3"], "--fp8 stage 3 over hosts: codes gathered = bf16 gathered")],
     check="modes_identity")
+sys.exit(1 if bad else 0)
+EOF
+        ;;
+    delta)
+        # --update-gather delta (issue 28): stages 1 and 2's new weights as their changes, as one-byte codes or
+        # packed (a nibble a weight), bit-identical to the same runs gathering bf16
+        small=(./train_llama --preset small -T 256 --random-data --steps 20 --warmup 2 --lr 1e-3 --gemm-autotune 0)
+        accum=(-T 128 -B $((4 / np)) --total-batch 1024)
+        [ -f "$out/eq_mpirun_z1.jsonl" ] || run eq_mpirun_z1 "${mpi[@]}" "${small[@]}" -B $((4 / np)) --zero-stage 1 \
+            --log "$out/eq_mpirun_z1.jsonl"
+        [ -f "$out/eq_accum_z2.jsonl" ] || run eq_accum_z2 "${mpi[@]}" "${small[@]}" "${accum[@]}" --zero-stage 2 \
+            --log "$out/eq_accum_z2.jsonl"
+        for z in 2 3; do
+            [ -f "$out/md_hosts_z$z.jsonl" ] || run "md_hosts_z$z" "${hosts2[@]}" "${small[@]}" -B $((4 / np)) \
+                --zero-stage $z --shard-over host --log "$out/md_hosts_z$z.jsonl"
+        done
+        run md_delta_z1 "${mpi[@]}" "${small[@]}" -B $((4 / np)) --zero-stage 1 --update-gather delta \
+            --log "$out/md_delta_z1.jsonl"
+        run md_delta_accum_z2 "${mpi[@]}" "${small[@]}" "${accum[@]}" --zero-stage 2 --update-gather delta \
+            --log "$out/md_delta_accum_z2.jsonl"
+        for z in 2 3; do # over hosts: across them
+            run "md_delta_hosts_z$z" "${hosts2[@]}" "${small[@]}" -B $((4 / np)) --zero-stage $z --shard-over host \
+                --update-gather delta --log "$out/md_delta_hosts_z$z.jsonl"
+        done
+        for name in md_delta_z1 md_delta_accum_z2 md_delta_hosts_z2 md_delta_hosts_z3; do # not every bucket whole
+            grep -q "the first step gathered [1-9][0-9]* of" "$out/$name.log" ||
+                { echo "FAIL $name gathered no bucket as its changes"; grep "update-gather" "$out/$name.log"; status=1; }
+        done
+        python3 - "$out" "$results" << 'EOF' || status=1
+import json, sys
+sys.path.insert(0, "scripts")
+from loss_checks import identical
+out, results = sys.argv[1:3]
+names = ["md_delta_z1", "md_delta_accum_z2", "md_delta_hosts_z2", "md_delta_hosts_z3"]
+bad = identical(out, results, [
+    (["md_delta_z1", "eq_mpirun_z1"], "--update-gather delta, stage 1 = the bf16 gather"),
+    (["md_delta_accum_z2", "eq_accum_z2"], "--update-gather delta, stage 2 accumulating = the bf16 gather"),
+    (["md_delta_hosts_z2", "md_hosts_z2"], "--update-gather delta over hosts, stage 2 = the bf16 gather"),
+    (["md_delta_hosts_z3", "md_hosts_z3"], "--update-gather delta over hosts, stage 3 = the bf16 gather")],
+    check="delta_identity")
+# the packed form ran: byte codes alone take a byte a weight and more, so a step under it packed
+sizes = [r["update_bytes_per_param"] for n in names for r in map(json.loads, open(f"{out}/{n}.jsonl"))
+         if "update_bytes_per_param" in r]
+packed = bool(sizes) and min(sizes) < 1.0
+bad += not packed
+print(f"{'PASS' if packed else 'FAIL'} delta: some steps packed the changes (bytes a weight {min(sizes, default=0):.3f} "
+      f"to {max(sizes, default=0):.3f} over {len(sizes)} steps)")
 sys.exit(1 if bad else 0)
 EOF
         ;;

@@ -304,13 +304,15 @@ static inline void dist_all_reduce_sum(const DistGroup *g, void *buf, int64_t co
     profile_pop(stream);
 }
 
-/* buf[count] floats = the largest over the group's ranks, in place (exact in any order). */
-static inline void dist_all_reduce_max(const DistGroup *g, float *buf, int64_t count, cudaStream_t stream)
+/* buf[count] = the largest over the group's ranks, in place (exact in any order). element_bytes: 4 (fp32) or 8
+ * (uint64). */
+static inline void dist_all_reduce_max(const DistGroup *g, void *buf, int64_t count, int element_bytes,
+                                       cudaStream_t stream)
 {
     if (g->size == 1)
         return;
     profile_push(PROF_COMM, stream);
-    NCCL_CHECK(ncclAllReduce(buf, buf, (size_t)count, ncclFloat32, ncclMax, g->comm, stream));
+    NCCL_CHECK(ncclAllReduce(buf, buf, (size_t)count, dist_type(element_bytes), ncclMax, g->comm, stream));
     profile_pop(stream);
 }
 

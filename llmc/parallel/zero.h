@@ -76,6 +76,7 @@
 
 #include "llmc/common/cuda_common.h"
 #include "llmc/kernels/block_codec.h"
+#include "llmc/kernels/delta_codec.h"
 #include "llmc/parallel/distributed.h"
 #include "llmc/parallel/zero_plan.h"
 #include "llmc/model/param_layout.h"
@@ -151,21 +152,26 @@ typedef struct {
     int weight_holds[ZERO_SLOTS]; /* bucket gathered into each weight slot, -1: none */
     struct ZeroFp8 *fp8;          /* stage 3 with --fp8: the layer buckets gathered as codes (zero_fp8.h), or NULL */
     /* --update-gather delta (zero_delta_active): */
-    int8_t *change;                       /* [state_total] AdamW's change codes of each update range, at state_at */
-    int8_t *change_all;                   /* [largest padded bucket] a bucket's codes from every rank */
-    unsigned long long *escapes;          /* each bucket's escape list (count, then entries) at escape_at[b] */
-    unsigned long long *escapes_all;      /* [world x (1 + the largest room)] every rank's list of a bucket */
-    int64_t *escape_at, *escape_room;     /* [n_buckets] */
-    float *escape_count, *h_escape_count; /* [n_buckets] the largest count over the ranks, device and pinned host */
-    int delta_told;                       /* the first step's account was printed */
+    int8_t *change;                   /* [state_total] AdamW's change codes of each update range, at state_at */
+    int8_t *change_all;               /* [largest padded bucket] a bucket's codes or packed messages from every rank */
+    unsigned long long *escapes;      /* each bucket's escape list (count, then entries) at escape_at[b] */
+    unsigned long long *escapes_all;  /* [world x (1 + the largest room)] every rank's list of a bucket */
+    int64_t *escape_at;               /* [n_buckets + 1] the last entry: where the last list ends */
+    int64_t *escape_room;             /* [n_buckets] */
+    uint32_t *wide_offsets;           /* each bucket's chunks' offsets in a packed message, at wide_at[b] */
+    int64_t *wide_at;                 /* [n_buckets + 1] */
+    unsigned long long *delta_counts; /* [2 n_buckets] each bucket's escapes, then its wide codes: this rank's, */
+    unsigned long long *h_delta_counts; /* then the largest over the ranks; and on the host (pinned) */
+    int delta_told;                     /* the first step's account was printed */
+    double update_bytes; /* --update-gather delta: the last update's gathers, bytes on the wire a weight a rank sent */
 } Zero;
 
 struct ZeroFp8;
 static inline void zero_fp8_gather(Zero *z, int b, int slot);
 static inline void zero_fp8_weights_changed(Zero *z);
 static inline void zero_fp8_free(Zero *z);
-static inline void zero_escape_counts_(Zero *z);
-static inline void zero_gather_changes_(Zero *z, int b, const DistGroup *g, bf16 *dst, int self);
+static inline void zero_delta_counts_(Zero *z);
+static inline int64_t zero_gather_changes_(Zero *z, int b, const DistGroup *g, bf16 *dst, int self, int *packed);
 
 /* acc[i] += x[i], summed in fp32 and rounded once; n a multiple of 8, both 16-byte aligned. */
 __global__ void zero_add_kernel(bf16 *__restrict__ acc, const bf16 *__restrict__ x, int64_t n8)
@@ -410,12 +416,14 @@ static inline void zero_configure(Zero *z, const Dist *dist, const ParamLayout *
     z->state_total = zero_state_offsets(&z->plan, opt->stage, rank, z->state_at);
     for (int s = 0; s < ZERO_SLOTS; s++)
         z->weight_holds[s] = -1;
-    z->escape_at = (int64_t *)malloc_check(sizeof(int64_t) * n, "ZeRO escape lists");
+    z->escape_at = (int64_t *)malloc_check(sizeof(int64_t) * (n + 1), "ZeRO escape lists");
     z->escape_room = (int64_t *)malloc_check(sizeof(int64_t) * n, "ZeRO escape lists");
-    for (int64_t b = 0, at = 0; b < n; b++) { /* each list 16-byte aligned */
-        z->escape_at[b] = at;
+    z->wide_at = (int64_t *)malloc_check(sizeof(int64_t) * (n + 1), "ZeRO packed changes");
+    z->escape_at[0] = z->wide_at[0] = 0;
+    for (int b = 0; b < n; b++) { /* each list and each bucket's offsets 16-byte aligned */
         z->escape_room[b] = z->update_count[b] / ZERO_DELTA_ESCAPES;
-        at += (1 + z->escape_room[b] + 1) / 2 * 2;
+        z->escape_at[b + 1] = z->escape_at[b] + (1 + z->escape_room[b] + 1) / 2 * 2;
+        z->wide_at[b + 1] = z->wide_at[b] + (delta_chunks(z->update_count[b]) + 3) / 4 * 4;
         const ZeroBucket *bk = &z->plan.buckets[b];
         if (opt->update == ZERO_UPDATE_DELTA && opt->stage <= 2 &&
             z->update_at[b] !=
@@ -448,6 +456,7 @@ typedef struct {
     int64_t codes[2];      /* one byte each (and an fp32 scale per 128): quantized sums' and gathers' codes */
     int64_t change[2];     /* one byte each: --update-gather delta's codes of this rank and of a bucket's ranks */
     int64_t escapes[2];    /* 8 bytes each: this rank's escape lists, and a bucket's every rank's */
+    int64_t wide_offsets;  /* 4 bytes each: the chunks' offsets of this rank's packed changes */
 } ZeroSizes;
 
 static inline ZeroSizes zero_sizes_(const Zero *z, int full_grads)
@@ -482,14 +491,14 @@ static inline ZeroSizes zero_sizes_(const Zero *z, int full_grads)
         for (int s = 0; s < ZERO_SLOTS; s++)
             n.codes[0] = zero_slot_elements(z, s) > n.codes[0] ? zero_slot_elements(z, s) : n.codes[0];
     if (zero_delta_active(z)) {
-        int last = p->n_buckets - 1;
         int64_t room = 0;
         for (int b = 0; b < p->n_buckets; b++)
             room = z->escape_room[b] > room ? z->escape_room[b] : room;
         n.change[0] = z->state_total;
-        n.change[1] = largest;
-        n.escapes[0] = z->escape_at[last] + (1 + z->escape_room[last] + 1) / 2 * 2;
+        n.change[1] = largest; /* a packed message is gathered only where it is smaller than the codes */
+        n.escapes[0] = z->escape_at[p->n_buckets];
         n.escapes[1] = (int64_t)z->dist->world * (1 + room);
+        n.wide_offsets = z->wide_at[p->n_buckets];
     }
     return n;
 }
@@ -500,7 +509,8 @@ static inline size_t zero_device_bytes(const Zero *z, int full_grads)
     ZeroSizes n = zero_sizes_(z, full_grads);
     return (size_t)(n.params + n.grads + n.staging + n.sum_scratch) * sizeof(bf16) + (size_t)n.sum32 * sizeof(float) +
            (size_t)(n.codes[0] + n.codes[1]) + (size_t)block_codec_blocks(n.codes[0] + n.codes[1]) * sizeof(float) +
-           (size_t)(n.change[0] + n.change[1]) + (size_t)(n.escapes[0] + n.escapes[1]) * 8;
+           (size_t)(n.change[0] + n.change[1]) + (size_t)(n.escapes[0] + n.escapes[1]) * 8 +
+           (size_t)n.wide_offsets * sizeof(uint32_t);
 }
 
 /* Allocates the weights and gradients (zeros: the padding must stay zero, and no
@@ -547,8 +557,11 @@ static inline void zero_allocate(Zero *z, int full_grads)
         z->change_all = (int8_t *)cuda_malloc_named((size_t)size.change[1], "ZeRO new weights' change codes");
         z->escapes = (unsigned long long *)cuda_malloc_named((size_t)size.escapes[0] * 8, "ZeRO escape lists");
         z->escapes_all = (unsigned long long *)cuda_malloc_named((size_t)size.escapes[1] * 8, "ZeRO escape lists");
-        z->escape_count = (float *)cuda_malloc_named(sizeof(float) * n, "ZeRO escape counts");
-        CUDA_CHECK(cudaMallocHost(&z->h_escape_count, sizeof(float) * n));
+        z->wide_offsets =
+            (uint32_t *)cuda_malloc_named((size_t)size.wide_offsets * sizeof(uint32_t), "ZeRO packed changes' offsets");
+        z->delta_counts =
+            (unsigned long long *)cuda_malloc_named(sizeof(unsigned long long) * 2 * n, "ZeRO escape and wide counts");
+        CUDA_CHECK(cudaMallocHost(&z->h_delta_counts, sizeof(unsigned long long) * 2 * n));
     }
     for (int s = 0; s < ZERO_SLOTS; s++) {
         size_t bytes = (size_t)zero_slot_elements(z, s) * sizeof(bf16);
@@ -592,9 +605,10 @@ static inline void zero_free(Zero *z)
         cuda_free(z->change_all);
         cuda_free(z->escapes);
         cuda_free(z->escapes_all);
-        cuda_free(z->escape_count);
-        if (z->h_escape_count)
-            CUDA_CHECK(cudaFreeHost(z->h_escape_count));
+        cuda_free(z->wide_offsets);
+        cuda_free(z->delta_counts);
+        if (z->h_delta_counts)
+            CUDA_CHECK(cudaFreeHost(z->h_delta_counts));
         CUDA_CHECK(cudaEventDestroy(z->comm_done));
         CUDA_CHECK(cudaEventDestroy(z->params_changed));
         CUDA_CHECK(cudaStreamDestroy(z->comm));
@@ -608,6 +622,7 @@ static inline void zero_free(Zero *z)
     free(z->group_at);
     free(z->escape_at);
     free(z->escape_room);
+    free(z->wide_at);
     zero_plan_free(&z->plan);
     memset(z, 0, sizeof(*z));
 }
@@ -777,37 +792,44 @@ static inline void zero_params_changed(Zero *z, cudaStream_t compute)
     zero_shares_written(z);
     if (z->dist->world == 1 || z->stage == 0)
         return;
-    int delta = zero_delta_active(z), as_changes = 0;
+    int delta = zero_delta_active(z), as_changes = 0, as_packed = 0, packed = 0;
+    int64_t sent = 0, weights = 0; /* this rank's, in the gathers that may carry changes (flat, or across hosts) */
     if (delta)
-        zero_escape_counts_(z);
+        zero_delta_counts_(z);
     for (int b = 0; b < z->plan.n_buckets; b++) {
         const ZeroBucket *bk = &z->plan.buckets[b];
-        int changes = delta && z->h_escape_count[b] <= (float)z->escape_room[b];
+        int changes = delta && z->h_delta_counts[b] <= (unsigned long long)z->escape_room[b];
         as_changes += changes;
+        weights += z->update_count[b];
+        sent += changes ? 0 : 2 * z->update_count[b];
+        packed = 0;
         if (z->stage >= 3) {
             if (changes)
-                zero_gather_changes_(z, b, z->replica, z->params + z->group_at[b], z->replica_index);
+                sent += zero_gather_changes_(z, b, z->replica, z->params + z->group_at[b], z->replica_index, &packed);
             else if (z->replica->size > 1)
                 dist_all_gather(z->replica, zero_update_weights(z, b), z->params + z->group_at[b], bk->shard, 2,
                                 z->comm);
+            as_packed += packed;
             continue;
         }
         bf16 *full = z->params + bk->padded_offset, *group = full + (int64_t)z->position * bk->group_share;
         if (changes && z->replica->size == 1) { /* flat: over all ranks */
-            zero_gather_changes_(z, b, z->shard, full, z->position);
+            sent += zero_gather_changes_(z, b, z->shard, full, z->position, &packed);
         } else if (changes) { /* over hosts: the changes across them, then the group shares inside each in bf16 */
-            zero_gather_changes_(z, b, z->replica, group, z->replica_index);
+            sent += zero_gather_changes_(z, b, z->replica, group, z->replica_index, &packed);
             dist_all_gather(z->shard, group, full, bk->group_share, 2, z->comm);
         } else {
             zero_gather_bucket(z, b, zero_update_weights(z, b), full, z->comm);
         }
+        as_packed += packed;
         CUDA_CHECK(cudaEventRecord(z->bucket_gathered[b], z->comm));
         z->gather_pending[b] = 1;
     }
-    if (zero_delta_active(z) && !z->delta_told) { /* rank 0's, the others' stdout being silent */
-        printf("--update-gather delta: the first step gathered %d of %d buckets as their changes, the rest whole (more "
-               "escapes than a 1/%d of the share)\n",
-               as_changes, z->plan.n_buckets, ZERO_DELTA_ESCAPES);
+    z->update_bytes = delta ? (double)sent / (double)weights : 0.0;
+    if (delta && !z->delta_told) { /* rank 0's, the others' stdout being silent */
+        printf("--update-gather delta: the first step gathered %d of %d buckets as their changes (%d of them packed, "
+               "a nibble a weight), the rest whole (more escapes than a 1/%d of the share): %.3f bytes a weight\n",
+               as_changes, z->plan.n_buckets, as_packed, ZERO_DELTA_ESCAPES, z->update_bytes);
         z->delta_told = 1;
     }
 }

@@ -172,7 +172,7 @@ static inline void zero_fp8_amax_(Zero *z)
                 fp8_amax(f->amax + (b - 1) * LINEAR_MAPS + m, share + (lo - begin), hi - lo, z->comm);
         }
     }
-    dist_all_reduce_max(z->shard, f->amax, f->n_slots, z->comm);
+    dist_all_reduce_max(z->shard, f->amax, f->n_slots, 4, z->comm);
     fp8_inv_scales(f->inv, 4, f->amax, f->n_slots, FP8_E4M3, z->comm);
     f->stale = 0;
 }

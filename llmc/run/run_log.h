@@ -6,7 +6,8 @@
  *            "model": {the LlamaConfig}, "flags": {every flag's value}}}
  *   {"step": N, "loss": ..., "lr": ..., "grad_norm": ..., "ms": ..., "tokens_per_s": ...,
  *    and on the GPU "tokens_per_s_per_gpu", "gpus", "zero_stage", "mfu", "peak_mem_gib", "device_mem_gib",
- *    "host_peak_gib" (the process's peak resident host memory: --offload's state lives there)}
+ *    "host_peak_gib" (the process's peak resident host memory: --offload's state lives there), and with
+ *    --update-gather delta "update_bytes_per_param" (the new weights' bytes on the wire a weight)}
  *   {"step": N, "val_loss": ...}
  *   {"step": N, "sample": text, "prompt": text, "tokens": [ids of the prompt and the sample]}
  * with the same numbers on one console line per step. The loss is written
@@ -67,6 +68,7 @@ typedef struct {
     int gpus;       /* 0 on the CPU; then the fields below are not reported */
     int zero_stage;
     double mfu, peak_mem_gib, device_mem_gib, host_peak_gib;
+    double update_bytes; /* --update-gather delta: the new weights' bytes on the wire a weight; 0: not reported */
 } StepLog;
 
 /* {"vocab_size": ..., ...}: every field of llama_config.h's table, by its .llmt key without "config.". */
@@ -182,6 +184,8 @@ static inline void run_log_step(RunLog *log, const StepLog *r)
                 "\"peak_mem_gib\": %.4f, \"device_mem_gib\": %.4f, \"host_peak_gib\": %.4f",
                 r->tokens_per_s / r->gpus, r->gpus, r->zero_stage, r->mfu, r->peak_mem_gib, r->device_mem_gib,
                 r->host_peak_gib);
+    if (r->update_bytes > 0)
+        fprintf(log->json, ", \"update_bytes_per_param\": %.4f", r->update_bytes);
     fprintf(log->json, "%s%s}\n", r->skipped ? ", \"skipped\": true" : "",
             r->no_targets ? ", \"no_targets\": true" : "");
     run_log_flush_(log);

@@ -12,6 +12,7 @@ lr / 127, escape; the smaller the weights and the larger lr, the more.
 Packed (llmc/kernels/delta_codec.h), a change in [-7, 7] travels as a nibble and a wider one as the nibble's marker
 and its byte in a stream beside them (an escape as well, beside its entry): half a byte a weight, a byte per wide
 change, 4 bytes per 4,096 weights, and the escapes' 8; zero.h packs a bucket where that is less than the byte codes.
+The entropy of the changes (bits a weight) bounds what any code of them could send.
 
   python3 dev/bench/delta_gather_estimate.py
   python3 dev/bench/delta_gather_estimate.py --lr 3e-4 --std 0.02 0.008
@@ -29,11 +30,14 @@ def bf16_bits(x):
 
 def changes(lr, std, n, rng, decay=0.1):
     """The fractions of weights whose bf16 bit change after one AdamW step does not fit a signed byte (escapes) and
-    does not fit a nibble's [-7, 7] (wide, the escapes among them)."""
+    does not fit a nibble's [-7, 7] (wide, the escapes among them), and the entropy of the changes in bits a weight
+    (the escapes one symbol): what no code of the changes alone can go below."""
     w = rng.normal(0.0, std, n).astype(np.float32)
     step = lr * rng.uniform(0.1, 1.0, n) * rng.choice([-1.0, 1.0], n) + lr * decay * w
-    change = np.abs(bf16_bits(w - step).astype(np.int32) - bf16_bits(w).astype(np.int32))
-    return float(np.mean(change > 127)), float(np.mean(change > 7))
+    change = bf16_bits(w - step).astype(np.int32) - bf16_bits(w).astype(np.int32)
+    _, counts = np.unique(np.where(np.abs(change) > 127, 128, change), return_counts=True)
+    p = counts / n
+    return float(np.mean(np.abs(change) > 127)), float(np.mean(np.abs(change) > 7)), float(-(p * np.log2(p)).sum())
 
 
 def main():
@@ -44,15 +48,15 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     rng = np.random.default_rng(args.seed)
-    print("lr        weight std  escapes  wide     bytes a weight: codes  packed  sent  of bf16's 2")
+    print("lr        weight std  escapes  wide     entropy  bytes a weight: codes  packed  sent  of bf16's 2")
     for lr in args.lr:
         for std in args.std:
-            e, wide = changes(lr, std, args.n, rng)
+            e, wide, bits = changes(lr, std, args.n, rng)
             codes = 1.0 + 8.0 * e
             packed = 0.5 + wide + 4.0 / 4096 + 8.0 * e
             sent = min(codes, packed)
-            print("%-9g %-11g %6.2f%%  %6.2f%%  %5.3f                  %5.3f   %5.3f %.2fx" %
-                  (lr, std, 100 * e, 100 * wide, codes, packed, sent, sent / 2))
+            print("%-9g %-11g %6.2f%%  %6.2f%%  %4.2f b   %5.3f                  %5.3f   %5.3f %.2fx" %
+                  (lr, std, 100 * e, 100 * wide, bits, codes, packed, sent, sent / 2))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,11 @@
  * one's class; work on other streams (ZeRO's communication stream) overlaps
  * the step and is not counted, but the step's waits for it are: ZeRO marks each
  * wait of the step's stream for a reduction or a gather as a communication
- * region, which lasts as long as the stream was held. The events cost a few
+ * region, which lasts as long as the stream was held. Where the communication
+ * stream's own work lies, ZeRO marks too (profile_comm_begin and _end: each
+ * bucket's sum, the update's gathers), and the report lists those marks and the
+ * step's waits by their time from the step's first region, so that a wait can
+ * be told apart as the link's time or a late start. The events cost a few
  * microseconds each, so only the profiled step pays for them.
  *
  * One profiler for the whole program (a C++17 inline variable: attention's
@@ -57,6 +61,8 @@ static const char *PROFILE_CLASS_NAMES[PROF_CLASSES] = {"GEMMs",
 
 /* Regions the event pool holds at first; it doubles when a step needs more (a step of many micro-steps). */
 #define PROFILE_FIRST_REGIONS 4096
+/* Marks of another stream's work a profiled step keeps (the rest are counted, not timed). */
+#define PROFILE_COMM_MARKS 256
 
 typedef struct {
     int enabled;
@@ -70,6 +76,10 @@ typedef struct {
      * regions summed per transition (the class that ended, the class that began) */
     float span_ms, gap_ms[PROF_CLASSES][PROF_CLASSES];
     int gap_count[PROF_CLASSES][PROF_CLASSES];
+    /* the communication stream's marks: their events, labels and number (those past the pool only counted) */
+    cudaEvent_t comm_start[PROFILE_COMM_MARKS], comm_stop[PROFILE_COMM_MARKS];
+    char comm_label[PROFILE_COMM_MARKS][24];
+    int comm_n, comm_made;
 } Profiler;
 
 inline Profiler profiler;
@@ -93,6 +103,10 @@ static inline void profile_reserve(void)
 {
     if (profiler.capacity == 0)
         profile_grow_(PROFILE_FIRST_REGIONS);
+    for (; profiler.comm_made < PROFILE_COMM_MARKS; profiler.comm_made++) {
+        CUDA_CHECK(cudaEventCreate(&profiler.comm_start[profiler.comm_made]));
+        CUDA_CHECK(cudaEventCreate(&profiler.comm_stop[profiler.comm_made]));
+    }
 }
 
 static inline void profile_begin_step(cudaStream_t stream)
@@ -101,6 +115,7 @@ static inline void profile_begin_step(cudaStream_t stream)
     profiler.enabled = 1;
     profiler.n = 0;
     profiler.depth = 0;
+    profiler.comm_n = 0;
     profiler.stream = stream;
 }
 
@@ -121,6 +136,27 @@ static inline void profile_pop(cudaStream_t s)
         return;
     CUDA_CHECK(cudaEventRecord(profiler.stop[profiler.n], profiler.stream));
     profiler.n++;
+}
+
+/* Work on another stream than the step's (ZeRO's communication stream), labelled "what index": its start and
+ * end for the report's timeline. Marks do not nest; ignored unless a step is profiled. */
+static inline void profile_comm_begin(cudaStream_t s, const char *what, int index)
+{
+    if (!profiler.enabled)
+        return;
+    if (profiler.comm_n < PROFILE_COMM_MARKS) {
+        snprintf(profiler.comm_label[profiler.comm_n], sizeof(profiler.comm_label[0]), "%s %d", what, index);
+        CUDA_CHECK(cudaEventRecord(profiler.comm_start[profiler.comm_n], s));
+    }
+}
+
+static inline void profile_comm_end(cudaStream_t s)
+{
+    if (!profiler.enabled)
+        return;
+    if (profiler.comm_n < PROFILE_COMM_MARKS)
+        CUDA_CHECK(cudaEventRecord(profiler.comm_stop[profiler.comm_n], s));
+    profiler.comm_n++;
 }
 
 /* Work that is no launcher of llmc/ (a memset, a wait for another stream) as one region. */
@@ -181,6 +217,37 @@ static inline void profile_report_gaps(double wall_ms, float busy)
     }
 }
 
+/* The step's waits for communication (its regions of that class, 1 ms or longer) and the communication stream's
+ * marks, each as its start in ms from the step's first region and its length; the marks' events are waited for
+ * (the update's gathers may still run when the step's stream is done). */
+static inline void profile_report_comm_(void)
+{
+    if (profiler.n == 0 || profiler.comm_n == 0)
+        return;
+    printf("  the step's waits for communication, ms from its start (+ length):");
+    for (int i = 0, shown = 0; i < profiler.n; i++) {
+        float at, len;
+        if (profiler.region_class[i] != PROF_COMM)
+            continue;
+        CUDA_CHECK(cudaEventElapsedTime(&len, profiler.start[i], profiler.stop[i]));
+        if (len < 1.0f)
+            continue;
+        CUDA_CHECK(cudaEventElapsedTime(&at, profiler.start[0], profiler.start[i]));
+        printf("%s %.1f +%.1f", shown++ % 6 ? "," : "\n   ", at, len);
+    }
+    int n = profiler.comm_n < PROFILE_COMM_MARKS ? profiler.comm_n : PROFILE_COMM_MARKS;
+    printf("\n  the communication stream, ms from the step's start (+ length), %d marks%s:", profiler.comm_n,
+           profiler.comm_n > n ? " (the first shown)" : "");
+    for (int i = 0; i < n; i++) {
+        float at, len;
+        CUDA_CHECK(cudaEventSynchronize(profiler.comm_stop[i]));
+        CUDA_CHECK(cudaEventElapsedTime(&at, profiler.start[0], profiler.comm_start[i]));
+        CUDA_CHECK(cudaEventElapsedTime(&len, profiler.comm_start[i], profiler.comm_stop[i]));
+        printf("%s %s %.1f +%.1f", i % 4 ? "," : "\n   ", profiler.comm_label[i], at, len);
+    }
+    printf("\n");
+}
+
 /* The profiled step's time per class (ms, busy: what profile_end_step gave)
  * on stdout, and as one JSON line {"step": N, "profile_ms": {...}} in json (may be NULL). */
 static inline void profile_report(FILE *json, int step, double wall_ms, const float *ms, float busy)
@@ -190,6 +257,7 @@ static inline void profile_report(FILE *json, int step, double wall_ms, const fl
         printf("  %-28s %8.2f ms %5.1f%%\n", PROFILE_CLASS_NAMES[c], ms[c], 100.0 * ms[c] / wall_ms);
     printf("  %-28s %8.2f ms %5.1f%%\n", "idle (gaps, host, sync)", wall_ms - busy, 100.0 * (wall_ms - busy) / wall_ms);
     profile_report_gaps(wall_ms, busy);
+    profile_report_comm_();
     if (!json)
         return;
     fprintf(json, "{\"step\": %d, \"profile_ms\": {", step);
@@ -207,6 +275,11 @@ static inline void profile_teardown(void)
         CUDA_CHECK(cudaEventDestroy(profiler.start[i]));
         CUDA_CHECK(cudaEventDestroy(profiler.stop[i]));
     }
+    for (int i = 0; i < profiler.comm_made; i++) {
+        CUDA_CHECK(cudaEventDestroy(profiler.comm_start[i]));
+        CUDA_CHECK(cudaEventDestroy(profiler.comm_stop[i]));
+    }
+    profiler.comm_made = 0;
     free(profiler.start);
     free(profiler.stop);
     free(profiler.region_class);

@@ -672,25 +672,30 @@ static inline void zero_grads_done(Zero *z, int b, int micro, cudaStream_t compu
             return;
         CUDA_CHECK(cudaEventRecord(z->grad_written[0], compute));
         CUDA_CHECK(cudaStreamWaitEvent(z->comm, z->grad_written[0], 0));
-        bf16 *full = z->grads + bk->padded_offset;
+        bf16 *full = z->grads + bk->padded_offset, *group = full + (int64_t)z->position * bk->group_share;
+        profile_comm_begin(z->comm, "sum", b); /* --profile-step's timeline */
         if (z->stage == 0) {
             zero_sum_all(z, full, bk->padded);
-            return;
+        } else {
+            zero_sum_scatter(z, z->shard, full, bk->group_share, group, bk->group_share, 0);
+            if (z->replica->size > 1)
+                zero_sum_scatter(z, z->replica, group, bk->shard, group + (int64_t)z->replica_index * bk->shard,
+                                 bk->shard, 0);
         }
-        bf16 *group = full + (int64_t)z->position * bk->group_share;
-        zero_sum_scatter(z, z->shard, full, bk->group_share, group, bk->group_share, 0);
-        if (z->replica->size > 1)
-            zero_sum_scatter(z, z->replica, group, bk->shard, group + (int64_t)z->replica_index * bk->shard, bk->shard,
-                             0);
+        profile_comm_end(z->comm);
         return;
     }
     int slot = zero_slot(z, b);
     bf16 *group = z->grads + z->group_at[b];
     CUDA_CHECK(cudaEventRecord(z->grad_written[slot], compute));
     CUDA_CHECK(cudaStreamWaitEvent(z->comm, z->grad_written[slot], 0));
+    if (last) /* the timeline's marks: the last micro-step's sums */
+        profile_comm_begin(z->comm, "sum", b);
     zero_sum_scatter(z, z->shard, z->grad_staging[slot], bk->group_share, group, bk->group_share, micro > 0);
     if (last && z->replica->size > 1)
         zero_sum_scatter(z, z->replica, group, bk->shard, group + (int64_t)z->replica_index * bk->shard, bk->shard, 0);
+    if (last)
+        profile_comm_end(z->comm);
     CUDA_CHECK(cudaEventRecord(z->grad_sent[slot], z->comm));
 }
 
@@ -803,12 +808,14 @@ static inline void zero_params_changed(Zero *z, cudaStream_t compute)
         weights += z->update_count[b];
         sent += changes ? 0 : 2 * z->update_count[b];
         packed = 0;
+        profile_comm_begin(z->comm, "gather", b); /* --profile-step's timeline */
         if (z->stage >= 3) {
             if (changes)
                 sent += zero_gather_changes_(z, b, z->replica, z->params + z->group_at[b], z->replica_index, &packed);
             else if (z->replica->size > 1)
                 dist_all_gather(z->replica, zero_update_weights(z, b), z->params + z->group_at[b], bk->shard, 2,
                                 z->comm);
+            profile_comm_end(z->comm);
             as_packed += packed;
             continue;
         }
@@ -821,6 +828,7 @@ static inline void zero_params_changed(Zero *z, cudaStream_t compute)
         } else {
             zero_gather_bucket(z, b, zero_update_weights(z, b), full, z->comm);
         }
+        profile_comm_end(z->comm);
         as_packed += packed;
         CUDA_CHECK(cudaEventRecord(z->bucket_gathered[b], z->comm));
         z->gather_pending[b] = 1;

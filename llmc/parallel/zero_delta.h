@@ -44,6 +44,7 @@ static inline int8_t *zero_change_codes(const Zero *z, int b)
 static inline void zero_delta_counts_(Zero *z)
 {
     int n = z->plan.n_buckets;
+    profile_comm_begin(z->comm, "sizes", n); /* --profile-step's timeline */
     for (int b = 0; b < n; b++) {
         unsigned long long *list = z->escapes + z->escape_at[b];
         delta_escapes(zero_change_codes(z, b), zero_update_weights(z, b), z->update_count[b], list, z->escape_room[b],
@@ -55,6 +56,7 @@ static inline void zero_delta_counts_(Zero *z)
     dist_all_reduce_max(&z->dist->all, z->delta_counts, 2 * n, 8, z->comm);
     CUDA_CHECK(cudaMemcpyAsync(z->h_delta_counts, z->delta_counts, sizeof(unsigned long long) * 2 * n,
                                cudaMemcpyDeviceToHost, z->comm));
+    profile_comm_end(z->comm);
     CUDA_CHECK(cudaStreamSynchronize(z->comm));
 }
 

@@ -3,9 +3,10 @@
  * functions, on the same bf16 inputs, for both codecs:
  *   encode: codes and scales bit-identical (IEEE division and rounding on both
  *     sides; the GPU's e4m3 conversion instruction against fp8.h's exact one);
- *   decode: bit-identical to the host's decoded floats rounded to bf16; decode_add
- *     bit-identical to the host's fp32 sums (one IEEE add each); a NaN matches any
- *     NaN (the payloads of the host's and the GPU's NaNs differ);
+ *   decode: bit-identical to the host's decoded floats rounded to bf16; decode_sum
+ *     (3 ranks' codes, the others' inputs this one's rotated, written and added
+ *     to bf16) bit-identical to the host's fp32 sums in rank order rounded once;
+ *     a NaN matches any NaN (the payloads of the host's and the GPU's NaNs differ);
  *   the error of a value through the codec within the header's bound: int8 half
  *     a step (scale / 2), e4m3 2^-4 of |x| where x / scale is normal, else
  *     scale x 2^-10; each plus 2^-22 of |x| for the fp32 roundings of the scale,
@@ -62,6 +63,40 @@ static int same_bf16s(const uint16_t *a, const uint16_t *b, int64_t n)
     return 1;
 }
 
+/* block_decode_sum of 3 ranks (rank r's input x rotated by 131 r values) against the host, written and added. */
+static void check_decode_sum(const uint16_t *x, int64_t n, BlockCodec codec)
+{
+    const int ranks = 3;
+    int64_t nb = block_codec_blocks(n);
+    uint16_t *xr = (uint16_t *)malloc_check(n * 2, "x"), *start = (uint16_t *)malloc_check(n * 2, "start");
+    uint16_t *want = (uint16_t *)malloc_check(n * 2, "want"), *got = (uint16_t *)malloc_check(n * 2, "got");
+    uint8_t *codes = (uint8_t *)malloc_check(ranks * n, "codes");
+    float *scales = (float *)malloc_check(ranks * nb * 4, "scales"), *sum = (float *)calloc_check(n, 4, "sum");
+    for (int r = 0; r < ranks; r++) {
+        for (int64_t i = 0; i < n; i++)
+            xr[i] = x[(i + 131 * r) % n];
+        block_encode_host(codes + r * n, scales + r * nb, xr, n, codec);
+        for (int64_t i = 0; i < n; i++)
+            sum[i] += block_codec_decode1(codes[r * n + i], scales[r * nb + i / BLOCK_CODEC_SIZE], codec);
+    }
+    fill_bf16(start, NULL, n, 1.0f);
+    uint8_t *d_codes = (uint8_t *)dev_upload(codes, ranks * n);
+    float *d_scales = (float *)dev_upload(scales, ranks * nb * 4);
+    for (int add = 0; add < 2; add++) {
+        bf16 *d_out = (bf16 *)dev_upload(start, n * 2);
+        block_decode_sum(d_out, d_codes, d_scales, n, ranks, add, codec, 0);
+        download(got, d_out, n * 2);
+        for (int64_t i = 0; i < n; i++)
+            want[i] = bf16_bits((add ? bf16_float(start[i]) : 0.0f) + sum[i]);
+        check(same_bf16s(got, want, n), "block_decode_sum %-4s n=%-10lld %d ranks, %s: the host's (NaN = NaN)",
+              CODEC_NAMES[codec], (long long)n, ranks, add ? "added" : "written");
+        cuda_free(d_out);
+    }
+    void *dev[] = {d_codes, d_scales};
+    void *host[] = {xr, start, want, got, codes, scales, sum};
+    FREE_BUFFERS(dev, host);
+}
+
 static void check_size(int64_t n, BlockCodec codec, int specials, int bench)
 {
     int64_t nb = block_codec_blocks(n);
@@ -90,14 +125,12 @@ static void check_size(int64_t n, BlockCodec codec, int specials, int bench)
     float *scales = (float *)malloc_check(nb * 4, "scales"), *got_scales = (float *)malloc_check(nb * 4, "got");
     float *dec = (float *)malloc_check(n * 4, "decoded"), *bound = (float *)malloc_check(n * 4, "bound");
     uint16_t *want_b = (uint16_t *)malloc_check(n * 2, "want"), *got_b = (uint16_t *)malloc_check(n * 2, "got");
-    float *sums = (float *)malloc_check(n * 4, "sums"), *got_sums = (float *)malloc_check(n * 4, "got sums");
-    fill_float(sums, n, 3.0f);
 
     block_encode_host(codes, scales, x, n, codec);
     block_decode_host(dec, codes, scales, n, codec);
     bf16 *d_x = (bf16 *)dev_upload(x, n * 2), *d_out = (bf16 *)dev_alloc(n * 2);
     uint8_t *d_codes = (uint8_t *)dev_alloc(n);
-    float *d_scales = (float *)dev_alloc(nb * 4), *d_sums = (float *)dev_upload(sums, n * 4);
+    float *d_scales = (float *)dev_alloc(nb * 4);
     poison(d_codes, n);
     poison(d_scales, nb * 4);
     block_encode(d_codes, d_scales, d_x, n, codec, 0);
@@ -114,12 +147,8 @@ static void check_size(int64_t n, BlockCodec codec, int specials, int bench)
     for (int64_t i = 0; i < n; i++)
         want_b[i] = bf16_bits(dec[i]);
     check(same_bf16s(got_b, want_b, n), "block_decode %-4s n=%-10lld bit-identical (NaN = NaN)", name, (long long)n);
-    block_decode_add(d_sums, d_codes, d_scales, n, codec, 0);
-    download(got_sums, d_sums, n * 4);
-    for (int64_t i = 0; i < n; i++)
-        sums[i] += dec[i];
-    check(same_floats(got_sums, sums, n), "block_decode_add %-4s n=%-10lld bit-identical (NaN = NaN)", name,
-          (long long)n);
+    if (n % BLOCK_CODEC_SIZE == 0)
+        check_decode_sum(x, n, codec);
 
     /* the codec's error, on the finite blocks (the header's bounds) */
     float *ref = (float *)malloc_check(n * 4, "ref");
@@ -159,8 +188,8 @@ static void check_size(int64_t n, BlockCodec codec, int specials, int bench)
         bench_report(what, run_decode, &b, 1, 3.0 * n + 4.0 * nb);
     }
 
-    void *dev[] = {d_x, d_out, d_codes, d_scales, d_sums};
-    void *host[] = {x, xf, codes, got_codes, scales, got_scales, dec, bound, want_b, got_b, sums, got_sums, ref};
+    void *dev[] = {d_x, d_out, d_codes, d_scales};
+    void *host[] = {x, xf, codes, got_codes, scales, got_scales, dec, bound, want_b, got_b, ref};
     FREE_BUFFERS(dev, host);
 }
 

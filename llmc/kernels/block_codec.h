@@ -20,10 +20,14 @@
  * product, round to nearest), so the host functions here give the bits the
  * kernels give (dev/cuda/block_codec_check compares them).
  *
+ * A reduction of several ranks' codes (block_decode_sum) adds their decoded
+ * values in fp32 in rank order and rounds the sum to bf16 once (added to the
+ * bf16 already there, where asked).
+ *
  * Memory: encode reads 2 bytes per value and writes 1, plus 4 per block;
- * decode reads those and writes 2 (bf16) or adds into 4 (fp32 sums, for a
- * reduction of several ranks' codes). Codes and scales are separate arrays of
- * n and ceil(n / 128) entries.
+ * decode reads those and writes 2 (bf16); the sum reads 1 + 4/128 per value of
+ * each rank and writes 2 (and reads 2 where it adds). Codes and scales are
+ * separate arrays of n and ceil(n / 128) entries.
  */
 #ifndef LLMC_BLOCK_CODEC_H
 #define LLMC_BLOCK_CODEC_H
@@ -153,15 +157,37 @@ __global__ void block_encode_kernel(uint8_t *__restrict__ codes, float *__restri
             codes[at + k] = (bad || scale == 0.0f) ? 0 : block_codec_encode1(v[k], scale, codec);
 }
 
-__global__ void block_decode_kernel(bf16 *__restrict__ out, float *__restrict__ sums, const uint8_t *__restrict__ codes,
+__global__ void block_decode_kernel(bf16 *__restrict__ out, const uint8_t *__restrict__ codes,
                                     const float *__restrict__ scales, int64_t n, int codec)
 {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        float v = block_codec_decode1(codes[i], scales[i / BLOCK_CODEC_SIZE], codec);
-        if (sums)
-            sums[i] += v;
-        else
-            out[i] = __float2bfloat16_rn(v);
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = __float2bfloat16_rn(block_codec_decode1(codes[i], scales[i / BLOCK_CODEC_SIZE], codec));
+}
+
+/* 8 values a thread: out[i] = bf16((add ? out[i] : 0) + the sum over r of rank r's decoded value i), the sum in fp32
+ * from 0 in rank order; rank r's codes at codes + r n, its scales at scales + r ceil(n / 128). */
+__global__ void block_decode_sum_kernel(bf16 *__restrict__ out, const uint8_t *__restrict__ codes,
+                                        const float *__restrict__ scales, int64_t n, int ranks, int add, int codec)
+{
+    int64_t nb = block_codec_blocks(n);
+    for (int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 8; i < n;
+         i += (int64_t)gridDim.x * blockDim.x * 8) {
+        float sum[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int r = 0; r < ranks; r++) {
+            uint2 c = *reinterpret_cast<const uint2 *>(codes + r * n + i);
+            const uint8_t *c8 = reinterpret_cast<const uint8_t *>(&c);
+            float scale = scales[r * nb + i / BLOCK_CODEC_SIZE];
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                sum[k] += block_codec_decode1(c8[k], scale, codec);
+        }
+        bf16x8 o;
+        if (add)
+            o = load16(out + i);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            o.v[k] = __float2bfloat16((add ? __bfloat162float(o.v[k]) : 0.0f) + sum[k]);
+        store16(out + i, o);
     }
 }
 
@@ -180,29 +206,32 @@ static inline void block_encode(uint8_t *codes, float *scales, const bf16 *x, in
     CUDA_CHECK_LAST();
 }
 
-/* The decode kernel into bf16 out or, where sums is given, added into fp32 sums. */
-static inline void block_decode_(bf16 *out, float *sums, const uint8_t *codes, const float *scales, int64_t n,
-                                 BlockCodec codec, cudaStream_t stream)
-{
-    if (n <= 0)
-        return;
-    int64_t grid = (n + 255) / 256;
-    block_decode_kernel<<<(int)(grid > 4096 ? 4096 : grid), 256, 0, stream>>>(out, sums, codes, scales, n, (int)codec);
-    CUDA_CHECK_LAST();
-}
-
 /* out[n] (bf16, rounded to nearest even) from codes[n] and their scales. */
 static inline void block_decode(bf16 *out, const uint8_t *codes, const float *scales, int64_t n, BlockCodec codec,
                                 cudaStream_t stream)
 {
-    block_decode_(out, NULL, codes, scales, n, codec, stream);
+    if (n <= 0)
+        return;
+    int64_t grid = (n + 255) / 256;
+    block_decode_kernel<<<(int)(grid > 4096 ? 4096 : grid), 256, 0, stream>>>(out, codes, scales, n, (int)codec);
+    CUDA_CHECK_LAST();
 }
 
-/* sums[i] += the decoded value i (fp32): one rank's codes into a reduction's sums. */
-static inline void block_decode_add(float *sums, const uint8_t *codes, const float *scales, int64_t n, BlockCodec codec,
-                                    cudaStream_t stream)
+/* out[n] (bf16) = the sum of `ranks` ranks' decoded codes, rank r's at codes + r n and scales + r ceil(n / 128),
+ * added in fp32 in rank order and rounded once, to the bf16 there where add (see the top). n a multiple of the
+ * codec's block, out 16- and codes 8-byte aligned. */
+static inline void block_decode_sum(bf16 *out, const uint8_t *codes, const float *scales, int64_t n, int ranks, int add,
+                                    BlockCodec codec, cudaStream_t stream)
 {
-    block_decode_(NULL, sums, codes, scales, n, codec, stream);
+    if (n % BLOCK_CODEC_SIZE || ranks < 1 || (uintptr_t)out % 16 || (uintptr_t)codes % 8)
+        FAIL("block_decode_sum: %lld values (a multiple of %d), %d ranks, out %p (16-byte aligned), codes %p (8)",
+             (long long)n, BLOCK_CODEC_SIZE, ranks, (void *)out, (const void *)codes);
+    if (n == 0)
+        return;
+    int64_t grid = (n / 8 + 255) / 256;
+    block_decode_sum_kernel<<<(int)(grid > 4096 ? 4096 : grid), 256, 0, stream>>>(out, codes, scales, n, ranks, add,
+                                                                                  (int)codec);
+    CUDA_CHECK_LAST();
 }
 
 #endif /* LLMC_BLOCK_CODEC_H */

@@ -139,7 +139,7 @@ typedef struct {
     cudaStream_t comm;
     bf16 *grad_staging[ZERO_SLOTS], *weight_staging[ZERO_SLOTS];
     bf16 *sum_scratch; /* staged bf16 sums of later micro-steps, before they are added */
-    float *sum32;      /* --grad-reduce fp32: a chunk of every rank's block; quantized: of this rank's */
+    float *sum32;      /* --grad-reduce fp32: a chunk of every rank's block */
     int64_t sum32_elements;
     uint8_t *codes[2]; /* quantized sums: [0] sent, [1] received, code_elements each; gathers: [0] */
     float *code_scales[2];
@@ -259,11 +259,7 @@ static inline void zero_sum_scatter_codes_(Zero *z, const DistGroup *g, const bf
             block_encode(z->codes[0] + r * n, z->code_scales[0] + r * nb, in + r * stride + j0, n, codec, s);
         dist_all_to_all(g, z->codes[0], z->codes[1], n, s);
         dist_all_to_all(g, z->code_scales[0], z->code_scales[1], nb * (int64_t)sizeof(float), s);
-        CUDA_CHECK(cudaMemsetAsync(z->sum32, 0, (size_t)n * sizeof(float), s));
-        for (int r = 0; r < g->size; r++)
-            block_decode_add(z->sum32, z->codes[1] + r * n, z->code_scales[1] + r * nb, n, codec, s);
-        zero_unpack_fp32_kernel<<<zero_blocks(n / 8), ZERO_THREADS, 0, s>>>(out + j0, z->sum32, n / 8, add);
-        CUDA_CHECK_LAST();
+        block_decode_sum(out + j0, z->codes[1], z->code_scales[1], n, g->size, add, codec, s);
     }
 }
 
@@ -452,7 +448,7 @@ typedef struct {
     int64_t params, grads; /* bf16 */
     int64_t staging;       /* bf16: the slots of the staged gradients, and of stage 3's weights */
     int64_t sum_scratch;   /* bf16: a later micro-step's staged sum, before it is added */
-    int64_t sum32;         /* fp32: --grad-reduce fp32's chunk, or a quantized sum's chunk of this rank's block */
+    int64_t sum32;         /* fp32: --grad-reduce fp32's chunk */
     int64_t codes[2];      /* one byte each (and an fp32 scale per 128): quantized sums' and gathers' codes */
     int64_t change[2];     /* one byte each: --update-gather delta's codes of this rank and of a bucket's ranks */
     int64_t escapes[2];    /* 8 bytes each: this rank's escape lists, and a bucket's every rank's */
@@ -482,10 +478,8 @@ static inline ZeroSizes zero_sizes_(const Zero *z, int full_grads)
     } else {
         if (!n.full_grads && z->opt.micro_steps > 1)
             n.sum_scratch = largest_group_share;
-        if (z->opt.sum != ZERO_SUM_BF16 && z->dist->world > 1) {
+        if (z->opt.sum != ZERO_SUM_BF16 && z->dist->world > 1)
             n.codes[0] = n.codes[1] = chunk;
-            n.sum32 = chunk / 2; /* a chunk of one rank's block, in a group of two or more */
-        }
     }
     if (z->stage >= 3 && z->opt.gather != ZERO_GATHER_BF16 && z->shard->size > 1)
         for (int s = 0; s < ZERO_SLOTS; s++)

@@ -47,7 +47,8 @@
  * Linear maps compute with (zero_fp8.h, included at the end): exact.
  * The gather of the new weights after AdamW can move each weight's change
  * instead of its bf16 value (ZeroOptions.update, --update-gather delta; zero_delta.h,
- * included at the end): exact, about half the bytes.
+ * included at the end): exact, about half the bytes, or about three eighths
+ * where most changes are small enough to travel packed, a nibble a weight.
  *
  * Staging buffers: the first and last buckets have their own and keep them for
  * the whole step: the tied embedding is both the first weight read (embedding)
@@ -68,8 +69,10 @@
  * plus as much staging as the weights' and, when adding micro-steps in bf16, the
  * largest group share as scratch; --grad-reduce fp32: up to ZERO_FP32_CHUNK
  * floats; --update-gather delta: a byte per weight this rank updates, a byte per
- * weight of the largest bucket, and the escape lists (8 bytes per 16 weights
- * this rank updates, and per 16 of the largest bucket's); an event per bucket.
+ * weight of the largest bucket, the escape lists (8 bytes per 16 weights this
+ * rank updates, and per 16 of the largest bucket's) and the packed form's
+ * offsets (4 bytes per 4,096 weights this rank updates); --grad-reduce int8 or
+ * e4m3: two code buffers of up to ZERO_FP32_CHUNK bytes; an event per bucket.
  */
 #ifndef LLMC_ZERO_H
 #define LLMC_ZERO_H

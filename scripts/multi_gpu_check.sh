@@ -104,6 +104,10 @@ hosts2=(mpirun -np "$np" --bind-to none -x NCCL_NVLS_ENABLE -x GPUS_PER_HOST=$((
 # two of them (CUDA_VISIBLE_DEVICES, or GPUs 0 and 1) as 2 stand-in hosts of 1 GPU
 one=(mpirun -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x GPUS_PER_HOST=1
      -x CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0,1}" scripts/as_hosts.sh)
+# the checks' runs of the small preset (equivalence, modes, delta, netns), and 1024 tokens a step as 2 micro-steps;
+# --gemm-autotune 0 wherever runs are compared bit for bit: each takes cuBLASLt's first pick
+small=(./train_llama --preset small -T 256 --random-data --steps 20 --warmup 2 --lr 1e-3 --gemm-autotune 0)
+accum=(-T 128 -B $((4 / np)) --total-batch 1024)
 # One record per run in the results: per-GPU throughput, MFU and memory of its log, the
 # median of the steps after the first two. Arguments: results file, check, log, label,
 # then name=value pairs for the record.
@@ -145,8 +149,6 @@ for s in $steps; do
         make -j"$(nproc)" gpu > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; echo "FAIL build"; exit 1; }
         grep -q -- "-DUSE_MPI" "$out/build.log" && echo "build ok (with MPI)" || echo "build ok (without MPI)";;
     equivalence)
-        # --gemm-autotune 0 here and wherever runs are compared bit for bit: each takes cuBLASLt's first pick
-        small=(./train_llama --preset small -T 256 --random-data --steps 20 --warmup 2 --lr 1e-3 --gemm-autotune 0)
         run eq_1gpu "${small[@]}" -B 4 --log "$out/eq_1gpu.jsonl"
         for z in 0 1 2 3; do
             run "eq_mpirun_z$z" "${mpi[@]}" "${small[@]}" -B $((4 / np)) --zero-stage $z --log "$out/eq_mpirun_z$z.jsonl"
@@ -193,8 +195,6 @@ sys.exit(1 if bad else 0)
 EOF
         ;;
     modes)
-        small=(./train_llama --preset small -T 256 --random-data --steps 20 --warmup 2 --lr 1e-3 --gemm-autotune 0)
-        accum=(-T 128 -B $((4 / np)) --total-batch 1024)
         [ -f "$out/eq_1gpu.jsonl" ] || run eq_1gpu "${small[@]}" -B 4 --log "$out/eq_1gpu.jsonl"
         [ -f "$out/eq_1gpu_t128.jsonl" ] || run eq_1gpu_t128 "${small[@]}" -T 128 -B 4 --total-batch 1024 \
             --log "$out/eq_1gpu_t128.jsonl"
@@ -295,8 +295,6 @@ EOF
     delta)
         # --update-gather delta (issue 28): stages 1 and 2's new weights as their changes, as one-byte codes or
         # packed (a nibble a weight), bit-identical to the same runs gathering bf16
-        small=(./train_llama --preset small -T 256 --random-data --steps 20 --warmup 2 --lr 1e-3 --gemm-autotune 0)
-        accum=(-T 128 -B $((4 / np)) --total-batch 1024)
         [ -f "$out/eq_mpirun_z1.jsonl" ] || run eq_mpirun_z1 "${mpi[@]}" "${small[@]}" -B $((4 / np)) --zero-stage 1 \
             --log "$out/eq_mpirun_z1.jsonl"
         [ -f "$out/eq_accum_z2.jsonl" ] || run eq_accum_z2 "${mpi[@]}" "${small[@]}" "${accum[@]}" --zero-stage 2 \
@@ -547,7 +545,6 @@ EOF
     netns)
         # two hosts as two network namespaces on this machine (scripts/two_host_netns.sh), against the same run
         # with NCCL_HOSTID alone and against 1 GPU (the equivalence step's batch of 4 x 256 tokens)
-        small=(./train_llama --preset small -T 256 --random-data --steps 20 --warmup 2 --lr 1e-3 --gemm-autotune 0)
         [ -f "$out/eq_1gpu.jsonl" ] || run eq_1gpu "${small[@]}" -B 4 --log "$out/eq_1gpu.jsonl"
         bash scripts/two_host_netns.sh "$out/netns_z3" || status=1
         run netns_hostid_z3 mpirun -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x GPUS_PER_HOST=1 \

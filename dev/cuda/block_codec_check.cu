@@ -3,10 +3,14 @@
  * functions, on the same bf16 inputs, for both codecs:
  *   encode: codes and scales bit-identical (IEEE division and rounding on both
  *     sides; the GPU's e4m3 conversion instruction against fp8.h's exact one);
- *   decode: bit-identical to the host's decoded floats rounded to bf16; decode_sum
- *     (3 ranks' codes, the others' inputs this one's rotated, written and added
- *     to bf16) bit-identical to the host's fp32 sums in rank order rounded once;
- *     a NaN matches any NaN (the payloads of the host's and the GPU's NaNs differ);
+ *   decode: bit-identical to the host's decoded floats rounded to bf16;
+ *   3 pieces at once (the others' inputs this one's rotated, their messages
+ *     side by side 16 bytes further apart than they need): encode and decode as
+ *     above piece by piece, and decode_sum (written and added to bf16, rank 1's
+ *     message apart from the others and its slot among them poisoned) bit-identical
+ *     to the host's fp32 sums in rank order rounded once;
+ *   a NaN matches any NaN (the payloads of the host's and the GPU's NaNs differ);
+ *   block_codec_message_values: the most whole blocks whose message fits;
  *   the error of a value through the codec within the header's bound: int8 half
  *     a step (scale / 2), e4m3 2^-4 of |x| where x / scale is normal, else
  *     scale x 2^-10; each plus 2^-22 of |x| for the fp32 roundings of the scale,
@@ -28,21 +32,20 @@ typedef struct {
     int64_t n;
     BlockCodec codec;
     bf16 *x, *out;
-    uint8_t *codes;
-    float *scales;
+    uint8_t *msg;
 } Bench;
 
 static void run_encode(void *ctx, int s)
 {
     Bench *b = (Bench *)ctx;
     (void)s;
-    block_encode(b->codes, b->scales, b->x, b->n, b->codec, 0);
+    block_encode(b->msg, block_codec_message_bytes(b->n), b->x, 0, b->n, 1, b->codec, 0);
 }
 static void run_decode(void *ctx, int s)
 {
     Bench *b = (Bench *)ctx;
     (void)s;
-    block_decode(b->out, b->codes, b->scales, b->n, b->codec, 0);
+    block_decode(b->out, 0, b->msg, block_codec_message_bytes(b->n), b->n, 1, b->codec, 0);
 }
 
 /* Bit-identical, except that a NaN equals any NaN: the host's NAN and the device's differ in sign and payload
@@ -63,38 +66,78 @@ static int same_bf16s(const uint16_t *a, const uint16_t *b, int64_t n)
     return 1;
 }
 
-/* block_decode_sum of 3 ranks (rank r's input x rotated by 131 r values) against the host, written and added. */
-static void check_decode_sum(const uint16_t *x, int64_t n, BlockCodec codec)
+/* 3 pieces (piece r: x rotated by 131 r values) encoded, decoded and summed at once, against the host; the
+ * messages 16 bytes further apart than they need, and for the sum rank 1's message apart (its slot poisoned). */
+static void check_pieces(const uint16_t *x, int64_t n, BlockCodec codec)
 {
-    const int ranks = 3;
-    int64_t nb = block_codec_blocks(n);
-    uint16_t *xr = (uint16_t *)malloc_check(n * 2, "x"), *start = (uint16_t *)malloc_check(n * 2, "start");
-    uint16_t *want = (uint16_t *)malloc_check(n * 2, "want"), *got = (uint16_t *)malloc_check(n * 2, "got");
-    uint8_t *codes = (uint8_t *)malloc_check(ranks * n, "codes");
+    const int ranks = 3, own = 1;
+    const char *name = CODEC_NAMES[codec];
+    int64_t nb = block_codec_blocks(n), m = block_codec_message_bytes(n) + 16, at = block_codec_scales_at(n);
+    uint16_t *xs = (uint16_t *)malloc_check(ranks * n * 2, "x"), *start = (uint16_t *)malloc_check(n * 2, "start");
+    uint16_t *want = (uint16_t *)malloc_check(ranks * n * 2, "want"),
+             *got = (uint16_t *)malloc_check(ranks * n * 2, "got");
+    uint8_t *codes = (uint8_t *)malloc_check(ranks * n, "codes"), *msgs = (uint8_t *)malloc_check(ranks * m, "msgs");
     float *scales = (float *)malloc_check(ranks * nb * 4, "scales"), *sum = (float *)calloc_check(n, 4, "sum");
+    float *dec = (float *)malloc_check(n * 4, "decoded");
     for (int r = 0; r < ranks; r++) {
         for (int64_t i = 0; i < n; i++)
-            xr[i] = x[(i + 131 * r) % n];
-        block_encode_host(codes + r * n, scales + r * nb, xr, n, codec);
-        for (int64_t i = 0; i < n; i++)
-            sum[i] += block_codec_decode1(codes[r * n + i], scales[r * nb + i / BLOCK_CODEC_SIZE], codec);
+            xs[r * n + i] = x[(i + 131 * r) % n];
+        block_encode_host(codes + r * n, scales + r * nb, xs + r * n, n, codec);
+        block_decode_host(dec, codes + r * n, scales + r * nb, n, codec);
+        for (int64_t i = 0; i < n; i++) {
+            sum[i] += dec[i];
+            want[r * n + i] = bf16_bits(dec[i]);
+        }
     }
-    fill_bf16(start, NULL, n, 1.0f);
-    uint8_t *d_codes = (uint8_t *)dev_upload(codes, ranks * n);
-    float *d_scales = (float *)dev_upload(scales, ranks * nb * 4);
-    for (int add = 0; add < 2; add++) {
-        bf16 *d_out = (bf16 *)dev_upload(start, n * 2);
-        block_decode_sum(d_out, d_codes, d_scales, n, ranks, add, codec, 0);
-        download(got, d_out, n * 2);
-        for (int64_t i = 0; i < n; i++)
-            want[i] = bf16_bits((add ? bf16_float(start[i]) : 0.0f) + sum[i]);
-        check(same_bf16s(got, want, n), "block_decode_sum %-4s n=%-10lld %d ranks, %s: the host's (NaN = NaN)",
-              CODEC_NAMES[codec], (long long)n, ranks, add ? "added" : "written");
-        cuda_free(d_out);
+    bf16 *d_x = (bf16 *)dev_upload(xs, ranks * n * 2), *d_out = (bf16 *)dev_alloc(ranks * n * 2);
+    uint8_t *d_msgs = (uint8_t *)dev_alloc(ranks * m), *d_own = (uint8_t *)dev_alloc(m);
+    poison(d_msgs, ranks * m);
+    block_encode(d_msgs, m, d_x, n, n, ranks, codec, 0);
+    download(msgs, d_msgs, ranks * m);
+    int codes_ok = 1, scales_ok = 1;
+    for (int r = 0; r < ranks; r++) {
+        codes_ok &= memcmp(msgs + r * m, codes + r * n, n) == 0;
+        float *got_scales = (float *)(msgs + r * m + at);
+        scales_ok &= same_floats(got_scales, scales + r * nb, nb);
     }
-    void *dev[] = {d_codes, d_scales};
-    void *host[] = {xr, start, want, got, codes, scales, sum};
+    check(codes_ok && scales_ok, "block_encode %-4s n=%-10lld 3 pieces: codes and scales the host's", name,
+          (long long)n);
+    poison(d_out, ranks * n * 2);
+    block_decode(d_out, n, d_msgs, m, n, ranks, codec, 0);
+    download(got, d_out, ranks * n * 2);
+    check(same_bf16s(got, want, ranks * n), "block_decode %-4s n=%-10lld 3 pieces: the host's (NaN = NaN)", name,
+          (long long)n);
+    if (n % BLOCK_CODEC_SIZE == 0) {
+        CUDA_CHECK(cudaMemcpy(d_own, d_msgs + own * m, (size_t)m, cudaMemcpyDeviceToDevice));
+        poison(d_msgs + own * m, m);
+        fill_bf16(start, NULL, n, 1.0f);
+        for (int add = 0; add < 2; add++) {
+            CUDA_CHECK(cudaMemcpy(d_out, start, (size_t)n * 2, cudaMemcpyHostToDevice));
+            block_decode_sum(d_out, d_msgs, m, d_own, own, n, ranks, add, codec, 0);
+            download(got, d_out, n * 2);
+            for (int64_t i = 0; i < n; i++)
+                want[i] = bf16_bits((add ? bf16_float(start[i]) : 0.0f) + sum[i]);
+            check(same_bf16s(got, want, n), "block_decode_sum %-4s n=%-10lld %d ranks, %s: the host's (NaN = NaN)",
+                  name, (long long)n, ranks, add ? "added" : "written");
+        }
+    }
+    void *dev[] = {d_x, d_out, d_msgs, d_own};
+    void *host[] = {xs, start, want, got, codes, msgs, scales, sum, dec};
     FREE_BUFFERS(dev, host);
+}
+
+/* For sizes of buffer around the messages of 1 to 3000 blocks: the most whole blocks that fit, and no more. */
+static void check_message_values(void)
+{
+    int ok = 1;
+    for (int64_t blocks = 1; blocks <= 3000; blocks++)
+        for (int64_t d = -20; d <= 20; d++) {
+            int64_t bytes = block_codec_message_bytes(blocks * BLOCK_CODEC_SIZE) + d;
+            int64_t v = block_codec_message_values(bytes);
+            ok &= v % BLOCK_CODEC_SIZE == 0 && (v == 0 || block_codec_message_bytes(v) <= bytes) &&
+                  block_codec_message_bytes(v + BLOCK_CODEC_SIZE) > bytes;
+        }
+    check(ok, "block_codec_message_values: the most whole blocks whose message fits, for 1 to 3000 blocks +- 20 bytes");
 }
 
 static void check_size(int64_t n, BlockCodec codec, int specials, int bench)
@@ -128,27 +171,26 @@ static void check_size(int64_t n, BlockCodec codec, int specials, int bench)
 
     block_encode_host(codes, scales, x, n, codec);
     block_decode_host(dec, codes, scales, n, codec);
+    int64_t msg_bytes = block_codec_message_bytes(n);
     bf16 *d_x = (bf16 *)dev_upload(x, n * 2), *d_out = (bf16 *)dev_alloc(n * 2);
-    uint8_t *d_codes = (uint8_t *)dev_alloc(n);
-    float *d_scales = (float *)dev_alloc(nb * 4);
-    poison(d_codes, n);
-    poison(d_scales, nb * 4);
-    block_encode(d_codes, d_scales, d_x, n, codec, 0);
-    download(got_codes, d_codes, n);
-    download(got_scales, d_scales, nb * 4);
+    uint8_t *d_msg = (uint8_t *)dev_alloc(msg_bytes);
+    poison(d_msg, msg_bytes);
+    block_encode(d_msg, msg_bytes, d_x, 0, n, 1, codec, 0);
+    download(got_codes, d_msg, n);
+    download(got_scales, d_msg + block_codec_scales_at(n), nb * 4);
     snprintf(what, sizeof(what), "block_encode %s n=%lld codes", name, (long long)n);
     check_identical(what, got_codes, codes, n);
     check(same_floats(got_scales, scales, nb), "block_encode %-4s n=%-10lld scales the host's (NaN = NaN)", name,
           (long long)n);
 
     poison(d_out, n * 2);
-    block_decode(d_out, d_codes, d_scales, n, codec, 0);
+    block_decode(d_out, 0, d_msg, msg_bytes, n, 1, codec, 0);
     download(got_b, d_out, n * 2);
     for (int64_t i = 0; i < n; i++)
         want_b[i] = bf16_bits(dec[i]);
     check(same_bf16s(got_b, want_b, n), "block_decode %-4s n=%-10lld bit-identical (NaN = NaN)", name, (long long)n);
-    if (n % BLOCK_CODEC_SIZE == 0)
-        check_decode_sum(x, n, codec);
+    if (!bench)
+        check_pieces(x, n, codec);
 
     /* the codec's error, on the finite blocks (the header's bounds) */
     float *ref = (float *)malloc_check(n * 4, "ref");
@@ -181,14 +223,14 @@ static void check_size(int64_t n, BlockCodec codec, int specials, int bench)
     }
 
     if (bench) {
-        Bench b = {n, codec, d_x, d_out, d_codes, d_scales};
+        Bench b = {n, codec, d_x, d_out, d_msg};
         snprintf(what, sizeof(what), "block_encode %s n=%lld", name, (long long)n);
         bench_report(what, run_encode, &b, 1, 3.0 * n + 4.0 * nb);
         snprintf(what, sizeof(what), "block_decode %s n=%lld", name, (long long)n);
         bench_report(what, run_decode, &b, 1, 3.0 * n + 4.0 * nb);
     }
 
-    void *dev[] = {d_x, d_out, d_codes, d_scales};
+    void *dev[] = {d_x, d_out, d_msg};
     void *host[] = {x, xf, codes, got_codes, scales, got_scales, dec, bound, want_b, got_b, ref};
     FREE_BUFFERS(dev, host);
 }
@@ -207,6 +249,7 @@ int main(int argc, char **argv)
         {128 * 1000 + 5, 1, 0},
         {(int64_t)64 << 20, 0, 1},
     };
+    check_message_values();
     for (int codec = 0; codec < 2; codec++)
         for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
             check_size(sizes[i][0], (BlockCodec)codec, (int)sizes[i][1], (int)sizes[i][2]);

@@ -344,27 +344,25 @@ static inline void dist_all_gather(const DistGroup *g, const void *send, void *r
     profile_pop(stream);
 }
 
-/* recv[r * bytes, (r + 1) * bytes) = the group's rank r's send[g->rank * bytes, ...): each rank's
- * r-th piece goes to rank r (NCCL point-to-point calls in one group; to itself too). send and recv apart.
- * Two ranks: each sends the other one piece, which is what an all-gather of that piece moves, and NCCL's
- * collectives move it 1.24-1.47x faster per byte than its point-to-point calls over the network transport
- * (dev/bench/nccl_bench's all_gather against all_to_all, docs/multi_gpu.md); the all-gather lands this rank's
- * own piece for the other rank in recv's slot of its own, which a copy then puts right. */
+/* recv[r * bytes, (r + 1) * bytes) = the group's rank r's send[g->rank * bytes, ...) for every other rank r: each
+ * rank's r-th piece goes to rank r (NCCL point-to-point calls in one group); the rank's own piece stays in send,
+ * and recv's slot of its own is not written. send and recv apart. Two ranks: each sends the other one piece, which
+ * is what an all-gather of that piece moves, and NCCL's collectives move it 1.24-1.47x faster per byte than its
+ * point-to-point calls over the network transport (dev/bench/nccl_bench's all_gather against all_to_all,
+ * docs/multi_gpu.md); the all-gather writes the piece sent into recv's slot of its own. */
 static inline void dist_all_to_all(const DistGroup *g, const void *send, void *recv, int64_t bytes, cudaStream_t stream)
 {
+    if (g->size == 1)
+        return;
     profile_push(PROF_COMM, stream);
-    if (g->size == 1) {
-        if (send != recv)
-            CUDA_CHECK(cudaMemcpyAsync(recv, send, (size_t)bytes, cudaMemcpyDeviceToDevice, stream));
-    } else if (g->size == 2) {
-        const char *own = (const char *)send + (int64_t)g->rank * bytes;
+    if (g->size == 2) {
         NCCL_CHECK(ncclAllGather((const char *)send + (int64_t)(1 - g->rank) * bytes, recv, (size_t)bytes, ncclUint8,
                                  g->comm, stream));
-        CUDA_CHECK(cudaMemcpyAsync((char *)recv + (int64_t)g->rank * bytes, own, (size_t)bytes,
-                                   cudaMemcpyDeviceToDevice, stream));
     } else {
         NCCL_CHECK(ncclGroupStart());
         for (int r = 0; r < g->size; r++) {
+            if (r == g->rank)
+                continue;
             NCCL_CHECK(ncclSend((const char *)send + (int64_t)r * bytes, (size_t)bytes, ncclUint8, r, g->comm, stream));
             NCCL_CHECK(ncclRecv((char *)recv + (int64_t)r * bytes, (size_t)bytes, ncclUint8, r, g->comm, stream));
         }

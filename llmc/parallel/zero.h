@@ -33,16 +33,18 @@
  * rank added), or in fp32: each chunk of a bucket converted to fp32, summed, and
  * rounded to bf16 once per level (flat: once), or quantized (ZeRO++'s qgZ): each
  * rank's blocks as one-byte codes with an fp32 scale per 128 values
- * (llmc/kernels/block_codec.h, int8 or e4m3), exchanged all-to-all, and every
- * rank's codes of this rank's block decoded and summed in fp32 in rank order,
- * rounded to bf16 once per level: half the bytes of bf16 on the wire, at the
- * codec's error per value and level.
+ * (llmc/kernels/block_codec.h, int8 or e4m3; codes and scales one message per
+ * destination), exchanged all-to-all, and every rank's codes of this rank's
+ * block decoded and summed in fp32 in rank order, rounded to bf16 once per
+ * level: half the bytes of bf16 on the wire, at the codec's error per value
+ * and level.
  * Stage 3's gathers (ZeroOptions.gather, --weight-gather; ZeRO++'s qwZ): the
  * per-use gather of a bucket over the shard group moves codes too: each rank
- * encodes its group share, the codes and scales are all-gathered and decoded into
- * the staging slot, so every rank computes with the same decoded weights, its own
- * share's included, while the update keeps the exact ones. The gathers of new
- * weights over the replica group, and those for checkpoints, stay exact.
+ * encodes its group share, the messages (codes and scales) are all-gathered and
+ * decoded into the staging slot, so every rank computes with the same decoded
+ * weights, its own share's included, while the update keeps the exact ones.
+ * The gathers of new weights over the replica group, and those for
+ * checkpoints, stay exact.
  * With --fp8 per tensor the layer buckets travel as the very FP8 codes their
  * Linear maps compute with (zero_fp8.h, included at the end): exact.
  * The gather of the new weights after AdamW can move each weight's change
@@ -72,7 +74,9 @@
  * weight of the largest bucket, the escape lists (8 bytes per 16 weights this
  * rank updates, and per 16 of the largest bucket's) and the packed form's
  * offsets (4 bytes per 4,096 weights this rank updates); --grad-reduce int8 or
- * e4m3: two code buffers of up to ZERO_FP32_CHUNK bytes; an event per bucket.
+ * e4m3: two message buffers of up to ZERO_CODE_CHUNK x 33 / 32 bytes (stage 3
+ * with --weight-gather int8 or e4m3: the first at least a layer slot's
+ * messages); an event per bucket.
  */
 #ifndef LLMC_ZERO_H
 #define LLMC_ZERO_H
@@ -92,6 +96,9 @@ static_assert(ZERO_ALIGN % BLOCK_CODEC_SIZE == 0, "a rank's share must hold whol
 #define ZERO_MAX_BLOCKS 4096
 /* fp32 elements summed at once with --grad-reduce fp32 (128 MiB) */
 #define ZERO_FP32_CHUNK ((int64_t)32 << 20)
+/* elements summed at once by the quantized sums (66 MiB of messages each way): a layer of the 1B (61 M) in one
+ * chunk on any number of ranks, so that its sum is three launches, each of which waits for SMs beside the backward */
+#define ZERO_CODE_CHUNK ((int64_t)64 << 20)
 
 /* How gradients are summed over the ranks (--grad-reduce bf16|fp32|int8|e4m3, in that order). */
 typedef enum { ZERO_SUM_BF16, ZERO_SUM_FP32, ZERO_SUM_INT8, ZERO_SUM_E4M3 } ZeroSum;
@@ -144,9 +151,8 @@ typedef struct {
     bf16 *sum_scratch; /* staged bf16 sums of later micro-steps, before they are added */
     float *sum32;      /* --grad-reduce fp32: a chunk of every rank's block */
     int64_t sum32_elements;
-    uint8_t *codes[2]; /* quantized sums: [0] sent, [1] received, code_elements each; gathers: [0] */
-    float *code_scales[2];
-    int64_t code_elements[2];
+    uint8_t *codes[2]; /* quantized sums' messages: [0] sent, [1] received, code_bytes each; gathers': [0] */
+    int64_t code_bytes[2];
     cudaEvent_t grad_written[ZERO_SLOTS], grad_sent[ZERO_SLOTS];
     cudaEvent_t weight_gathered[ZERO_SLOTS], weight_used[ZERO_SLOTS];
     cudaEvent_t *bucket_gathered;  /* [n_buckets] stages 1 and 2: the bucket's new weights are in place */
@@ -243,26 +249,27 @@ static inline BlockCodec zero_codec_(int int8)
 }
 
 /* zero_sum_scatter quantized (qgZ, see the top), a chunk of every block at a time: the
- * chunks encoded side by side by destination into codes[0], exchanged all-to-all into
- * codes[1], the group's codes of this rank's chunk decoded and summed in fp32 in rank
- * order, rounded to bf16 once (added to out when add). count and the chunk are
- * multiples of the codec's block (ZERO_ALIGN), so no block straddles two ranks. */
+ * chunks encoded side by side by destination, one message each (codes and scales,
+ * block_codec.h), into codes[0] in one launch, exchanged all-to-all into codes[1] in
+ * one call, the group's messages of this rank's chunk (its own still in codes[0])
+ * decoded and summed in fp32 in rank order, rounded to bf16 once (added to out when
+ * add). Three launches a chunk: beside the backward each waits for SMs to free up.
+ * count and the chunk are multiples of the codec's block (ZERO_ALIGN), so no block
+ * straddles two ranks. */
 static inline void zero_sum_scatter_codes_(Zero *z, const DistGroup *g, const bf16 *in, int64_t stride, bf16 *out,
                                            int64_t count, int add)
 {
     cudaStream_t s = z->comm;
     BlockCodec codec = zero_codec_(z->opt.sum == ZERO_SUM_INT8);
-    int64_t chunk = z->code_elements[1] / g->size / BLOCK_CODEC_SIZE * BLOCK_CODEC_SIZE;
+    int64_t chunk = block_codec_message_values(z->code_bytes[1] / g->size);
     if (count % BLOCK_CODEC_SIZE || chunk < BLOCK_CODEC_SIZE)
         FAIL("zero_sum_scatter: %lld elements per rank, in chunks of %lld: the codes need whole blocks of %d",
              (long long)count, (long long)chunk, BLOCK_CODEC_SIZE);
     for (int64_t j0 = 0; j0 < count; j0 += chunk) {
-        int64_t n = count - j0 < chunk ? count - j0 : chunk, nb = block_codec_blocks(n);
-        for (int r = 0; r < g->size; r++)
-            block_encode(z->codes[0] + r * n, z->code_scales[0] + r * nb, in + r * stride + j0, n, codec, s);
-        dist_all_to_all(g, z->codes[0], z->codes[1], n, s);
-        dist_all_to_all(g, z->code_scales[0], z->code_scales[1], nb * (int64_t)sizeof(float), s);
-        block_decode_sum(out + j0, z->codes[1], z->code_scales[1], n, g->size, add, codec, s);
+        int64_t n = count - j0 < chunk ? count - j0 : chunk, m = block_codec_message_bytes(n);
+        block_encode(z->codes[0], m, in + j0, stride, n, g->size, codec, s);
+        dist_all_to_all(g, z->codes[0], z->codes[1], m, s);
+        block_decode_sum(out + j0, z->codes[1], m, z->codes[0] + g->rank * m, g->rank, n, g->size, add, codec, s);
     }
 }
 
@@ -335,22 +342,21 @@ static inline void zero_gather_bucket(Zero *z, int b, const bf16 *share, bf16 *f
 }
 
 /* full[count * g->size] from each rank's share[count] through codes (qwZ, see the top):
- * the share encoded into its place in codes[0], codes and scales all-gathered, all of
- * it decoded; count a multiple of the codec's block. */
+ * the share encoded into its message's place in codes[0], the messages (codes and
+ * scales) all-gathered in one call, all of them decoded; count a multiple of the
+ * codec's block. */
 static inline void zero_gather_codes_(Zero *z, const DistGroup *g, const bf16 *share, bf16 *full, int64_t count)
 {
     cudaStream_t s = z->comm;
     BlockCodec codec = zero_codec_(z->opt.gather == ZERO_GATHER_INT8);
-    int64_t nb = block_codec_blocks(count);
-    uint8_t *codes = z->codes[0];
-    float *scales = z->code_scales[0];
-    if (count % BLOCK_CODEC_SIZE || count * g->size > z->code_elements[0])
-        FAIL("zero_gather_codes_: %d shares of %lld elements: whole blocks of %d, at most %lld codes", g->size,
-             (long long)count, BLOCK_CODEC_SIZE, (long long)z->code_elements[0]);
-    block_encode(codes + (int64_t)g->rank * count, scales + (int64_t)g->rank * nb, share, count, codec, s);
-    dist_all_gather(g, codes + (int64_t)g->rank * count, codes, count, 1, s);
-    dist_all_gather(g, scales + (int64_t)g->rank * nb, scales, nb, 4, s);
-    block_decode(full, codes, scales, count * g->size, codec, s);
+    int64_t m = block_codec_message_bytes(count);
+    uint8_t *msgs = z->codes[0];
+    if (count % BLOCK_CODEC_SIZE || m * g->size > z->code_bytes[0])
+        FAIL("zero_gather_codes_: %d shares of %lld elements: whole blocks of %d, at most %lld bytes of messages",
+             g->size, (long long)count, BLOCK_CODEC_SIZE, (long long)z->code_bytes[0]);
+    block_encode(msgs + g->rank * m, m, share, 0, count, 1, codec, s);
+    dist_all_gather(g, msgs + g->rank * m, msgs, m, 1, s);
+    block_decode(full, count, msgs, m, count, g->size, codec, s);
 }
 
 static inline int zero_slot(const Zero *z, int b)
@@ -452,7 +458,7 @@ typedef struct {
     int64_t staging;       /* bf16: the slots of the staged gradients, and of stage 3's weights */
     int64_t sum_scratch;   /* bf16: a later micro-step's staged sum, before it is added */
     int64_t sum32;         /* fp32: --grad-reduce fp32's chunk */
-    int64_t codes[2];      /* one byte each (and an fp32 scale per 128): quantized sums' and gathers' codes */
+    int64_t codes[2];      /* bytes: quantized sums' and gathers' messages (a byte a value, 4 per 128 for scales) */
     int64_t change[2];     /* one byte each: --update-gather delta's codes of this rank and of a bucket's ranks */
     int64_t escapes[2];    /* 8 bytes each: this rank's escape lists, and a bucket's every rank's */
     int64_t wide_offsets;  /* 4 bytes each: the chunks' offsets of this rank's packed changes */
@@ -475,18 +481,21 @@ static inline ZeroSizes zero_sizes_(const Zero *z, int full_grads)
             p->buckets[b].group_share > largest_group_share ? p->buckets[b].group_share : largest_group_share;
         largest = p->buckets[b].padded > largest ? p->buckets[b].padded : largest;
     }
-    int64_t chunk = largest < ZERO_FP32_CHUNK ? largest : ZERO_FP32_CHUNK;
     if (z->opt.sum == ZERO_SUM_FP32) {
-        n.sum32 = chunk;
+        n.sum32 = largest < ZERO_FP32_CHUNK ? largest : ZERO_FP32_CHUNK;
     } else {
         if (!n.full_grads && z->opt.micro_steps > 1)
             n.sum_scratch = largest_group_share;
+        /* a group's pieces of a chunk, each its own message, padded to 16 bytes */
+        int64_t chunk = largest < ZERO_CODE_CHUNK ? largest : ZERO_CODE_CHUNK;
         if (z->opt.sum != ZERO_SUM_BF16 && z->dist->world > 1)
-            n.codes[0] = n.codes[1] = chunk;
+            n.codes[0] = n.codes[1] = block_codec_message_bytes(chunk) + 16 * (int64_t)z->dist->world;
     }
     if (z->stage >= 3 && z->opt.gather != ZERO_GATHER_BF16 && z->shard->size > 1)
-        for (int s = 0; s < ZERO_SLOTS; s++)
-            n.codes[0] = zero_slot_elements(z, s) > n.codes[0] ? zero_slot_elements(z, s) : n.codes[0];
+        for (int s = 0; s < ZERO_SLOTS; s++) {
+            int64_t bytes = block_codec_message_bytes(zero_slot_elements(z, s)) + 16 * (int64_t)z->shard->size;
+            n.codes[0] = bytes > n.codes[0] ? bytes : n.codes[0];
+        }
     if (zero_delta_active(z)) {
         int64_t room = 0;
         for (int b = 0; b < p->n_buckets; b++)
@@ -505,9 +514,8 @@ static inline size_t zero_device_bytes(const Zero *z, int full_grads)
 {
     ZeroSizes n = zero_sizes_(z, full_grads);
     return (size_t)(n.params + n.grads + n.staging + n.sum_scratch) * sizeof(bf16) + (size_t)n.sum32 * sizeof(float) +
-           (size_t)(n.codes[0] + n.codes[1]) + (size_t)block_codec_blocks(n.codes[0] + n.codes[1]) * sizeof(float) +
-           (size_t)(n.change[0] + n.change[1]) + (size_t)(n.escapes[0] + n.escapes[1]) * 8 +
-           (size_t)n.wide_offsets * sizeof(uint32_t);
+           (size_t)(n.codes[0] + n.codes[1]) + (size_t)(n.change[0] + n.change[1]) +
+           (size_t)(n.escapes[0] + n.escapes[1]) * 8 + (size_t)n.wide_offsets * sizeof(uint32_t);
 }
 
 /* Allocates the weights and gradients (zeros: the padding must stay zero, and no
@@ -542,12 +550,9 @@ static inline void zero_allocate(Zero *z, int full_grads)
     if (size.sum_scratch > 0)
         z->sum_scratch = (bf16 *)cuda_malloc_named((size_t)size.sum_scratch * sizeof(bf16), "ZeRO gradient scratch");
     for (int i = 0; i < 2; i++) {
-        z->code_elements[i] = size.codes[i];
-        if (size.codes[i] > 0) {
-            z->codes[i] = (uint8_t *)cuda_malloc_named((size_t)size.codes[i], "ZeRO quantized codes");
-            z->code_scales[i] = (float *)cuda_malloc_named((size_t)block_codec_blocks(size.codes[i]) * sizeof(float),
-                                                           "ZeRO quantized scales");
-        }
+        z->code_bytes[i] = size.codes[i];
+        if (size.codes[i] > 0)
+            z->codes[i] = (uint8_t *)cuda_malloc_named((size_t)size.codes[i], "ZeRO quantized codes and scales");
     }
     if (size.change[0] > 0) {
         z->change = (int8_t *)cuda_malloc_named((size_t)size.change[0], "ZeRO new weights' change codes");
@@ -594,10 +599,8 @@ static inline void zero_free(Zero *z)
         cuda_free(z->grads);
         cuda_free(z->sum_scratch);
         cuda_free(z->sum32);
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; i < 2; i++)
             cuda_free(z->codes[i]);
-            cuda_free(z->code_scales[i]);
-        }
         cuda_free(z->change);
         cuda_free(z->change_all);
         cuda_free(z->escapes);

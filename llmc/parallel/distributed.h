@@ -29,6 +29,7 @@
 #ifndef LLMC_DISTRIBUTED_H
 #define LLMC_DISTRIBUTED_H
 
+#include <dirent.h>
 #include <nccl.h>
 #include <stdlib.h>
 #ifdef USE_MPI
@@ -189,6 +190,25 @@ static inline void dist_groups_init(Dist *d, int shard_group)
         d->across.comm = d->all.comm;
     else if (g->hosts > 1)
         NCCL_CHECK(ncclCommSplit(d->all.comm, position, host, &d->across.comm, NULL));
+}
+
+/* Whether the traffic between hosts will likely go over TCP at NCCL's socket defaults: several hosts, no
+ * InfiniBand or RoCE device on this one (/sys/class/infiniband is where they, and AWS's EFA, appear) and neither
+ * NCCL_SOCKET_NTHREADS nor NCCL_NSOCKS_PERTHREAD set. NCCL then gives each channel one helper thread and one
+ * connection, which bound the stand-in's link (docs/multi_gpu.md: more threads and connections moved the step by
+ * up to 4 points of one GPU's throughput); its own documentation suggests 4 for fast TCP networks. */
+static inline int dist_tcp_at_socket_defaults(const Dist *d)
+{
+    if (d->groups.hosts < 2 || getenv("NCCL_SOCKET_NTHREADS") || getenv("NCCL_NSOCKS_PERTHREAD"))
+        return 0;
+    DIR *ib = opendir("/sys/class/infiniband");
+    if (!ib)
+        return 1;
+    int devices = 0;
+    for (struct dirent *e = readdir(ib); e; e = readdir(ib))
+        devices += e->d_name[0] != '.';
+    closedir(ib);
+    return devices == 0;
 }
 
 /* Takes the GPU of info->local_rank and joins the NCCL communicators (see the top).

@@ -97,7 +97,7 @@ static_assert(ZERO_ALIGN % BLOCK_CODEC_SIZE == 0, "a rank's share must hold whol
 /* fp32 elements summed at once with --grad-reduce fp32 (128 MiB) */
 #define ZERO_FP32_CHUNK ((int64_t)32 << 20)
 /* elements summed at once by the quantized sums (66 MiB of messages each way): a layer of the 1B (61 M) in one
- * chunk on any number of ranks, so that its sum is three launches, each of which waits for SMs beside the backward */
+ * chunk on any number of ranks, so that its sum is three launches */
 #define ZERO_CODE_CHUNK ((int64_t)64 << 20)
 
 /* How gradients are summed over the ranks (--grad-reduce bf16|fp32|int8|e4m3, in that order). */
@@ -253,7 +253,8 @@ static inline BlockCodec zero_codec_(int int8)
  * block_codec.h), into codes[0] in one launch, exchanged all-to-all into codes[1] in
  * one call, the group's messages of this rank's chunk (its own still in codes[0])
  * decoded and summed in fp32 in rank order, rounded to bf16 once (added to out when
- * add). Three launches a chunk: beside the backward each waits for SMs to free up.
+ * add). Three launches a chunk (a launch beside the backward can wait for SMs: an
+ * encode or decode measured 0.1-1.5 ms there, against 0.1 after).
  * count and the chunk are multiples of the codec's block (ZERO_ALIGN), so no block
  * straddles two ranks. */
 static inline void zero_sum_scatter_codes_(Zero *z, const DistGroup *g, const bf16 *in, int64_t stride, bf16 *out,

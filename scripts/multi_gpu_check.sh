@@ -32,7 +32,8 @@
 #                network stand-in: 1 GPU; 2 hosts x 1 GPU (stages 1 to 3, and
 #                stage 3 reduce-scattering every micro-step as before issue 28;
 #                stages 1 and 2 with int8 sums, and with them and the new
-#                weights gathered as their changes, --update-gather delta);
+#                weights gathered as their changes, --update-gather delta,
+#                at NCCL's socket defaults and at 4 threads x 2 connections);
 #                with 4 GPUs, 2 hosts x 2 GPUs over hosts (stages 1 to 3, with
 #                and without --update-gather delta) and flat stage 3; NETSCALE_STAGES="1 2" limits the bf16 2 x 1 runs (stage 3 and
 #                its per-micro-step variant run only when it names 3); the 2 x 1 runs
@@ -365,6 +366,13 @@ EOF
             summarize "$results" netscale "$out/ns_z${z}_2x1_qgz_delta.jsonl" "ns_z${z}_2x1_qgz_delta" \
                 "${common[@]}" stage=$z mode=flat hosts=2 gpus_per_host=1 micro_steps=16 grad_reduce=int8 \
                 update_gather=delta || status=1
+            # and with NCCL's sockets for fast TCP: 4 helper threads of 2 connections each per channel (its default: 1 of 1)
+            run "ns_z${z}_2x1_qgz_delta_tcp" "${one[@]}" env NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=2 "${big[@]}" \
+                --total-batch 524288 --zero-stage $z --grad-reduce int8 --update-gather delta \
+                --log "$out/ns_z${z}_2x1_qgz_delta_tcp.jsonl"
+            summarize "$results" netscale "$out/ns_z${z}_2x1_qgz_delta_tcp.jsonl" "ns_z${z}_2x1_qgz_delta_tcp" \
+                "${common[@]}" stage=$z mode=flat hosts=2 gpus_per_host=1 micro_steps=16 grad_reduce=int8 \
+                update_gather=delta socket_threads=4 socks_per_thread=2 || status=1
         done
         run ns_z3_2x1_qwz_qgz "${one[@]}" "${big[@]}" --total-batch 524288 --zero-stage 3 --grad-reduce int8 \
             --weight-gather int8 --log "$out/ns_z3_2x1_qwz_qgz.jsonl"

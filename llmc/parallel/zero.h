@@ -787,6 +787,31 @@ static inline void zero_shares_written(Zero *z)
     zero_fp8_weights_changed(z);
 }
 
+/* Bucket b's new weights to the ranks that read them, on the communication stream: stage 3 the group shares over
+ * the replica group, stages 1 and 2 the whole bucket; as their changes where `changes` (the bytes sent returned,
+ * *packed set where they went packed), else in bf16 (0 returned). */
+static inline int64_t zero_gather_new_weights_(Zero *z, int b, int changes, int *packed)
+{
+    const ZeroBucket *bk = &z->plan.buckets[b];
+    if (z->stage >= 3) {
+        if (changes)
+            return zero_gather_changes_(z, b, z->replica, z->params + z->group_at[b], z->replica_index, packed);
+        if (z->replica->size > 1)
+            dist_all_gather(z->replica, zero_update_weights(z, b), z->params + z->group_at[b], bk->shard, 2, z->comm);
+        return 0;
+    }
+    bf16 *full = z->params + bk->padded_offset, *group = full + (int64_t)z->position * bk->group_share;
+    if (changes && z->replica->size == 1) /* flat: over all ranks */
+        return zero_gather_changes_(z, b, z->shard, full, z->position, packed);
+    if (changes) { /* over hosts: the changes across them, then the group shares inside each in bf16 */
+        int64_t sent = zero_gather_changes_(z, b, z->replica, group, z->replica_index, packed);
+        dist_all_gather(z->shard, group, full, bk->group_share, 2, z->comm);
+        return sent;
+    }
+    zero_gather_bucket(z, b, zero_update_weights(z, b), full, z->comm);
+    return 0;
+}
+
 /* After AdamW changed this rank's weights (on the compute stream): stages 1 and 2
  * gather every bucket's new weights, which the next forward waits for bucket by
  * bucket; stage 3 gathers its group shares over the replica group and forgets
@@ -798,41 +823,24 @@ static inline void zero_params_changed(Zero *z, cudaStream_t compute)
     zero_shares_written(z);
     if (z->dist->world == 1 || z->stage == 0)
         return;
-    int delta = zero_delta_active(z), as_changes = 0, as_packed = 0, packed = 0;
+    int delta = zero_delta_active(z), as_changes = 0, as_packed = 0;
     int64_t sent = 0, weights = 0; /* this rank's, in the gathers that may carry changes (flat, or across hosts) */
     if (delta)
         zero_delta_counts_(z);
     for (int b = 0; b < z->plan.n_buckets; b++) {
-        const ZeroBucket *bk = &z->plan.buckets[b];
         int changes = delta && z->h_delta_counts[b] <= (unsigned long long)z->escape_room[b];
         as_changes += changes;
         weights += z->update_count[b];
         sent += changes ? 0 : 2 * z->update_count[b];
-        packed = 0;
+        int packed = 0;
         profile_comm_begin(z->comm, "gather", b); /* --profile-step's timeline */
-        if (z->stage >= 3) {
-            if (changes)
-                sent += zero_gather_changes_(z, b, z->replica, z->params + z->group_at[b], z->replica_index, &packed);
-            else if (z->replica->size > 1)
-                dist_all_gather(z->replica, zero_update_weights(z, b), z->params + z->group_at[b], bk->shard, 2,
-                                z->comm);
-            profile_comm_end(z->comm);
-            as_packed += packed;
-            continue;
-        }
-        bf16 *full = z->params + bk->padded_offset, *group = full + (int64_t)z->position * bk->group_share;
-        if (changes && z->replica->size == 1) { /* flat: over all ranks */
-            sent += zero_gather_changes_(z, b, z->shard, full, z->position, &packed);
-        } else if (changes) { /* over hosts: the changes across them, then the group shares inside each in bf16 */
-            sent += zero_gather_changes_(z, b, z->replica, group, z->replica_index, &packed);
-            dist_all_gather(z->shard, group, full, bk->group_share, 2, z->comm);
-        } else {
-            zero_gather_bucket(z, b, zero_update_weights(z, b), full, z->comm);
-        }
+        sent += zero_gather_new_weights_(z, b, changes, &packed);
         profile_comm_end(z->comm);
         as_packed += packed;
-        CUDA_CHECK(cudaEventRecord(z->bucket_gathered[b], z->comm));
-        z->gather_pending[b] = 1;
+        if (z->stage < 3) { /* stage 3 reads its shares through the per-use gathers, later on this stream */
+            CUDA_CHECK(cudaEventRecord(z->bucket_gathered[b], z->comm));
+            z->gather_pending[b] = 1;
+        }
     }
     z->update_bytes = delta ? (double)sent / (double)weights : 0.0;
     if (delta && !z->delta_told) { /* rank 0's, the others' stdout being silent */

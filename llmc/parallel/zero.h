@@ -788,17 +788,18 @@ static inline void zero_shares_written(Zero *z)
 }
 
 /* Bucket b's new weights to the ranks that read them, on the communication stream: stage 3 the group shares over
- * the replica group, stages 1 and 2 the whole bucket; as their changes where `changes` (the bytes sent returned,
- * *packed set where they went packed), else in bf16 (0 returned). */
+ * the replica group, stages 1 and 2 the whole bucket; as their changes where `changes` (*packed set where they went
+ * packed), else in bf16. Returns the bytes this rank sent of its updated weights (update_bytes' numerator). */
 static inline int64_t zero_gather_new_weights_(Zero *z, int b, int changes, int *packed)
 {
     const ZeroBucket *bk = &z->plan.buckets[b];
+    int64_t bf16_bytes = 2 * z->update_count[b];
     if (z->stage >= 3) {
         if (changes)
             return zero_gather_changes_(z, b, z->replica, z->params + z->group_at[b], z->replica_index, packed);
         if (z->replica->size > 1)
             dist_all_gather(z->replica, zero_update_weights(z, b), z->params + z->group_at[b], bk->shard, 2, z->comm);
-        return 0;
+        return bf16_bytes;
     }
     bf16 *full = z->params + bk->padded_offset, *group = full + (int64_t)z->position * bk->group_share;
     if (changes && z->replica->size == 1) /* flat: over all ranks */
@@ -809,7 +810,7 @@ static inline int64_t zero_gather_new_weights_(Zero *z, int b, int changes, int 
         return sent;
     }
     zero_gather_bucket(z, b, zero_update_weights(z, b), full, z->comm);
-    return 0;
+    return bf16_bytes;
 }
 
 /* After AdamW changed this rank's weights (on the compute stream): stages 1 and 2
@@ -831,7 +832,6 @@ static inline void zero_params_changed(Zero *z, cudaStream_t compute)
         int changes = delta && z->h_delta_counts[b] <= (unsigned long long)z->escape_room[b];
         as_changes += changes;
         weights += z->update_count[b];
-        sent += changes ? 0 : 2 * z->update_count[b];
         int packed = 0;
         profile_comm_begin(z->comm, "gather", b); /* --profile-step's timeline */
         sent += zero_gather_new_weights_(z, b, changes, &packed);

@@ -22,7 +22,7 @@ LLMC_HEADERS = $(wildcard llmc/*/*.h)
 CPU_TESTS = test_llama_ref tests/test_tensorfile tests/test_dataloader tests/test_launch tests/test_zero_plan \
             tests/test_master_weights tests/test_rendezvous tests/test_checkpoint_shards tests/test_watchdog \
             tests/test_documents tests/test_process_groups \
-            tests/test_fp8 tests/test_adamw_cpu
+            tests/test_fp8 tests/test_adamw_cpu tests/test_nccl_sockets
 
 # CUDA: Hopper (sm_90). cuDNN attention goes through the cudnn-frontend headers
 # (scripts/get_cudnn_frontend.sh fetches them), compiled once into its own object.
@@ -97,6 +97,7 @@ test-c: $(CPU_TESTS)
 	./tests/test_documents
 	./tests/test_process_groups
 	./tests/test_adamw_cpu
+	./tests/test_nccl_sockets
 test-python: tests/hf_tool tests/fp8_tool train_llama_ref
 	$(PYTHON) -m pytest -q tests
 test-cli: train_llama_ref $(if $(HAVE_NVCC),gpu)

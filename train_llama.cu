@@ -289,10 +289,10 @@ static void gpus_start(Gpus *g, const Args *a, const LlamaConfig *c)
                                                       : "bf16")
                                   : "",
                a->update_gather_mode == ZERO_UPDATE_DELTA ? ", new weights gathered as their changes (delta)" : "");
-        if (dist_tcp_at_socket_defaults(&g->dist))
-            printf("  hint: no InfiniBand device here, so NCCL likely joins the hosts over TCP, one connection per "
-                   "channel; NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=2 gave the 2-host stand-in up to 4.6%% more "
-                   "tokens/s (docs/multi_gpu.md)\n");
+        if (g->dist.nccl_sockets_set && g->dist.groups.hosts > 1)
+            printf("  NCCL over TCP (no InfiniBand device): NCCL_SOCKET_NTHREADS=%s NCCL_NSOCKS_PERTHREAD=%s set, "
+                   "NCCL's own being 1 and 1 (set either to choose; docs/multi_gpu.md)\n",
+                   NCCL_SOCKETS_THREADS, NCCL_SOCKETS_PER_THREAD);
     }
     matmul_setup();
     matmul_set_autotune(a->gemm_autotune);

@@ -114,7 +114,7 @@ accum=(-T 128 -B $((4 / np)) --total-batch 1024)
 # then name=value pairs for the record.
 summarize() {
     python3 - "$@" << 'EOF'
-import json, statistics, sys
+import json, re, statistics, sys
 results, check, log, label = sys.argv[1:5]
 extra = dict(kv.split("=", 1) for kv in sys.argv[5:])
 for k, v in list(extra.items()):
@@ -127,6 +127,13 @@ try:
 except OSError:
     recs = []
 timed = recs[2:]
+# the socket setting the trainer chose for NCCL (llmc/parallel/nccl_sockets.h), from its startup line in the run's log
+try:
+    m = re.search(r"NCCL_SOCKET_NTHREADS=(\d+) NCCL_NSOCKS_PERTHREAD=(\d+) set", open(log[:-len(".jsonl")] + ".log").read())
+except OSError:
+    m = None
+if m and "sockets" not in extra:
+    extra["sockets"] = f"{m.group(1)}x{m.group(2)}"
 if not timed:
     print(f"FAIL {label}: no timed steps in {log}")
     sys.exit(1)
@@ -366,13 +373,14 @@ EOF
             summarize "$results" netscale "$out/ns_z${z}_2x1_qgz_delta.jsonl" "ns_z${z}_2x1_qgz_delta" \
                 "${common[@]}" stage=$z mode=flat hosts=2 gpus_per_host=1 micro_steps=16 grad_reduce=int8 \
                 update_gather=delta || status=1
-            # and with NCCL's sockets for fast TCP: 4 helper threads of 2 connections each per channel (its default: 1 of 1)
-            run "ns_z${z}_2x1_qgz_delta_tcp" "${one[@]}" env NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=2 "${big[@]}" \
-                --total-batch 524288 --zero-stage $z --grad-reduce int8 --update-gather delta \
-                --log "$out/ns_z${z}_2x1_qgz_delta_tcp.jsonl"
-            summarize "$results" netscale "$out/ns_z${z}_2x1_qgz_delta_tcp.jsonl" "ns_z${z}_2x1_qgz_delta_tcp" \
+            # and at NCCL's own socket defaults, 1 helper thread of 1 connection per channel (the trainer sets 4 of 2
+            # where it finds hosts joined by TCP: llmc/parallel/nccl_sockets.h)
+            run "ns_z${z}_2x1_qgz_delta_nccl1x1" "${one[@]}" env NCCL_SOCKET_NTHREADS=1 NCCL_NSOCKS_PERTHREAD=1 \
+                "${big[@]}" --total-batch 524288 --zero-stage $z --grad-reduce int8 --update-gather delta \
+                --log "$out/ns_z${z}_2x1_qgz_delta_nccl1x1.jsonl"
+            summarize "$results" netscale "$out/ns_z${z}_2x1_qgz_delta_nccl1x1.jsonl" "ns_z${z}_2x1_qgz_delta_nccl1x1" \
                 "${common[@]}" stage=$z mode=flat hosts=2 gpus_per_host=1 micro_steps=16 grad_reduce=int8 \
-                update_gather=delta socket_threads=4 socks_per_thread=2 || status=1
+                update_gather=delta sockets=1x1 || status=1
         done
         run ns_z3_2x1_qwz_qgz "${one[@]}" "${big[@]}" --total-batch 524288 --zero-stage 3 --grad-reduce int8 \
             --weight-gather int8 --log "$out/ns_z3_2x1_qwz_qgz.jsonl"
@@ -503,6 +511,10 @@ EOF
         timeout 300 mpirun -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x GPUS_PER_HOST=1 -x CUDA_VISIBLE_DEVICES=0,1 \
             scripts/as_hosts.sh "${nb[@]}" --max-mib 256 --label "2x1 hostid" >> "$out/nccl.jsonl" \
             2> "$out/nccl_2x1.log" || status=1
+        # the same at NCCL's own socket defaults (nccl_bench, like the trainer, sets 4 threads x 2 connections)
+        timeout 300 mpirun -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x GPUS_PER_HOST=1 -x CUDA_VISIBLE_DEVICES=0,1 \
+            -x NCCL_SOCKET_NTHREADS=1 -x NCCL_NSOCKS_PERTHREAD=1 scripts/as_hosts.sh "${nb[@]}" --max-mib 256 \
+            --label "2x1 hostid nccl1x1" >> "$out/nccl.jsonl" 2> "$out/nccl_2x1_1x1.log" || status=1
         # the int8 sums' all-to-all was NCCL's grouped sends and receives, at 0.6-0.7 of the reduce-scatter's bus
         # bandwidth over the sockets whatever the channels per net peer (8) or network chunks (512 KiB) (2026-11-27,
         # docs/multi_gpu.md); at two ranks it is an all-gather now (distributed.h), so 2 x 1 no longer tries them

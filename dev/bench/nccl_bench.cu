@@ -87,8 +87,14 @@ int main(int argc, char **argv)
     dist_init(&d, &info, NULL, 300.0, shard_group);
     char hosts[96];
     process_groups_describe(&d.groups, hosts, sizeof(hosts));
+    /* NCCL's socket threads x connections per channel as set (by dist_init or the user), "" at NCCL's defaults */
+    char sockets[64] = "";
+    if (getenv("NCCL_SOCKET_NTHREADS") || getenv("NCCL_NSOCKS_PERTHREAD"))
+        snprintf(sockets, sizeof(sockets), "%sx%s", getenv("NCCL_SOCKET_NTHREADS") ?: "1",
+                 getenv("NCCL_NSOCKS_PERTHREAD") ?: "1");
     if (d.rank == 0)
-        fprintf(stderr, "nccl_bench: %d ranks on %s (hosts told by %s)\n", d.world, hosts, d.host_source);
+        fprintf(stderr, "nccl_bench: %d ranks on %s (hosts told by %s)%s%s\n", d.world, hosts, d.host_source,
+                sockets[0] ? ", NCCL sockets " : "", sockets);
     size_t max_bytes = (size_t)max_mib << 20;
     void *buf = cuda_malloc_named(max_bytes, "bench buffer"), *recv = cuda_malloc_named(max_bytes, "all-to-all output");
     fill_random_bits<<<1024, 256>>>((uint32_t *)buf, (int64_t)(max_bytes / 4), 1234u + d.rank);
@@ -127,8 +133,9 @@ int main(int argc, char **argv)
                 if (d.rank == 0)
                     printf("{\"bench\": \"nccl\", \"label\": \"%s\", \"collective\": \"%s\", \"group\": \"%s\", "
                            "\"ranks\": %d, \"world\": %d, \"hosts\": %d, \"bytes\": %zu, \"seconds\": %.6e, "
-                           "\"busbw_gbs\": %.3f}\n",
-                           label, NAMES[c], group_names[gi], g->size, d.world, d.groups.hosts, b, sec, bus / 1e9);
+                           "\"busbw_gbs\": %.3f%s%s%s}\n",
+                           label, NAMES[c], group_names[gi], g->size, d.world, d.groups.hosts, b, sec, bus / 1e9,
+                           sockets[0] ? ", \"sockets\": \"" : "", sockets, sockets[0] ? "\"" : "");
                 fflush(stdout);
             }
         }

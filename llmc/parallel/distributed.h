@@ -29,9 +29,10 @@
 #ifndef LLMC_DISTRIBUTED_H
 #define LLMC_DISTRIBUTED_H
 
-#include <dirent.h>
+#include <errno.h>
 #include <nccl.h>
 #include <stdlib.h>
+#include <string.h>
 #ifdef USE_MPI
 #include <mpi.h>
 #endif
@@ -39,6 +40,7 @@
 #include "llmc/common/cuda_common.h"
 #include "llmc/common/profile.h"
 #include "llmc/parallel/launch.h"
+#include "llmc/parallel/nccl_sockets.h"
 #include "llmc/parallel/process_groups.h"
 #include "llmc/parallel/rendezvous.h"
 
@@ -61,6 +63,7 @@ typedef struct {
     const char *host_source; /* where host identities came from (process_groups.h) */
     int machine_ranks;       /* ranks on this rank's machine (the same gethostname(), whatever NCCL_HOSTID says):
                                 they share its host memory; 0 or 1 alone */
+    int nccl_sockets_set;    /* NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD set by dist_init (nccl_sockets.h) */
     double *sum_scratch;     /* 8 device bytes for dist_sum_host, dist_broadcast_u64 and the host ids */
 } Dist;
 
@@ -192,23 +195,22 @@ static inline void dist_groups_init(Dist *d, int shard_group)
         NCCL_CHECK(ncclCommSplit(d->all.comm, position, host, &d->across.comm, NULL));
 }
 
-/* Whether the traffic between hosts will likely go over TCP at NCCL's socket defaults: several hosts, no
- * InfiniBand or RoCE device on this one (/sys/class/infiniband is where they, and AWS's EFA, appear) and neither
- * NCCL_SOCKET_NTHREADS nor NCCL_NSOCKS_PERTHREAD set. NCCL then gives each channel one helper thread and one
- * connection, which bound the stand-in's link (docs/multi_gpu.md: more threads and connections moved the step by
- * up to 4 points of one GPU's throughput); its own documentation suggests 4 for fast TCP networks. */
-static inline int dist_tcp_at_socket_defaults(const Dist *d)
+/* Before NCCL starts: asks it for more threads and connections between hosts joined by TCP, where
+ * nccl_sockets.h says so (reading the configuration files NCCL reads: NCCL_CONF_FILE or ~/.nccl.conf, and
+ * /etc/nccl.conf). Returns whether it set them. */
+static inline int dist_set_nccl_sockets_(int world)
 {
-    if (d->groups.hosts < 2 || getenv("NCCL_SOCKET_NTHREADS") || getenv("NCCL_NSOCKS_PERTHREAD"))
+    const char *conf = getenv("NCCL_CONF_FILE"), *home = getenv("HOME");
+    char home_conf[1024] = "";
+    if (home)
+        snprintf(home_conf, sizeof(home_conf), "%s/.nccl.conf", home);
+    const char *files[3] = {conf && conf[0] ? conf : home_conf, "/etc/nccl.conf", NULL};
+    if (!nccl_sockets_wanted(world, dist_getenv, NCCL_SOCKETS_IB_DIR, NCCL_SOCKETS_NET_DIR, files))
         return 0;
-    DIR *ib = opendir("/sys/class/infiniband");
-    if (!ib)
-        return 1;
-    int devices = 0;
-    for (struct dirent *e = readdir(ib); e; e = readdir(ib))
-        devices += e->d_name[0] != '.';
-    closedir(ib);
-    return devices == 0;
+    if (setenv("NCCL_SOCKET_NTHREADS", NCCL_SOCKETS_THREADS, 0) != 0 ||
+        setenv("NCCL_NSOCKS_PERTHREAD", NCCL_SOCKETS_PER_THREAD, 0) != 0)
+        FAIL("rank %d: setenv failed for NCCL's socket settings: %s", dist_rank_for_errors, strerror(errno));
+    return 1;
 }
 
 /* Takes the GPU of info->local_rank and joins the NCCL communicators (see the top).
@@ -238,6 +240,7 @@ static inline void dist_init(Dist *d, const LaunchInfo *info, const char *rendez
         return;
     }
 
+    d->nccl_sockets_set = dist_set_nccl_sockets_(d->world); /* before NCCL reads its settings */
     ncclUniqueId id;
     if (d->rank == 0)
         NCCL_CHECK(ncclGetUniqueId(&id));

@@ -153,3 +153,34 @@ def test_a_delta_gather_record_puts_the_changes_on_the_wire():
     by_run = {p["run"]: p for p in scaling_model.trainer_points(recs)[0]}
     assert by_run["delta"]["ubytes"] == scaling_model.DELTA_BYTES and by_run["delta"]["wbytes"] == 2.0
     assert by_run["own"]["ubytes"] == 1.3 and by_run["own"]["gbytes"] == 2.0
+
+
+def test_runs_at_other_socket_settings_take_their_own_fits():
+    """NCCL's sockets at 4 threads x 2 connections (the trainer's setting over TCP, or set by hand) are another link
+    than at NCCL's defaults: nccl_bench points and trainer points carry the setting into their link kind, NVLink
+    never does, and a record at 1 x 1 or saying nothing is at the defaults."""
+    def bench(sockets, seconds, group="all", world=2, hosts=2):
+        r = {"bench": "nccl", "collective": "all_gather", "group": group, "ranks": 2, "world": world, "hosts": hosts,
+             "bytes": 1 << 28, "seconds": seconds}
+        return {**r, "sockets": sockets} if sockets else r
+    links = {p["label"] or "": p["link"] for p in scaling_model.nccl_points([
+        {**bench("4x2", 0.02), "label": "a"}, {**bench("1x1", 0.03), "label": "b"}, {**bench(None, 0.03), "label": "c"},
+        {**bench("4x2", 0.001, group="host", world=4), "label": "d"},
+        {**bench("4x2", 0.02, world=4), "label": "e"}])}
+    assert links == {"a": "net@4x2", "b": "net", "c": "net", "d": "nvlink", "e": "net_mixed@4x2"}
+
+    def point(**kw):
+        return {"check": "netscale", "run": "p", "model": "llama3.2-1b", "params": 1235814400, "stage": 1,
+                "mode": "host", "hosts": 2, "gpus_per_host": 2, "micro_steps": 8, "B": 8, "T": 2048,
+                "tokens_per_s_per_gpu": 1000.0, "one_gpu": {"ms": 3700.0, "micro_steps": 16}, **kw}
+    pts, _ = scaling_model.trainer_points([point(sockets="4x2"), point(socket_threads=4, socks_per_thread=2),
+                                          point(sockets="1x1"), point()])
+    assert [scaling_model.point_links(p) for p in pts] == (
+        [{"host": "nvlink", "across": "net@4x2", "flat": "net_mixed@4x2"}] * 2
+        + [{"host": "nvlink", "across": "net", "flat": "net_mixed"}] * 2)
+    # a mixed ring at 4 x 2 without points of its own borrows the net's at 4 x 2, not the defaults'
+    fast, slow = {"alpha": 0.0, "beta": 1e-10}, {"alpha": 0.0, "beta": 1e-9}
+    notes = set()
+    lookup = scaling_model.make_measured_lookup({("all_gather", "net@4x2"): fast, ("all_gather", "net"): slow},
+                                                LINK, notes, {"run": "test"})
+    assert lookup("all_gather", "net_mixed@4x2") is fast and lookup("all_gather", "net_mixed") is slow

@@ -22,6 +22,9 @@ Step time = one-GPU compute time + the communication that compute does not hide:
     that micro-step takes the longer of its compute and gathers + sums, and only the last bucket's
     share of the sums (--tail-fraction) comes after it.
 Hierarchical (--shard-over host) collectives are the sum of their in-host and across-host parts.
+NCCL's sockets at a setting other than its defaults (records' "sockets", e.g. "4x2": the trainer sets 4 threads x 2
+connections where hosts are joined by TCP) are a link kind of their own ("net@4x2"), fitted from nccl_bench points
+at that setting; a stand-in's sockets also differ between leases (2.3-9 GB/s), so pass one lease's records.
 Compressed communication (issue 29: weights all-gathered as FP8 or int8 codes with a scale per
 block, gradients reduced quantized; issue 28: the updated weights gathered as their changes,
 --update-gather delta, across the hosts where sharded over them): --weight-bytes, --grad-bytes and
@@ -100,6 +103,28 @@ def nccl_link(r):
     return None
 
 
+def sockets_of(r):
+    """NCCL's socket threads x connections per channel a record ran with, as "4x2"; None at NCCL's own defaults
+    (1 x 1: records that say nothing, or say 1x1). Records say "sockets" (nccl_bench, and the trainer's, which sets
+    4 x 2 itself where hosts are joined by TCP: llmc/parallel/nccl_sockets.h), or socket_threads and
+    socks_per_thread (the runs that set them by hand before it did)."""
+    s = r.get("sockets")
+    if s is None and "socket_threads" in r:
+        s = f"{r['socket_threads']}x{r.get('socks_per_thread', 1)}"
+    return None if s in (None, "", "1x1") else str(s)
+
+
+def with_sockets(link, sockets):
+    """The link kind of a transfer over NCCL's sockets at a setting other than its defaults gets its own fit:
+    "net" at 4 x 2 is "net@4x2" (NVLink does not use sockets)."""
+    return f"{link}@{sockets}" if sockets and link and link.startswith("net") else link
+
+
+def base_link(link):
+    """A link kind without its socket setting: "net_mixed@4x2" is "net_mixed"."""
+    return link.split("@")[0]
+
+
 def nccl_points(recs):
     pts = []
     for r in recs:
@@ -113,7 +138,7 @@ def nccl_points(recs):
             continue
         if p["collective"] not in COLLECTIVES or p["ranks"] < 2 or p["seconds"] <= 0 or p["bytes"] <= 0:
             continue
-        p["link"] = nccl_link(p)
+        p["link"] = with_sockets(nccl_link(p), sockets_of(r))
         if p["link"]:
             pts.append(p)
     return pts
@@ -290,7 +315,7 @@ def trainer_points(recs):
                     "params": int(nparams), "stage": int(r["stage"]), "mode": r["mode"],
                     "hosts": int(r["hosts"]), "gpus_per_host": int(r["gpus_per_host"]),
                     "micro_steps": int(r["micro_steps"]), "B": int(r["B"]), "T": int(r["T"]),
-                    "link": r.get("link"), "measured": float(r["tokens_per_s_per_gpu"]),
+                    "link": r.get("link"), "sockets": sockets_of(r), "measured": float(r["tokens_per_s_per_gpu"]),
                     "wbytes": wire_bytes(r, "weight_gather", "weight_bytes_per_param"),
                     "gbytes": wire_bytes(r, "grad_reduce", "grad_bytes_per_param"),
                     "ubytes": wire_bytes(r, "update_gather", "update_bytes_per_param"),
@@ -311,7 +336,7 @@ def point_links(p):
         links["flat"] = "net_mixed" if g > 1 else "net"
     else:
         links["flat"] = link
-    return links
+    return {group: with_sockets(kind, p.get("sockets")) for group, kind in links.items()}
 
 
 def all_to_all_or_rs(coll, link, fits, notes):
@@ -328,12 +353,13 @@ def all_to_all_or_rs(coll, link, fits, notes):
 def make_measured_lookup(fits, nvlink_default, notes, ctx):
     """Fitted parameters for the measured points; ctx["run"] names the point asking (for errors)."""
     def lookup(coll, link):
-        coll = all_to_all_or_rs(coll, "net" if link == "net_mixed" else link, fits, notes)
+        net = link.replace("net_mixed", "net")  # a mixed ring's quantized sums and missing fits: the net's
+        coll = all_to_all_or_rs(coll, net, fits, notes)
         if (coll, link) in fits:
             return fits[(coll, link)]
-        if link == "net_mixed" and (coll, "net") in fits:
-            notes.add(f"{coll} over net_mixed: no points, the net fit stands in")
-            return fits[(coll, "net")]
+        if base_link(link) == "net_mixed" and (coll, net) in fits:
+            notes.add(f"{coll} over {link}: no points, the {net} fit stands in")
+            return fits[(coll, net)]
         if link == "nvlink":
             notes.add(f"{coll} over nvlink: no points, the default nvlink parameters stand in")
             return nvlink_default

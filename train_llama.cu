@@ -99,7 +99,8 @@ static const Flag FLAGS[] = {
              "differ in the last bits. 0: cuBLASLt's first pick, for runs that must match bit for bit"),
     FLAG_NUM("--profile-step", FLAG_INT, Args, profile_step, 0, INT_MAX, FLAG_CLOSED,
              "print where step N's GPU time goes, by kernel class"),
-    FLAG_SECTION("several GPUs (one process per GPU: mpirun, a scheduler, or scripts/launch_multi_gpu.sh)"),
+    FLAG_SECTION("several GPUs (one process per GPU: mpirun, a scheduler, or scripts/launch_multi_gpu.sh; hosts "
+                 "joined by TCP get NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=2 unless either is set)"),
     FLAG_NUM("--zero-stage", FLAG_INT, Args, zero_stage, 0, 3, FLAG_CLOSED,
              "0: all-reduce, every GPU keeps all optimizer state; 1: AdamW state sharded over the GPUs; 2: gradients "
              "too (2 bytes per parameter / GPUs, or a full-size buffer while accumulating, see --grad-accum); 3: "

@@ -33,12 +33,14 @@
 #                stage 3 reduce-scattering every micro-step as before issue 28;
 #                stages 1 and 2 with int8 sums, and with them and the new
 #                weights gathered as their changes, --update-gather delta,
-#                at NCCL's socket defaults and at 4 threads x 2 connections);
+#                at the trainer's 4 threads x 2 connections for NCCL's sockets
+#                and at NCCL's own 1 x 1);
 #                with 4 GPUs, 2 hosts x 2 GPUs over hosts (stages 1 to 3, with
 #                and without --update-gather delta) and flat stage 3; NETSCALE_STAGES="1 2" limits the bf16 2 x 1 runs (stage 3 and
 #                its per-micro-step variant run only when it names 3); the 2 x 1 runs
 #                take the first two of CUDA_VISIBLE_DEVICES (default 0,1)
-#   nccl         dev/bench/nccl_bench over one host's GPUs, 2 x 1 and 2 x 2
+#   nccl         dev/bench/nccl_bench over one host's GPUs, 2 x 1 (at the
+#                trainer's socket setting and at NCCL's own) and 2 x 2
 #                stand-in hosts: the collectives' times for scaling_model.py
 #   scaling8b4   Llama 3.1 8B, T=8192, B=1 per GPU on 4 GPUs of one host: stages
 #                1 to 3 in bf16 and FP8 at a 0.5M-token batch, and 2 x 2 stand-in

@@ -6,7 +6,8 @@
  *     NCCL's communicators. Rank 0 makes NCCL's unique id and the others get it
  *     by MPI_Bcast when built with MPI (USE_MPI) and started by mpirun, otherwise
  *     through llmc/parallel/rendezvous.h (--rendezvous tcp://HOST:PORT or file:PATH, by
- *     default tcp://MASTER_ADDR:MASTER_PORT).
+ *     default tcp://MASTER_ADDR:MASTER_PORT). Before NCCL starts it may set NCCL's socket
+ *     threads and connections for hosts joined by TCP (llmc/parallel/nccl_sockets.h).
  *   process groups: three communicators (DistGroup): every rank; the ranks of
  *     this rank's host; the ranks at its position on every host (llmc/
  *     process_groups.h says how hosts are told apart). The latter two are split

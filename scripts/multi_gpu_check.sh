@@ -107,6 +107,9 @@ hosts2=(mpirun -np "$np" --bind-to none -x NCCL_NVLS_ENABLE -x GPUS_PER_HOST=$((
 # two of them (CUDA_VISIBLE_DEVICES, or GPUs 0 and 1) as 2 stand-in hosts of 1 GPU
 one=(mpirun -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x GPUS_PER_HOST=1
      -x CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0,1}" scripts/as_hosts.sh)
+# NCCL's own socket setting, 1 helper thread of 1 connection per channel, where the trainer and nccl_bench would set
+# 4 of 2 (hosts joined by TCP: llmc/parallel/nccl_sockets.h)
+nccl_own_sockets=(env NCCL_SOCKET_NTHREADS=1 NCCL_NSOCKS_PERTHREAD=1)
 # the checks' runs of the small preset (equivalence, modes, delta, netns), and 1024 tokens a step as 2 micro-steps;
 # --gemm-autotune 0 wherever runs are compared bit for bit: each takes cuBLASLt's first pick
 small=(./train_llama --preset small -T 256 --random-data --steps 20 --warmup 2 --lr 1e-3 --gemm-autotune 0)
@@ -375,11 +378,9 @@ EOF
             summarize "$results" netscale "$out/ns_z${z}_2x1_qgz_delta.jsonl" "ns_z${z}_2x1_qgz_delta" \
                 "${common[@]}" stage=$z mode=flat hosts=2 gpus_per_host=1 micro_steps=16 grad_reduce=int8 \
                 update_gather=delta || status=1
-            # and at NCCL's own socket defaults, 1 helper thread of 1 connection per channel (the trainer sets 4 of 2
-            # where it finds hosts joined by TCP: llmc/parallel/nccl_sockets.h)
-            run "ns_z${z}_2x1_qgz_delta_nccl1x1" "${one[@]}" env NCCL_SOCKET_NTHREADS=1 NCCL_NSOCKS_PERTHREAD=1 \
-                "${big[@]}" --total-batch 524288 --zero-stage $z --grad-reduce int8 --update-gather delta \
-                --log "$out/ns_z${z}_2x1_qgz_delta_nccl1x1.jsonl"
+            # and at NCCL's own socket setting
+            run "ns_z${z}_2x1_qgz_delta_nccl1x1" "${one[@]}" "${nccl_own_sockets[@]}" "${big[@]}" --total-batch 524288 \
+                --zero-stage $z --grad-reduce int8 --update-gather delta --log "$out/ns_z${z}_2x1_qgz_delta_nccl1x1.jsonl"
             summarize "$results" netscale "$out/ns_z${z}_2x1_qgz_delta_nccl1x1.jsonl" "ns_z${z}_2x1_qgz_delta_nccl1x1" \
                 "${common[@]}" stage=$z mode=flat hosts=2 gpus_per_host=1 micro_steps=16 grad_reduce=int8 \
                 update_gather=delta sockets=1x1 || status=1
@@ -510,13 +511,13 @@ EOF
         nb=(./dev/bench/nccl_bench --iters 8)
         timeout 300 mpirun -np "$np" --bind-to none -x NCCL_NVLS_ENABLE "${nb[@]}" --max-mib 1024 \
             --label "1x$np nvlink" >> "$out/nccl.jsonl" 2> "$out/nccl_1host.log" || status=1
-        timeout 300 mpirun -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x GPUS_PER_HOST=1 -x CUDA_VISIBLE_DEVICES=0,1 \
-            scripts/as_hosts.sh "${nb[@]}" --max-mib 256 --label "2x1 hostid" >> "$out/nccl.jsonl" \
-            2> "$out/nccl_2x1.log" || status=1
-        # the same at NCCL's own socket defaults (nccl_bench, like the trainer, sets 4 threads x 2 connections)
-        timeout 300 mpirun -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x GPUS_PER_HOST=1 -x CUDA_VISIBLE_DEVICES=0,1 \
-            -x NCCL_SOCKET_NTHREADS=1 -x NCCL_NSOCKS_PERTHREAD=1 scripts/as_hosts.sh "${nb[@]}" --max-mib 256 \
-            --label "2x1 hostid nccl1x1" >> "$out/nccl.jsonl" 2> "$out/nccl_2x1_1x1.log" || status=1
+        nb2x1=(timeout 300 mpirun -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x GPUS_PER_HOST=1 -x CUDA_VISIBLE_DEVICES=0,1
+               scripts/as_hosts.sh)
+        "${nb2x1[@]}" "${nb[@]}" --max-mib 256 --label "2x1 hostid" >> "$out/nccl.jsonl" 2> "$out/nccl_2x1.log" ||
+            status=1
+        # the same at NCCL's own socket setting (nccl_bench, like the trainer, sets 4 threads x 2 connections)
+        "${nb2x1[@]}" "${nccl_own_sockets[@]}" "${nb[@]}" --max-mib 256 --label "2x1 hostid nccl1x1" \
+            >> "$out/nccl.jsonl" 2> "$out/nccl_2x1_1x1.log" || status=1
         # the int8 sums' all-to-all was NCCL's grouped sends and receives, at 0.6-0.7 of the reduce-scatter's bus
         # bandwidth over the sockets whatever the channels per net peer (8) or network chunks (512 KiB) (2026-11-27,
         # docs/multi_gpu.md); at two ranks it is an all-gather now (distributed.h), so 2 x 1 no longer tries them

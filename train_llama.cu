@@ -291,7 +291,7 @@ static void gpus_start(Gpus *g, const Args *a, const LlamaConfig *c)
                                   : "",
                a->update_gather_mode == ZERO_UPDATE_DELTA ? ", new weights gathered as their changes (delta)" : "");
         if (g->dist.nccl_sockets_set && g->dist.groups.hosts > 1)
-            printf("  NCCL over TCP (no InfiniBand device): NCCL_SOCKET_NTHREADS=%s NCCL_NSOCKS_PERTHREAD=%s set, "
+            printf("  NCCL between hosts over TCP sockets: NCCL_SOCKET_NTHREADS=%s NCCL_NSOCKS_PERTHREAD=%s set, "
                    "NCCL's own being 1 and 1 (set either to choose; docs/multi_gpu.md)\n",
                    NCCL_SOCKETS_THREADS, NCCL_SOCKETS_PER_THREAD);
     }

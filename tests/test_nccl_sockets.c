@@ -10,29 +10,28 @@
 
 static char root[256];
 
-/* root/rel as a path, in one of eight buffers used in turn (callers that keep several copy them) */
-static const char *at(const char *rel)
+/* root/rel as a path, in a buffer of the caller's */
+static const char *at(char *path, size_t len, const char *rel)
 {
-    static char paths[8][512];
-    static int next = 0;
-    char *p = paths[next++ % 8];
-    snprintf(p, 512, "%s/%s", root, rel);
-    return p;
+    snprintf(path, len, "%s/%s", root, rel);
+    return path;
 }
 
 static void make_dir(const char *rel)
 {
-    if (mkdir(at(rel), 0700) != 0) {
-        perror(at(rel));
+    char path[512];
+    if (mkdir(at(path, sizeof(path), rel), 0700) != 0) {
+        perror(path);
         exit(1);
     }
 }
 
 static void write_file(const char *rel, const char *text)
 {
-    FILE *f = fopen(at(rel), "w");
+    char path[512];
+    FILE *f = fopen(at(path, sizeof(path), rel), "w");
     if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
-        perror(at(rel));
+        perror(path);
         exit(1);
     }
 }
@@ -40,12 +39,10 @@ static void write_file(const char *rel, const char *text)
 static int wanted(const char **env, int world, const char *ib, const char *net, const char *conf)
 {
     fake_env = env;
-    char ib_path[512], net_path[512], conf_path[512];
-    snprintf(ib_path, sizeof(ib_path), "%s", at(ib));
-    snprintf(net_path, sizeof(net_path), "%s", at(net));
-    snprintf(conf_path, sizeof(conf_path), "%s", at(conf));
-    const char *files[3] = {conf_path, at("missing.conf"), NULL};
-    return nccl_sockets_wanted(world, fake_env_lookup, ib_path, net_path, files);
+    char ib_path[512], net_path[512], conf_path[512], missing[512];
+    const char *files[3] = {at(conf_path, sizeof(conf_path), conf), at(missing, sizeof(missing), "missing.conf"), NULL};
+    return nccl_sockets_wanted(world, fake_env_lookup, at(ib_path, sizeof(ib_path), ib),
+                               at(net_path, sizeof(net_path), net), files);
 }
 
 int main(void)

@@ -102,8 +102,8 @@ static inline int nccl_sockets_wanted(int world, EnvLookup env, const char *ib_d
     const char *net = env("NCCL_NET"), *ib_disable = env("NCCL_IB_DISABLE");
     if (net && strcmp(net, "Socket") != 0)
         return 0;
-    if (!(ib_disable && strcmp(ib_disable, "1") == 0) && !(net && strcmp(net, "Socket") == 0) &&
-        nccl_ib_devices_(ib_dir))
+    /* no NCCL_NET: NCCL takes InfiniBand where there is a device it may use */
+    if (!net && !(ib_disable && strcmp(ib_disable, "1") == 0) && nccl_ib_devices_(ib_dir))
         return 0;
     if (nccl_aws_nic_(net_dir))
         return 0;
